@@ -1,0 +1,1 @@
+//! Datasets in their official formats.

@@ -1,0 +1,7 @@
+//! gssp: Grouping Stale Synchronous Parallel training with GDTopK sparsification over MPI.
+//!
+//! Module map (see README.md): pure logic (config, data, model, optim, staleness,
+//! grouping, compression) has no MPI in it; `comm` is the only module that names `mpi`.
+
+pub mod config;
+pub mod data;
