@@ -3,5 +3,9 @@
 //! Module map (see README.md): pure logic (config, data, model, optim, staleness,
 //! grouping, compression) has no MPI in it; `comm` is the only module that names `mpi`.
 
+pub mod backend;
 pub mod config;
 pub mod data;
+pub mod metrics;
+pub mod model;
+pub mod optim;

@@ -1,0 +1,207 @@
+//! What a run leaves behind: the run directory, per-rank CSV logs and `summary.json`.
+//!
+//! CSV files have a header row and plain numbers (pandas' `read_csv` reads them as is);
+//! rows are formatted straight into a buffered file, so logging allocates nothing.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+/// The run directory (`runs/<name>` unless `--out` says otherwise).
+#[derive(Debug, Clone)]
+pub struct RunDir {
+    path: PathBuf,
+}
+
+impl RunDir {
+    pub fn create(path: &Path) -> Result<RunDir> {
+        std::fs::create_dir_all(path)
+            .with_context(|| format!("cannot create run directory {}", path.display()))?;
+        Ok(RunDir {
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    pub fn write_text(&self, name: &str, text: &str) -> Result<()> {
+        let p = self.file(name);
+        std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))
+    }
+
+    pub fn write_json<T: Serialize>(&self, name: &str, value: &T) -> Result<()> {
+        let text = serde_json::to_string_pretty(value).context("cannot serialise JSON")?;
+        self.write_text(name, &(text + "\n"))
+    }
+
+    pub fn csv<R: CsvRow>(&self, name: &str) -> Result<CsvLog<R>> {
+        let p = self.file(name);
+        let f = File::create(&p).with_context(|| format!("cannot create {}", p.display()))?;
+        let mut w = BufWriter::new(f);
+        writeln!(w, "{}", R::HEADER).with_context(|| format!("cannot write {}", p.display()))?;
+        Ok(CsvLog {
+            w,
+            path: p,
+            _row: std::marker::PhantomData,
+        })
+    }
+}
+
+/// One row type of a CSV file.
+pub trait CsvRow {
+    const HEADER: &'static str;
+    fn write(&self, w: &mut dyn Write) -> std::io::Result<()>;
+}
+
+pub struct CsvLog<R> {
+    w: BufWriter<File>,
+    path: PathBuf,
+    _row: std::marker::PhantomData<R>,
+}
+
+impl<R: CsvRow> CsvLog<R> {
+    pub fn push(&mut self, row: &R) -> Result<()> {
+        row.write(&mut self.w)
+            .with_context(|| format!("cannot write {}", self.path.display()))
+    }
+    pub fn flush(&mut self) -> Result<()> {
+        self.w
+            .flush()
+            .with_context(|| format!("cannot write {}", self.path.display()))
+    }
+}
+
+/// Per-iteration row of a worker (or of the single process).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct WorkerRow {
+    pub time_s: f64,
+    pub epoch: f64,
+    pub iteration: u64,
+    pub compute_s: f64,
+    pub wait_s: f64,
+    pub comm_s: f64,
+    pub bytes_sent: u64,
+    pub bytes_recv: u64,
+    /// Server updates between the weights this gradient was computed on and its arrival.
+    pub staleness: u64,
+    pub loss: f32,
+    pub lr: f64,
+}
+
+impl CsvRow for WorkerRow {
+    const HEADER: &'static str =
+        "time_s,epoch,iteration,compute_s,wait_s,comm_s,bytes_sent,bytes_recv,staleness,loss,lr";
+    fn write(&self, w: &mut dyn Write) -> std::io::Result<()> {
+        writeln!(
+            w,
+            "{:.6},{:.5},{},{:.6},{:.6},{:.6},{},{},{},{:.6},{:.6e}",
+            self.time_s,
+            self.epoch,
+            self.iteration,
+            self.compute_s,
+            self.wait_s,
+            self.comm_s,
+            self.bytes_sent,
+            self.bytes_recv,
+            self.staleness,
+            self.loss,
+            self.lr
+        )
+    }
+}
+
+/// One test-set evaluation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct EvalRow {
+    pub time_s: f64,
+    pub epoch: f64,
+    pub iteration: u64,
+    pub test_loss: f64,
+    pub test_accuracy: f64,
+}
+
+impl CsvRow for EvalRow {
+    const HEADER: &'static str = "time_s,epoch,iteration,test_loss,test_accuracy";
+    fn write(&self, w: &mut dyn Write) -> std::io::Result<()> {
+        writeln!(
+            w,
+            "{:.6},{:.5},{},{:.6},{:.6}",
+            self.time_s, self.epoch, self.iteration, self.test_loss, self.test_accuracy
+        )
+    }
+}
+
+/// First time an evaluation curve reaches `target` accuracy.
+pub fn time_to_target(evals: &[EvalRow], target: f64) -> Option<f64> {
+    evals
+        .iter()
+        .find(|e| e.test_accuracy >= target)
+        .map(|e| e.time_s)
+}
+
+/// `summary.json`. Keys that do not apply to a mode are null.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    pub mode: String,
+    pub model: String,
+    pub dataset: String,
+    pub ranks: usize,
+    pub workers: usize,
+    pub epochs: f64,
+    pub iterations: u64,
+    pub wall_s: f64,
+    pub images_per_s: f64,
+    pub final_test_loss: f64,
+    pub final_test_accuracy: f64,
+    pub target_accuracy: f64,
+    pub time_to_target_s: Option<f64>,
+    pub mean_wait_fraction: Option<f64>,
+    pub worker_wait_fractions: Option<Vec<f64>>,
+    pub bytes_sent: Option<u64>,
+    pub bytes_inter_group: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_rows_match_their_header() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = RunDir::create(dir.path()).unwrap();
+        let mut log = run.csv::<WorkerRow>("w.csv").unwrap();
+        log.push(&WorkerRow {
+            iteration: 3,
+            loss: 0.5,
+            ..Default::default()
+        })
+        .unwrap();
+        log.flush().unwrap();
+        let text = std::fs::read_to_string(run.file("w.csv")).unwrap();
+        let lines: Vec<_> = text.lines().collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0].split(',').count(), lines[1].split(',').count());
+        assert_eq!(lines[1].split(',').nth(2), Some("3"));
+    }
+
+    #[test]
+    fn time_to_target_is_the_first_crossing() {
+        let e = |t, a| EvalRow {
+            time_s: t,
+            test_accuracy: a,
+            ..Default::default()
+        };
+        let evals = [e(1.0, 0.5), e(2.0, 0.97), e(3.0, 0.99), e(4.0, 0.98)];
+        assert_eq!(time_to_target(&evals, 0.98), Some(3.0));
+        assert_eq!(time_to_target(&evals, 0.995), None);
+    }
+}
