@@ -1,0 +1,330 @@
+//! Heterogeneity emulation: per-worker slowdown factors and the pacer that enforces them.
+//!
+//! A slowed worker is emulated by padding its compute phase with a sleep. The emulated
+//! compute phase of an iteration lasts `max(real_compute_s, f_eff x unit)`, where
+//! `f_eff = factor x straggler_factor` with probability `straggler_prob` (a transient
+//! straggler) and `f_eff = factor` otherwise. The pad is absolute (a multiple of a fixed
+//! unit), not proportional to the measured compute time, so the factors still hold when
+//! several ranks share (oversubscribe) the cores of one machine and every rank's real compute
+//! is inflated by contention.
+//!
+//! The unit is either given (`heterogeneity.unit_s`) or calibrated as the median real compute
+//! time of the worker's first iterations; no padding happens while calibrating. Calibrate when
+//! ranks are not yet contending (or give `unit_s`) so that the unit is the uncontended time.
+//!
+//! Pure logic apart from [`sleep_precise`]; nothing here talks to MPI.
+
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::config::HeterogeneityConfig;
+
+/// The slowdown factor of each of `num_workers` workers (worker index = position): the
+/// `slowdown` list if set, else the `tiers` expanded in order, else all 1.0.
+///
+/// `Config::validate_for_world` makes the lengths match; should they not, the list is cut or
+/// padded with 1.0 so that the result always has exactly `num_workers` entries.
+pub fn worker_factors(cfg: &HeterogeneityConfig, num_workers: usize) -> Vec<f64> {
+    let mut factors: Vec<f64> = if !cfg.slowdown.is_empty() {
+        cfg.slowdown.clone()
+    } else {
+        cfg.tiers
+            .iter()
+            .flat_map(|t| std::iter::repeat_n(t.factor, t.workers))
+            .collect()
+    };
+    factors.resize(num_workers, 1.0);
+    factors
+}
+
+/// Spin for the last part of a pad: `thread::sleep` overshoots by tens of microseconds or more.
+const SPIN: Duration = Duration::from_micros(200);
+
+/// Enforces one worker's slowdown, iteration by iteration (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Pacer {
+    factor: f64,
+    unit_s: Option<f64>,
+    straggler_prob: f64,
+    straggler_factor: f64,
+    rng: ChaCha8Rng,
+    calibration: usize,
+    samples: Vec<f64>,
+    last_straggler: bool,
+}
+
+impl Pacer {
+    /// A pacer for a worker with slowdown `factor`.
+    ///
+    /// `unit_s > 0` fixes the unit; `unit_s == 0` (or negative / not finite) calibrates it as
+    /// the median real compute time of the first `calibration` iterations (at least 1).
+    /// Straggler draws come from a ChaCha8 generator seeded with `seed`: one draw per
+    /// iteration, calibration included, so whether iteration k straggles depends only on
+    /// the seed.
+    pub fn new(
+        factor: f64,
+        unit_s: f64,
+        straggler_prob: f64,
+        straggler_factor: f64,
+        seed: u64,
+        calibration: usize,
+    ) -> Self {
+        let calibrated = unit_s.is_finite() && unit_s > 0.0;
+        Self {
+            factor,
+            unit_s: calibrated.then_some(unit_s),
+            straggler_prob,
+            straggler_factor,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            calibration: calibration.max(1),
+            samples: Vec::new(),
+            last_straggler: false,
+        }
+    }
+
+    /// A pacer from the `[heterogeneity]` section for a worker with slowdown `factor` (see
+    /// [`worker_factors`]); `seed` should differ between workers.
+    pub fn from_config(
+        cfg: &HeterogeneityConfig,
+        factor: f64,
+        seed: u64,
+        calibration: usize,
+    ) -> Self {
+        Self::new(
+            factor,
+            cfg.unit_s,
+            cfg.straggler_prob,
+            cfg.straggler_factor,
+            seed,
+            calibration,
+        )
+    }
+
+    /// Records an iteration's real compute time and returns how many seconds to sleep now so
+    /// that the compute phase lasts `max(real_compute_s, f_eff x unit)`. Returns 0 while the
+    /// unit is being calibrated. A negative or non-finite time counts as 0.
+    pub fn pad_after_compute(&mut self, real_compute_s: f64) -> f64 {
+        let real = if real_compute_s.is_finite() && real_compute_s > 0.0 {
+            real_compute_s
+        } else {
+            0.0
+        };
+        self.last_straggler = self.rng.gen::<f64>() < self.straggler_prob;
+        let f_eff = if self.last_straggler {
+            self.factor * self.straggler_factor
+        } else {
+            self.factor
+        };
+        match self.unit_s {
+            Some(unit) => (f_eff * unit - real).max(0.0),
+            None => {
+                self.samples.push(real);
+                if self.samples.len() >= self.calibration {
+                    self.unit_s = Some(median(&mut self.samples));
+                    self.samples = Vec::new();
+                }
+                0.0
+            }
+        }
+    }
+
+    /// [`Pacer::pad_after_compute`], then sleeps for the pad (see [`sleep_precise`]).
+    /// Returns the pad in seconds.
+    pub fn sleep_pad(&mut self, real_compute_s: f64) -> f64 {
+        let pad = self.pad_after_compute(real_compute_s);
+        sleep_precise(pad);
+        pad
+    }
+
+    /// The pacing unit in seconds; `None` while it is still being calibrated.
+    pub fn unit_s(&self) -> Option<f64> {
+        self.unit_s
+    }
+
+    /// The worker's base slowdown factor.
+    pub fn factor(&self) -> f64 {
+        self.factor
+    }
+
+    /// Whether the last iteration drew a transient straggler (its pad, once calibrated, used
+    /// `factor x straggler_factor`).
+    pub fn last_straggler(&self) -> bool {
+        self.last_straggler
+    }
+}
+
+/// Median of a non-empty sample (mean of the two middle values for an even count).
+fn median(samples: &mut [f64]) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    let n = samples.len();
+    if n % 2 == 1 {
+        samples[n / 2]
+    } else {
+        0.5 * (samples[n / 2 - 1] + samples[n / 2])
+    }
+}
+
+/// Sleeps `seconds` precisely: `thread::sleep` for all but the last ~200 us, then spins
+/// until the deadline. Non-positive or non-finite durations return at once.
+pub fn sleep_precise(seconds: f64) {
+    if !(seconds.is_finite() && seconds > 0.0) {
+        return;
+    }
+    let total = Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX);
+    let start = Instant::now();
+    if let Some(bulk) = total.checked_sub(SPIN) {
+        std::thread::sleep(bulk);
+    }
+    while start.elapsed() < total {
+        std::hint::spin_loop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SpeedTier;
+
+    fn tiers(list: &[(f64, usize)]) -> HeterogeneityConfig {
+        HeterogeneityConfig {
+            tiers: list
+                .iter()
+                .map(|&(factor, workers)| SpeedTier { factor, workers })
+                .collect(),
+            ..HeterogeneityConfig::default()
+        }
+    }
+
+    #[test]
+    fn factors_come_from_slowdown_then_tiers_then_ones() {
+        let cfg = HeterogeneityConfig {
+            slowdown: vec![1.0, 2.0, 4.0],
+            ..HeterogeneityConfig::default()
+        };
+        assert_eq!(worker_factors(&cfg, 3), vec![1.0, 2.0, 4.0]);
+        let cfg = tiers(&[(1.0, 2), (3.0, 1), (1.5, 2)]);
+        assert_eq!(worker_factors(&cfg, 5), vec![1.0, 1.0, 3.0, 1.5, 1.5]);
+        assert_eq!(
+            worker_factors(&HeterogeneityConfig::default(), 4),
+            vec![1.0; 4]
+        );
+    }
+
+    #[test]
+    fn factors_always_have_one_entry_per_worker() {
+        let cfg = tiers(&[(2.0, 1)]);
+        assert_eq!(worker_factors(&cfg, 3), vec![2.0, 1.0, 1.0]);
+        let cfg = tiers(&[(2.0, 3), (5.0, 3)]);
+        assert_eq!(worker_factors(&cfg, 4), vec![2.0, 2.0, 2.0, 5.0]);
+    }
+
+    #[test]
+    fn pad_fills_compute_up_to_factor_times_unit() {
+        let mut p = Pacer::new(3.0, 0.01, 0.0, 1.0, 1, 5);
+        assert_eq!(p.unit_s(), Some(0.01));
+        assert!((p.pad_after_compute(0.004) - 0.026).abs() < 1e-12);
+        assert_eq!(p.pad_after_compute(0.05), 0.0);
+        assert!((p.pad_after_compute(0.0) - 0.03).abs() < 1e-12);
+        // Bad measurements count as zero compute.
+        assert!((p.pad_after_compute(-1.0) - 0.03).abs() < 1e-12);
+        assert!((p.pad_after_compute(f64::NAN) - 0.03).abs() < 1e-12);
+        // Factor 1: compute at least one unit long is never padded.
+        let mut p = Pacer::new(1.0, 0.01, 0.0, 1.0, 1, 5);
+        assert_eq!(p.pad_after_compute(0.02), 0.0);
+        assert!((p.pad_after_compute(0.006) - 0.004).abs() < 1e-12);
+    }
+
+    #[test]
+    fn stragglers_multiply_the_factor_at_the_configured_rate() {
+        let (prob, n) = (0.1, 100_000);
+        let mut p = Pacer::new(2.0, 1.0, prob, 5.0, 7, 1);
+        let mut stragglers = 0;
+        for _ in 0..n {
+            let pad = p.pad_after_compute(0.0);
+            if p.last_straggler() {
+                stragglers += 1;
+                assert_eq!(pad, 10.0);
+            } else {
+                assert_eq!(pad, 2.0);
+            }
+        }
+        let rate = stragglers as f64 / n as f64;
+        // Standard deviation of the rate is about 0.00095; allow 5 sigma.
+        assert!((rate - prob).abs() < 0.005, "straggler rate {rate}");
+    }
+
+    #[test]
+    fn straggler_draws_are_deterministic_per_seed() {
+        let draws = |seed| {
+            let mut p = Pacer::new(1.0, 1.0, 0.3, 4.0, seed, 1);
+            (0..200)
+                .map(|_| p.pad_after_compute(0.0))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(draws(11), draws(11));
+        assert_ne!(draws(11), draws(12));
+    }
+
+    #[test]
+    fn straggler_probability_extremes() {
+        let mut never = Pacer::new(1.0, 1.0, 0.0, 9.0, 3, 1);
+        let mut always = Pacer::new(1.0, 1.0, 1.0, 9.0, 3, 1);
+        for _ in 0..1000 {
+            assert_eq!(never.pad_after_compute(0.0), 1.0);
+            assert_eq!(always.pad_after_compute(0.0), 9.0);
+        }
+    }
+
+    #[test]
+    fn unit_is_calibrated_as_median_without_padding() {
+        let mut p = Pacer::new(2.0, 0.0, 0.0, 1.0, 5, 5);
+        for t in [0.5, 0.1, 0.3, 0.9, 0.2] {
+            assert_eq!(p.unit_s(), None);
+            assert_eq!(p.pad_after_compute(t), 0.0);
+        }
+        assert_eq!(p.unit_s(), Some(0.3));
+        assert!((p.pad_after_compute(0.1) - 0.5).abs() < 1e-12);
+        // Even count: mean of the two middle values; calibration 0 means 1 iteration.
+        let mut p = Pacer::new(1.0, 0.0, 0.0, 1.0, 5, 4);
+        for t in [1.0, 4.0, 2.0, 3.0] {
+            p.pad_after_compute(t);
+        }
+        assert_eq!(p.unit_s(), Some(2.5));
+        let mut p = Pacer::new(1.0, 0.0, 0.0, 1.0, 5, 0);
+        assert_eq!(p.pad_after_compute(0.25), 0.0);
+        assert_eq!(p.unit_s(), Some(0.25));
+    }
+
+    #[test]
+    fn from_config_uses_the_section() {
+        let cfg = HeterogeneityConfig {
+            unit_s: 0.002,
+            straggler_prob: 1.0,
+            straggler_factor: 3.0,
+            ..HeterogeneityConfig::default()
+        };
+        let mut p = Pacer::from_config(&cfg, 2.0, 1, 5);
+        assert_eq!(p.unit_s(), Some(0.002));
+        assert_eq!(p.factor(), 2.0);
+        assert!((p.pad_after_compute(0.0) - 0.012).abs() < 1e-12);
+    }
+
+    #[test]
+    fn sleep_pad_sleeps_at_least_the_pad() {
+        let mut p = Pacer::new(1.0, 0.005, 0.0, 1.0, 1, 1);
+        let start = Instant::now();
+        let pad = p.sleep_pad(0.001);
+        let slept = start.elapsed().as_secs_f64();
+        assert!((pad - 0.004).abs() < 1e-12);
+        assert!(slept >= pad, "slept {slept} < pad {pad}");
+        // Generous bound: the test machine is shared.
+        assert!(slept < pad + 0.05, "slept {slept} for a pad of {pad}");
+        let start = Instant::now();
+        sleep_precise(0.0);
+        sleep_precise(f64::NAN);
+        sleep_precise(-1.0);
+        assert!(start.elapsed() < Duration::from_millis(5));
+    }
+}
