@@ -10,3 +10,5 @@ pub mod hetero;
 pub mod metrics;
 pub mod model;
 pub mod optim;
+pub mod bench;
+pub mod train;
