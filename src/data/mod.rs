@@ -1,1 +1,500 @@
-//! Datasets in their official formats.
+//! Datasets in their official formats (MNIST / Fashion-MNIST IDX, CIFAR-10 binary), a seeded
+//! synthetic set, and per-worker sharding with per-epoch reshuffling.
+//!
+//! Images are kept as raw `u8` (N x C x H x W, row-major) because every MPI rank holds its own
+//! copy; normalisation to `f32` happens only when a batch is filled.
+
+pub mod cifar;
+pub mod idx;
+pub mod sampler;
+pub mod synthetic;
+
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use crate::config::{DataConfig, DatasetKind, SyntheticConfig};
+
+pub use cifar::{load_cifar10_dir, load_cifar10_files};
+pub use idx::{load_idx_pair, load_mnist_dir};
+pub use sampler::{shard_range, ShardSampler};
+pub use synthetic::synthetic;
+
+/// Per-channel mean / std of MNIST pixels scaled to [0, 1] (the usual published values).
+pub const MNIST_MEAN: f32 = 0.1307;
+pub const MNIST_STD: f32 = 0.3081;
+/// Per-channel mean / std of Fashion-MNIST pixels scaled to [0, 1].
+pub const FASHION_MNIST_MEAN: f32 = 0.2860;
+pub const FASHION_MNIST_STD: f32 = 0.3530;
+/// Per-channel (R, G, B) mean / std of CIFAR-10 pixels scaled to [0, 1].
+pub const CIFAR10_MEAN: [f32; 3] = [0.4914, 0.4822, 0.4465];
+pub const CIFAR10_STD: [f32; 3] = [0.2470, 0.2435, 0.2616];
+/// Where Debian/Ubuntu's `dataset-fashion-mnist` package installs its files.
+pub const FASHION_MNIST_SYSTEM_DIR: &str = "/usr/share/datasets/fashion-mnist";
+
+/// Every way loading or sharding data can fail; each message names the file (or setting) and
+/// the problem so a user can fix it without reading code.
+#[derive(Debug, Error)]
+pub enum DataError {
+    #[error("{}: cannot read: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: gzip stream is corrupt or truncated: {source}", path.display())]
+    Gzip {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what} not found; looked for: {}", list_paths(looked_for))]
+    Missing {
+        what: String,
+        looked_for: Vec<PathBuf>,
+    },
+    #[error("{what} is ambiguous in {}: {}; keep only one", dir.display(), list_paths(candidates))]
+    Ambiguous {
+        what: String,
+        dir: PathBuf,
+        candidates: Vec<PathBuf>,
+    },
+    #[error("{}: wrong magic number: expected {expected} got {got}", path.display())]
+    WrongMagic {
+        path: PathBuf,
+        expected: u32,
+        got: u32,
+    },
+    #[error("{}: truncated {part}: expected {expected} bytes got {got}", path.display())]
+    Truncated {
+        path: PathBuf,
+        part: &'static str,
+        expected: u64,
+        got: u64,
+    },
+    #[error("{}: trailing bytes after the payload: expected {expected} bytes got {got}", path.display())]
+    TrailingBytes {
+        path: PathBuf,
+        expected: u64,
+        got: u64,
+    },
+    #[error("{}: header is invalid: {problem}", path.display())]
+    BadHeader { path: PathBuf, problem: String },
+    #[error(
+        "count mismatch: {} holds {images} images but {} holds {labels} labels",
+        images_path.display(),
+        labels_path.display()
+    )]
+    CountMismatch {
+        images_path: PathBuf,
+        images: u64,
+        labels_path: PathBuf,
+        labels: u64,
+    },
+    #[error("{}: label out of range at record {record}: got {label}, expected < {classes}", path.display())]
+    LabelOutOfRange {
+        path: PathBuf,
+        record: usize,
+        label: u8,
+        classes: usize,
+    },
+    #[error(
+        "{}: length {len} bytes is not a positive multiple of the {record_len}-byte record",
+        path.display()
+    )]
+    BadRecordLength {
+        path: PathBuf,
+        len: u64,
+        record_len: usize,
+    },
+    #[error("{key}: {problem}")]
+    InvalidSetting { key: String, problem: String },
+}
+
+fn list_paths(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A labelled image classification set held as raw bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dataset {
+    /// N x C x H x W bytes, row-major.
+    pub pixels: Vec<u8>,
+    /// N class indices, each < `classes`.
+    pub labels: Vec<u8>,
+    pub channels: usize,
+    pub height: usize,
+    pub width: usize,
+    pub classes: usize,
+    /// Per-channel mean of pixels scaled to [0, 1], subtracted when a batch is filled.
+    pub mean: Vec<f32>,
+    /// Per-channel std of pixels scaled to [0, 1], divided out when a batch is filled.
+    pub std: Vec<f32>,
+}
+
+impl Dataset {
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
+    /// Values per sample (C * H * W).
+    pub fn sample_len(&self) -> usize {
+        self.channels * self.height * self.width
+    }
+
+    /// Keeps only the first `n` samples (no-op when `n >= len()`) and releases the memory of
+    /// the rest, since every rank keeps its own copy.
+    pub fn truncate(&mut self, n: usize) {
+        if n >= self.len() {
+            return;
+        }
+        let sl = self.sample_len();
+        self.labels.truncate(n);
+        self.labels.shrink_to_fit();
+        self.pixels.truncate(n * sl);
+        self.pixels.shrink_to_fit();
+    }
+
+    /// Samples per class, indexed by label.
+    pub fn class_counts(&self) -> Vec<usize> {
+        let mut counts = vec![0usize; self.classes];
+        for &l in &self.labels {
+            if let Some(c) = counts.get_mut(l as usize) {
+                *c += 1;
+            }
+        }
+        counts
+    }
+
+    /// Per-channel (mean, std) of the pixels scaled to [0, 1], computed over the whole set; used
+    /// to check the published normalisation constants.
+    pub fn pixel_stats(&self) -> (Vec<f64>, Vec<f64>) {
+        let plane = self.height * self.width;
+        let mut sum = vec![0f64; self.channels];
+        let mut sq = vec![0f64; self.channels];
+        for sample in self.pixels.chunks_exact(self.sample_len().max(1)) {
+            for (c, chan) in sample.chunks_exact(plane.max(1)).enumerate() {
+                let (mut s, mut q) = (0u64, 0u64);
+                for &p in chan {
+                    s += p as u64;
+                    q += (p as u64) * (p as u64);
+                }
+                sum[c] += s as f64;
+                sq[c] += q as f64;
+            }
+        }
+        let count = (self.len() * plane).max(1) as f64;
+        let mean: Vec<f64> = sum.iter().map(|s| s / count / 255.0).collect();
+        let std = sq
+            .iter()
+            .zip(&mean)
+            .map(|(q, m)| (q / count / (255.0 * 255.0) - m * m).max(0.0).sqrt())
+            .collect();
+        (mean, std)
+    }
+
+    /// Writes the normalised samples `indices` into `x` (`indices.len() * sample_len()` values,
+    /// sample-major, C x H x W each) and their labels into `y`. Allocates nothing.
+    ///
+    /// # Panics
+    /// If `x` or `y` has the wrong length or an index is `>= len()` (caller bugs, not data).
+    pub fn fill_batch(&self, indices: &[usize], x: &mut [f32], y: &mut [u8]) {
+        let sl = self.sample_len();
+        let plane = self.height * self.width;
+        assert_eq!(
+            x.len(),
+            indices.len() * sl,
+            "fill_batch: x has the wrong length"
+        );
+        assert_eq!(y.len(), indices.len(), "fill_batch: y has the wrong length");
+        for ((&i, xs), ys) in indices.iter().zip(x.chunks_exact_mut(sl)).zip(y.iter_mut()) {
+            let src = &self.pixels[i * sl..(i + 1) * sl];
+            for c in 0..self.channels {
+                let scale = 1.0 / (255.0 * self.std[c]);
+                let offset = -self.mean[c] / self.std[c];
+                let range = c * plane..(c + 1) * plane;
+                for (d, &p) in xs[range.clone()].iter_mut().zip(&src[range]) {
+                    *d = p as f32 * scale + offset;
+                }
+            }
+            *ys = self.labels[i];
+        }
+    }
+}
+
+/// The folder a dataset is read from: `cfg.dir` if set, else the system Fashion-MNIST folder for
+/// fashion-mnist; other real datasets need an explicit folder.
+fn data_dir(cfg: &DataConfig) -> Result<PathBuf, DataError> {
+    if !cfg.dir.is_empty() {
+        return Ok(PathBuf::from(&cfg.dir));
+    }
+    match cfg.dataset {
+        DatasetKind::FashionMnist => Ok(PathBuf::from(FASHION_MNIST_SYSTEM_DIR)),
+        _ => Err(DataError::InvalidSetting {
+            key: "data.dir".into(),
+            problem: "must name the folder holding the dataset files, got an empty value".into(),
+        }),
+    }
+}
+
+fn check_synthetic(s: &SyntheticConfig) -> Result<(), DataError> {
+    let bad = |key: &str, problem: String| {
+        Err(DataError::InvalidSetting {
+            key: format!("data.synthetic.{key}"),
+            problem,
+        })
+    };
+    for (key, v) in [
+        ("train", s.train),
+        ("test", s.test),
+        ("channels", s.channels),
+        ("height", s.height),
+        ("width", s.width),
+    ] {
+        if v == 0 {
+            return bad(key, "must be >= 1, got 0".into());
+        }
+    }
+    if !(1..=256).contains(&s.classes) {
+        return bad("classes", format!("must be in 1..=256, got {}", s.classes));
+    }
+    if !s.noise.is_finite() || s.noise < 0.0 {
+        return bad("noise", format!("must be finite and >= 0, got {}", s.noise));
+    }
+    Ok(())
+}
+
+/// Loads (train, test) as the config says and applies `train_limit` / `test_limit` (0 = all).
+/// `seed` only matters for the synthetic set (its class prototypes).
+pub fn load(cfg: &DataConfig, seed: u64) -> Result<(Dataset, Dataset), DataError> {
+    let (mut train, mut test) = match cfg.dataset {
+        DatasetKind::Mnist | DatasetKind::FashionMnist => {
+            let dir = data_dir(cfg)?;
+            let mut train = load_mnist_dir(&dir, true)?;
+            let mut test = load_mnist_dir(&dir, false)?;
+            if cfg.dataset == DatasetKind::FashionMnist {
+                for d in [&mut train, &mut test] {
+                    d.mean = vec![FASHION_MNIST_MEAN];
+                    d.std = vec![FASHION_MNIST_STD];
+                }
+            }
+            (train, test)
+        }
+        DatasetKind::Cifar10 => {
+            let dir = data_dir(cfg)?;
+            (
+                load_cifar10_dir(&dir, true)?,
+                load_cifar10_dir(&dir, false)?,
+            )
+        }
+        DatasetKind::Synthetic => {
+            let s = &cfg.synthetic;
+            check_synthetic(s)?;
+            let make = |n, stream| {
+                synthetic(
+                    n, s.channels, s.height, s.width, s.classes, s.noise, seed, stream,
+                )
+            };
+            (make(s.train, 0), make(s.test, 1))
+        }
+    };
+    if cfg.train_limit > 0 {
+        train.truncate(cfg.train_limit);
+    }
+    if cfg.test_limit > 0 {
+        test.truncate(cfg.test_limit);
+    }
+    Ok((train, test))
+}
+
+/// Reads a whole file, naming it in the error.
+pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, DataError> {
+    std::fs::read(path).map_err(|source| DataError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SyntheticConfig;
+
+    fn tiny() -> Dataset {
+        Dataset {
+            // 2 samples, 2 channels, 1x2 pixels.
+            pixels: vec![0, 255, 51, 102, 10, 20, 30, 40],
+            labels: vec![3, 7],
+            channels: 2,
+            height: 1,
+            width: 2,
+            classes: 10,
+            mean: vec![0.5, 0.1],
+            std: vec![0.25, 0.2],
+        }
+    }
+
+    #[test]
+    fn fill_batch_normalises_per_channel_and_follows_indices() {
+        let d = tiny();
+        let mut x = vec![0f32; 8];
+        let mut y = vec![0u8; 2];
+        d.fill_batch(&[1, 0], &mut x, &mut y);
+        let f = |p: f32, c: usize| (p / 255.0 - d.mean[c]) / d.std[c];
+        let want = [
+            f(10.0, 0),
+            f(20.0, 0),
+            f(30.0, 1),
+            f(40.0, 1),
+            f(0.0, 0),
+            f(255.0, 0),
+            f(51.0, 1),
+            f(102.0, 1),
+        ];
+        for (a, b) in x.iter().zip(want) {
+            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+        }
+        assert_eq!(y, [7, 3]);
+        assert_eq!(x[4], -2.0);
+    }
+
+    #[test]
+    #[should_panic(expected = "x has the wrong length")]
+    fn fill_batch_rejects_wrong_buffer() {
+        let d = tiny();
+        d.fill_batch(&[0], &mut [0f32; 3], &mut [0u8; 1]);
+    }
+
+    #[test]
+    fn truncate_keeps_prefix() {
+        let mut d = tiny();
+        d.truncate(5);
+        assert_eq!(d.len(), 2);
+        d.truncate(1);
+        assert_eq!(d.len(), 1);
+        assert_eq!(d.pixels, [0, 255, 51, 102]);
+        assert_eq!(d.labels, [3]);
+        assert_eq!(d.sample_len(), 4);
+        assert!(!d.is_empty());
+        d.truncate(0);
+        assert!(d.is_empty() && d.pixels.is_empty());
+    }
+
+    #[test]
+    fn pixel_stats_and_class_counts() {
+        let d = tiny();
+        let (m, s) = d.pixel_stats();
+        let m0 = (0.0 + 255.0 + 10.0 + 20.0) / 4.0 / 255.0;
+        assert!((m[0] - m0).abs() < 1e-9);
+        let m1: f64 = (51.0 + 102.0 + 30.0 + 40.0) / 4.0 / 255.0;
+        assert!((m[1] - m1).abs() < 1e-9);
+        let v1 = [51.0, 102.0, 30.0, 40.0]
+            .iter()
+            .map(|p: &f64| (p / 255.0 - m1).powi(2))
+            .sum::<f64>()
+            / 4.0;
+        assert!((s[1] - v1.sqrt()).abs() < 1e-9);
+        let counts = d.class_counts();
+        assert_eq!(counts[3], 1);
+        assert_eq!(counts[7], 1);
+        assert_eq!(counts.iter().sum::<usize>(), 2);
+    }
+
+    fn synth_cfg() -> DataConfig {
+        DataConfig {
+            dataset: DatasetKind::Synthetic,
+            dir: String::new(),
+            train_limit: 0,
+            test_limit: 0,
+            synthetic: SyntheticConfig {
+                train: 50,
+                test: 20,
+                channels: 1,
+                height: 4,
+                width: 4,
+                classes: 5,
+                noise: 0.1,
+            },
+        }
+    }
+
+    #[test]
+    fn load_synthetic_applies_limits_and_streams() {
+        let mut cfg = synth_cfg();
+        let (train, test) = load(&cfg, 7).unwrap();
+        assert_eq!((train.len(), test.len()), (50, 20));
+        assert_ne!(train.pixels[..16], test.pixels[..16]);
+        cfg.train_limit = 30;
+        cfg.test_limit = 100;
+        let (train2, test2) = load(&cfg, 7).unwrap();
+        assert_eq!((train2.len(), test2.len()), (30, 20));
+        assert_eq!(train2.pixels[..], train.pixels[..30 * 16]);
+        assert_eq!(test2, test);
+    }
+
+    #[test]
+    fn load_synthetic_rejects_bad_settings() {
+        let mut cfg = synth_cfg();
+        cfg.synthetic.classes = 0;
+        let e = load(&cfg, 1).unwrap_err().to_string();
+        assert!(e.contains("data.synthetic.classes"), "{e}");
+        let mut cfg = synth_cfg();
+        cfg.synthetic.height = 0;
+        let e = load(&cfg, 1).unwrap_err().to_string();
+        assert!(e.contains("data.synthetic.height"), "{e}");
+        let mut cfg = synth_cfg();
+        cfg.synthetic.noise = f32::NAN;
+        let e = load(&cfg, 1).unwrap_err().to_string();
+        assert!(e.contains("data.synthetic.noise"), "{e}");
+    }
+
+    #[test]
+    fn data_dir_rule() {
+        let mut cfg = synth_cfg();
+        cfg.dataset = DatasetKind::FashionMnist;
+        assert_eq!(data_dir(&cfg).unwrap(), Path::new(FASHION_MNIST_SYSTEM_DIR));
+        cfg.dir = "/x/y".into();
+        assert_eq!(data_dir(&cfg).unwrap(), Path::new("/x/y"));
+        cfg.dataset = DatasetKind::Mnist;
+        cfg.dir.clear();
+        let e = data_dir(&cfg).unwrap_err().to_string();
+        assert!(e.contains("data.dir"), "{e}");
+    }
+
+    #[test]
+    fn load_real_formats_from_fixture_dirs() {
+        let tmp = tempfile::tempdir().unwrap();
+        idx::tests::write_mnist_dir(tmp.path(), 12, 5);
+        let mut cfg = synth_cfg();
+        cfg.dataset = DatasetKind::FashionMnist;
+        cfg.dir = tmp.path().display().to_string();
+        cfg.train_limit = 4;
+        let (train, test) = load(&cfg, 0).unwrap();
+        assert_eq!((train.len(), test.len()), (4, 5));
+        assert_eq!(train.mean, [FASHION_MNIST_MEAN]);
+        cfg.dataset = DatasetKind::Mnist;
+        let (train, _) = load(&cfg, 0).unwrap();
+        assert_eq!(train.mean, [MNIST_MEAN]);
+
+        let tmp = tempfile::tempdir().unwrap();
+        cifar::tests::write_batch(&tmp.path().join("data_batch_1.bin"), 6, 0);
+        cifar::tests::write_batch(&tmp.path().join("test_batch.bin"), 3, 1);
+        cfg.dataset = DatasetKind::Cifar10;
+        cfg.dir = tmp.path().display().to_string();
+        let (train, test) = load(&cfg, 0).unwrap();
+        assert_eq!((train.len(), test.len(), train.channels), (4, 3, 3));
+
+        cfg.dir = tmp.path().join("nope").display().to_string();
+        let e = load(&cfg, 0).unwrap_err().to_string();
+        assert!(e.contains("nope"), "{e}");
+    }
+}

@@ -1,0 +1,278 @@
+//! Disjoint per-worker shards and per-epoch reshuffling.
+//!
+//! All workers apply the same seeded permutation of 0..n and take contiguous slices of it, so
+//! shards are disjoint, cover every sample, and do not follow the file order (which may be
+//! sorted by class). Each epoch a worker reshuffles its own shard; the order of epoch `e` is a
+//! pure function of (seed, shard, e), so runs are reproducible.
+
+use std::ops::Range;
+
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::DataError;
+
+const PERMUTATION_TAG: u64 = 0x5045_524d_5554_4521; // "PERMUTE!"
+const EPOCH_TAG: u64 = 0x4550_4f43_4853_4846; // "EPOCHSHF"
+
+/// Combines two words into a well-mixed seed (splitmix64 finaliser), so nearby inputs such as
+/// consecutive epochs give unrelated RNG streams.
+pub(crate) fn mix_seed(a: u64, b: u64) -> u64 {
+    let mut z = a
+        .wrapping_add(0x9e37_79b9_7f4a_7c15)
+        .wrapping_add(b.wrapping_mul(0xbf58_476d_1ce4_e5b9));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The contiguous part of 0..n that shard `shard` of `num_shards` owns: sizes differ by at
+/// most one (the first `n % num_shards` shards get one extra), shards are disjoint and cover
+/// 0..n.
+///
+/// # Panics
+/// If `num_shards` is 0 or `shard >= num_shards` (`ShardSampler::new` checks both first).
+pub fn shard_range(n: usize, num_shards: usize, shard: usize) -> Range<usize> {
+    assert!(
+        shard < num_shards,
+        "shard_range: shard {shard} of {num_shards} shards"
+    );
+    let base = n / num_shards;
+    let extra = n % num_shards;
+    let start = shard * base + shard.min(extra);
+    let len = base + usize::from(shard < extra);
+    start..start + len
+}
+
+/// Serves one worker's mini-batches (sample indices) forever, epoch after epoch.
+#[derive(Debug, Clone)]
+pub struct ShardSampler {
+    /// This shard's sample indices in their canonical (permuted, unshuffled) order.
+    base: Vec<usize>,
+    /// The current epoch's order.
+    order: Vec<usize>,
+    batch_size: usize,
+    seed: u64,
+    shard: usize,
+    /// Batches handed out so far, over all epochs.
+    served: u64,
+    batches_per_epoch: usize,
+}
+
+impl ShardSampler {
+    /// Shard `shard` of `num_shards` over a dataset of `n` samples, serving `batch_size`
+    /// indices per batch. Fails if the shard cannot fill even one batch.
+    pub fn new(
+        n: usize,
+        num_shards: usize,
+        shard: usize,
+        batch_size: usize,
+        seed: u64,
+    ) -> Result<Self, DataError> {
+        let invalid = |key: &str, problem: String| DataError::InvalidSetting {
+            key: key.into(),
+            problem,
+        };
+        if num_shards == 0 || shard >= num_shards {
+            return Err(invalid(
+                "sampler",
+                format!("shard must be < num_shards, got shard {shard} of {num_shards}"),
+            ));
+        }
+        if batch_size == 0 {
+            return Err(invalid("optim.batch_size", "must be >= 1, got 0".into()));
+        }
+        let range = shard_range(n, num_shards, shard);
+        if range.len() < batch_size {
+            return Err(invalid(
+                "optim.batch_size",
+                format!(
+                    "must be <= the shard size {} ({n} samples over {num_shards} shards), got {batch_size}",
+                    range.len()
+                ),
+            ));
+        }
+        let mut perm: Vec<usize> = (0..n).collect();
+        perm.shuffle(&mut ChaCha8Rng::seed_from_u64(mix_seed(
+            seed,
+            PERMUTATION_TAG,
+        )));
+        let base = perm[range].to_vec();
+        let mut s = Self {
+            order: base.clone(),
+            batches_per_epoch: base.len() / batch_size,
+            base,
+            batch_size,
+            seed,
+            shard,
+            served: 0,
+        };
+        s.shuffle_for(0);
+        Ok(s)
+    }
+
+    fn shuffle_for(&mut self, epoch: u64) {
+        self.order.copy_from_slice(&self.base);
+        let seed = mix_seed(
+            mix_seed(mix_seed(self.seed, EPOCH_TAG), self.shard as u64),
+            epoch,
+        );
+        self.order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
+    }
+
+    /// The next `batch_size` indices; the last partial batch of an epoch is dropped and the
+    /// next epoch (freshly shuffled) starts transparently.
+    pub fn next_batch(&mut self) -> &[usize] {
+        let bpe = self.batches_per_epoch as u64;
+        let pos = (self.served % bpe) as usize;
+        if pos == 0 && self.served > 0 {
+            self.shuffle_for(self.served / bpe);
+        }
+        self.served += 1;
+        &self.order[pos * self.batch_size..(pos + 1) * self.batch_size]
+    }
+
+    /// Full epochs completed (the floor of `epoch_progress`).
+    pub fn epoch(&self) -> usize {
+        (self.served / self.batches_per_epoch as u64) as usize
+    }
+
+    /// Epochs done so far, fractional (batches served / batches per epoch).
+    pub fn epoch_progress(&self) -> f64 {
+        self.served as f64 / self.batches_per_epoch as f64
+    }
+
+    pub fn batches_per_epoch(&self) -> usize {
+        self.batches_per_epoch
+    }
+
+    pub fn batch_size(&self) -> usize {
+        self.batch_size
+    }
+
+    /// This shard's sample indices (unshuffled order).
+    pub fn indices(&self) -> &[usize] {
+        &self.base
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn shard_ranges_are_disjoint_balanced_and_cover() {
+        for n in [0, 1, 5, 16, 17, 100, 60000, 60001] {
+            for w in [1, 2, 3, 7, 16, 17] {
+                let ranges: Vec<_> = (0..w).map(|s| shard_range(n, w, s)).collect();
+                assert_eq!(ranges[0].start, 0);
+                assert_eq!(ranges[w - 1].end, n);
+                for pair in ranges.windows(2) {
+                    assert_eq!(pair[0].end, pair[1].start, "n={n} w={w}");
+                }
+                let lens: Vec<_> = ranges.iter().map(|r| r.len()).collect();
+                let (min, max) = (lens.iter().min().unwrap(), lens.iter().max().unwrap());
+                assert!(max - min <= 1, "n={n} w={w} lens={lens:?}");
+                assert_eq!(lens.iter().sum::<usize>(), n);
+            }
+        }
+        assert_eq!(shard_range(10, 3, 0), 0..4);
+        assert_eq!(shard_range(10, 3, 1), 4..7);
+        assert_eq!(shard_range(10, 3, 2), 7..10);
+    }
+
+    #[test]
+    fn sampler_shards_partition_a_permutation() {
+        for (n, w) in [(100, 3), (17, 17), (1000, 16), (64, 1)] {
+            let mut all = Vec::new();
+            for s in 0..w {
+                let sm = ShardSampler::new(n, w, s, 1, 42).unwrap();
+                assert_eq!(sm.indices().len(), shard_range(n, w, s).len());
+                all.extend_from_slice(sm.indices());
+            }
+            let set: HashSet<_> = all.iter().copied().collect();
+            assert_eq!((all.len(), set.len()), (n, n));
+            assert!(all.iter().all(|&i| i < n));
+            if n > 10 {
+                assert_ne!(all, (0..n).collect::<Vec<_>>(), "shards not permuted");
+            }
+        }
+    }
+
+    #[test]
+    fn epochs_cover_the_shard_and_reshuffle() {
+        let mut s = ShardSampler::new(103, 4, 1, 5, 7).unwrap();
+        let shard: HashSet<usize> = s.indices().iter().copied().collect();
+        assert_eq!(shard.len(), 26);
+        assert_eq!(s.batches_per_epoch(), 5);
+        let mut epochs = Vec::new();
+        for e in 0..3 {
+            assert_eq!(s.epoch(), e);
+            let mut seen = Vec::new();
+            for _ in 0..5 {
+                let b = s.next_batch();
+                assert_eq!(b.len(), 5);
+                seen.extend_from_slice(b);
+            }
+            let set: HashSet<usize> = seen.iter().copied().collect();
+            assert_eq!(set.len(), 25, "no repeats within an epoch");
+            assert!(set.is_subset(&shard));
+            epochs.push(seen);
+        }
+        assert_ne!(epochs[0], epochs[1]);
+        assert_ne!(epochs[1], epochs[2]);
+        assert_eq!(s.epoch(), 3);
+        assert_eq!(s.epoch_progress(), 3.0);
+        s.next_batch();
+        s.next_batch();
+        assert!((s.epoch_progress() - 3.4).abs() < 1e-12);
+        assert_eq!(s.epoch(), 3);
+    }
+
+    #[test]
+    fn deterministic_for_a_seed_and_differs_across_seeds_and_shards() {
+        let run = |seed, shard| {
+            let mut s = ShardSampler::new(200, 2, shard, 8, seed).unwrap();
+            (0..40)
+                .flat_map(|_| s.next_batch().to_vec())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(1, 0), run(1, 0));
+        assert_ne!(run(1, 0), run(2, 0));
+        assert_ne!(run(1, 0), run(1, 1));
+    }
+
+    #[test]
+    fn batches_reuse_one_buffer() {
+        let mut s = ShardSampler::new(50, 1, 0, 10, 3).unwrap();
+        let first = s.next_batch().as_ptr();
+        for _ in 0..20 {
+            s.next_batch();
+        }
+        // Batch 21 is position 1 of an epoch: 10 elements after the start of the same buffer.
+        let p = s.next_batch().as_ptr();
+        assert_eq!(p, first.wrapping_add(10));
+    }
+
+    #[test]
+    fn rejects_impossible_settings() {
+        // 10 over 4 shards: sizes 3, 3, 2, 2.
+        let e = ShardSampler::new(10, 4, 3, 3, 0).unwrap_err().to_string();
+        assert!(
+            e.contains("optim.batch_size") && e.contains("shard size 2"),
+            "{e}"
+        );
+        assert!(ShardSampler::new(10, 4, 0, 3, 0).is_ok());
+        assert!(ShardSampler::new(10, 0, 0, 1, 0).is_err());
+        assert!(ShardSampler::new(10, 2, 2, 1, 0).is_err());
+        assert!(ShardSampler::new(10, 2, 0, 0, 0).is_err());
+    }
+
+    #[test]
+    fn mix_seed_spreads_neighbours() {
+        assert_ne!(mix_seed(0, 0), mix_seed(0, 1));
+        assert_ne!(mix_seed(1, 0), mix_seed(0, 1));
+    }
+}
