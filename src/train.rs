@@ -28,16 +28,7 @@ impl ComputeStep {
     pub fn new(cfg: &Config, train: &Dataset, shards: usize, shard: usize) -> Result<ComputeStep> {
         let batch = cfg.optim.batch_size;
         let net = build_model(cfg, train)?;
-        let sampler = ShardSampler::new(train.len(), shards, shard, batch, cfg.run.seed);
-        if sampler.batches_per_epoch() == 0 {
-            anyhow::bail!(
-                "optim.batch_size: must be at most the samples of one shard ({} of {} samples over {} shards), got {}",
-                train.len() / shards.max(1),
-                train.len(),
-                shards,
-                batch
-            );
-        }
+        let sampler = ShardSampler::new(train.len(), shards, shard, batch, cfg.run.seed)?;
         Ok(ComputeStep { x: vec![0.0; batch * net.input_len()], y: vec![0; batch], net, sampler, batch })
     }
 
@@ -145,13 +136,15 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
         if cfg.run.eval_every_epochs > 0.0 && step.epoch() >= next_eval - 1e-9 {
             next_eval += cfg.run.eval_every_epochs;
             if !should_stop(cfg, step.epoch(), train_s) {
-                let row = eval_point(&mut evaluator, &mut step.net, &test, train_s, step.epoch(), iteration);
+                let epoch = step.epoch();
+                let row = eval_point(&mut evaluator, &mut step.net, &test, train_s, epoch, iteration);
                 eval_log.push(&row)?;
                 evals.push(row);
             }
         }
     }
-    let row = eval_point(&mut evaluator, &mut step.net, &test, train_s, step.epoch(), iteration);
+    let epoch = step.epoch();
+    let row = eval_point(&mut evaluator, &mut step.net, &test, train_s, epoch, iteration);
     eval_log.push(&row)?;
     evals.push(row);
     log.flush()?;
