@@ -3,5 +3,8 @@
 //! Module map (see README.md): pure logic (config, data, model, optim, staleness,
 //! grouping, compression) has no MPI in it; `comm` is the only module that names `mpi`.
 
+pub mod compress;
 pub mod config;
 pub mod data;
+pub mod grouping;
+pub mod sync;
