@@ -4,11 +4,14 @@
 //! grouping, compression) has no MPI in it; `comm` is the only module that names `mpi`.
 
 pub mod backend;
+pub mod bench;
+pub mod compress;
 pub mod config;
 pub mod data;
+pub mod grouping;
 pub mod hetero;
 pub mod metrics;
 pub mod model;
 pub mod optim;
-pub mod bench;
+pub mod sync;
 pub mod train;

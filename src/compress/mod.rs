@@ -1,0 +1,164 @@
+//! Update compression between group servers: exact top-k selection with error feedback
+//! ([`topk`]) and the per-group upload ratio of GDTopK ([`ratio`]).
+//!
+//! Everything here is pure: the RMA exchange in `comm` only moves the index/value pairs this
+//! module produces.
+
+pub mod ratio;
+pub mod topk;
+
+pub use ratio::{k_for_ratio, upload_ratio, RatioError, SpeedMeter};
+pub use topk::{sum_pass, topk_vs_sum_bench, Residual, TopK};
+
+use thiserror::Error;
+
+/// Why an update cannot be compressed or sent.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum CompressError {
+    /// A NaN or infinity in a buffer; the caller knows which group and iteration it belongs to
+    /// and adds them with [`CompressError::in_context`].
+    #[error("non-finite value {value} at parameter index {index}")]
+    NonFinite { index: usize, value: f32 },
+    /// A NaN or infinity in group `group`'s update at `iteration`: training has diverged there,
+    /// and sending it would poison every other group's replica.
+    #[error(
+        "group {group}, iteration {iteration}: non-finite update value {value} at parameter \
+         index {index} (training diverged; try a lower learning rate)"
+    )]
+    NonFiniteUpdate {
+        group: usize,
+        iteration: u64,
+        index: usize,
+        value: f32,
+    },
+    /// A delta whose length differs from the model's.
+    #[error("length mismatch: the residual holds {expected} values but the update has {got}")]
+    LengthMismatch { expected: usize, got: usize },
+}
+
+impl CompressError {
+    /// Attaches the group and iteration to a [`CompressError::NonFinite`]; other variants are
+    /// returned unchanged.
+    pub fn in_context(self, group: usize, iteration: u64) -> Self {
+        match self {
+            CompressError::NonFinite { index, value } => CompressError::NonFiniteUpdate {
+                group,
+                iteration,
+                index,
+                value,
+            },
+            other => other,
+        }
+    }
+}
+
+/// First NaN or infinity in `values`, with its index. One vectorisable pass; the scalar search
+/// only runs inside the chunk that holds a bad value.
+pub fn find_non_finite(values: &[f32]) -> Option<(usize, f32)> {
+    const EXP: u32 = 0x7f80_0000;
+    const CH: usize = 64;
+    let mut chunks = values.chunks_exact(CH);
+    for (c, chunk) in chunks.by_ref().enumerate() {
+        let mut bad = 0u32;
+        for &x in chunk {
+            bad |= ((x.to_bits() & EXP) == EXP) as u32;
+        }
+        if bad != 0 {
+            let j = chunk.iter().position(|x| !x.is_finite())?;
+            return Some((c * CH + j, chunk[j]));
+        }
+    }
+    let base = values.len() - chunks.remainder().len();
+    chunks
+        .remainder()
+        .iter()
+        .position(|x| !x.is_finite())
+        .map(|j| (base + j, values[base + j]))
+}
+
+/// Checks that an update of `group` at `iteration` holds only finite values; the error names
+/// the group, the iteration, the parameter index and the value.
+pub fn check_finite(values: &[f32], group: usize, iteration: u64) -> Result<(), CompressError> {
+    match find_non_finite(values) {
+        None => Ok(()),
+        Some((index, value)) => Err(CompressError::NonFiniteUpdate {
+            group,
+            iteration,
+            index,
+            value,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_first_non_finite_anywhere() {
+        for n in [0usize, 1, 63, 64, 65, 200] {
+            let clean = vec![1.5f32; n];
+            assert_eq!(find_non_finite(&clean), None);
+            for pos in [0, n / 2, n.saturating_sub(1)] {
+                if pos >= n {
+                    continue;
+                }
+                for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+                    let mut v = clean.clone();
+                    v[pos] = bad;
+                    if pos + 1 < n {
+                        v[n - 1] = f32::NAN; // a later bad value must not win
+                    }
+                    let (i, x) = find_non_finite(&v).unwrap();
+                    assert_eq!(i, pos, "n={n}");
+                    assert!(!x.is_finite());
+                }
+            }
+        }
+        // Largest finite values and subnormals are fine.
+        assert_eq!(find_non_finite(&[f32::MAX, -f32::MAX, 1e-45, -0.0]), None);
+    }
+
+    #[test]
+    fn check_finite_names_group_iteration_index_value() {
+        let mut v = vec![0.0f32; 100];
+        assert!(check_finite(&v, 1, 2).is_ok());
+        v[70] = f32::INFINITY;
+        let err = check_finite(&v, 3, 41).unwrap_err();
+        assert_eq!(
+            err,
+            CompressError::NonFiniteUpdate {
+                group: 3,
+                iteration: 41,
+                index: 70,
+                value: f32::INFINITY
+            }
+        );
+        let msg = err.to_string();
+        assert!(msg.contains("group 3") && msg.contains("iteration 41"));
+        assert!(msg.contains("index 70") && msg.contains("inf"));
+    }
+
+    #[test]
+    fn in_context_wraps_only_non_finite() {
+        let e = CompressError::NonFinite {
+            index: 5,
+            value: f32::NEG_INFINITY,
+        }
+        .in_context(2, 9);
+        assert_eq!(
+            e,
+            CompressError::NonFiniteUpdate {
+                group: 2,
+                iteration: 9,
+                index: 5,
+                value: f32::NEG_INFINITY
+            }
+        );
+        let m = CompressError::LengthMismatch {
+            expected: 3,
+            got: 4,
+        };
+        assert_eq!(m.clone().in_context(1, 1), m);
+    }
+}

@@ -1,0 +1,300 @@
+//! Grouping workers of similar speed.
+//!
+//! GSSP puts workers whose iteration times are close into the same group so that SSP inside a
+//! group rarely waits. Given one measured time per worker, the best split into `G` groups (least
+//! total within-group sum of squared deviations) is contiguous in the sorted order of times, so
+//! an exact O(G n^2) dynamic programme over the sorted times finds it.
+
+use thiserror::Error;
+
+/// Why a set of measured times cannot be partitioned.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum GroupingError {
+    #[error("grouping: the number of groups must be at least 1, got 0")]
+    ZeroGroups,
+    #[error("grouping: {groups} groups requested but only {workers} workers measured (every group needs at least one worker)")]
+    TooManyGroups { groups: usize, workers: usize },
+    #[error("grouping: worker {worker} has an invalid time per iteration {value} (must be finite and >= 0)")]
+    BadTime { worker: usize, value: f64 },
+}
+
+/// Splits workers into `groups` groups of similar speed, exactly minimising the total
+/// within-group sum of squared deviations of `times` (seconds per iteration, one per worker).
+///
+/// Returns worker indices per group, fastest group first, indices ascending within a group.
+/// Deterministic: workers with equal times are ordered by index, and among equally good splits
+/// the one whose last group starts earliest in the sorted order wins (then the same rule for the
+/// groups before it).
+pub fn partition_by_speed(times: &[f64], groups: usize) -> Result<Vec<Vec<usize>>, GroupingError> {
+    let n = times.len();
+    if groups == 0 {
+        return Err(GroupingError::ZeroGroups);
+    }
+    if groups > n {
+        return Err(GroupingError::TooManyGroups { groups, workers: n });
+    }
+    if let Some((worker, &value)) = times
+        .iter()
+        .enumerate()
+        .find(|(_, t)| !t.is_finite() || **t < 0.0)
+    {
+        return Err(GroupingError::BadTime { worker, value });
+    }
+
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| times[a].total_cmp(&times[b]).then(a.cmp(&b)));
+
+    // Prefix sums of times centred on their mean: the cost is shift-invariant and centring keeps
+    // the `sum sq - sum^2 / len` formula from cancelling catastrophically.
+    let mean = times.iter().sum::<f64>() / n as f64;
+    let mut s1 = vec![0.0f64; n + 1];
+    let mut s2 = vec![0.0f64; n + 1];
+    for (j, &w) in order.iter().enumerate() {
+        let x = times[w] - mean;
+        s1[j + 1] = s1[j] + x;
+        s2[j + 1] = s2[j] + x * x;
+    }
+    // Sum of squared deviations of sorted[i..j], i < j.
+    let cost = |i: usize, j: usize| -> f64 {
+        let len = (j - i) as f64;
+        let a = s1[j] - s1[i];
+        (s2[j] - s2[i] - a * a / len).max(0.0)
+    };
+
+    // prev[j] = best cost of the first j sorted workers in g groups; back[g][j] = start of the
+    // last group in that optimum.
+    let mut prev: Vec<f64> = (0..=n)
+        .map(|j| if j == 0 { 0.0 } else { cost(0, j) })
+        .collect();
+    let mut cur = vec![f64::INFINITY; n + 1];
+    let mut back = vec![vec![0usize; n + 1]; groups];
+    for g in 2..=groups {
+        for slot in cur.iter_mut() {
+            *slot = f64::INFINITY;
+        }
+        // j workers in g groups: the last group is sorted[i..j] with g-1 <= i < j.
+        for j in g..=n {
+            let mut best = f64::INFINITY;
+            let mut arg = g - 1;
+            for (i, &p) in prev.iter().enumerate().take(j).skip(g - 1) {
+                let c = p + cost(i, j);
+                if c < best {
+                    best = c;
+                    arg = i;
+                }
+            }
+            cur[j] = best;
+            back[g - 1][j] = arg;
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+
+    let mut bounds = vec![0usize; groups + 1];
+    bounds[groups] = n;
+    let mut j = n;
+    for g in (1..groups).rev() {
+        j = back[g][j];
+        bounds[g] = j;
+    }
+    let mut out: Vec<Vec<usize>> = (0..groups)
+        .map(|g| order[bounds[g]..bounds[g + 1]].to_vec())
+        .collect();
+    for grp in &mut out {
+        grp.sort_unstable();
+    }
+    Ok(out)
+}
+
+/// Total within-group sum of squared deviations from the group mean; the quantity
+/// [`partition_by_speed`] minimises. Useful to log how tight a layout is.
+pub fn within_group_sse(times: &[f64], groups: &[Vec<usize>]) -> f64 {
+    groups
+        .iter()
+        .filter(|g| !g.is_empty())
+        .map(|g| {
+            let mean = g.iter().map(|&w| times[w]).sum::<f64>() / g.len() as f64;
+            g.iter().map(|&w| (times[w] - mean).powi(2)).sum::<f64>()
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// Best cost over every split of the sorted order into `g` contiguous non-empty runs.
+    fn brute_contiguous(times: &[f64], g: usize) -> f64 {
+        let mut sorted = times.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len();
+        let mut best = f64::INFINITY;
+        // Choose g-1 cut points among the n-1 gaps via bitmasks.
+        for mask in 0u32..(1u32 << (n - 1)) {
+            if mask.count_ones() as usize != g - 1 {
+                continue;
+            }
+            let mut groups = Vec::new();
+            let mut start = 0;
+            for gap in 0..n - 1 {
+                if mask & (1 << gap) != 0 {
+                    groups.push((start..=gap).collect::<Vec<_>>());
+                    start = gap + 1;
+                }
+            }
+            groups.push((start..n).collect());
+            best = best.min(within_group_sse(&sorted, &groups));
+        }
+        best
+    }
+
+    /// Best cost over every assignment of workers to exactly `g` non-empty groups
+    /// (set partitions enumerated as restricted growth strings).
+    fn brute_assignments(times: &[f64], g: usize) -> f64 {
+        fn rec(times: &[f64], g: usize, labels: &mut Vec<usize>, used: usize, best: &mut f64) {
+            let n = times.len();
+            let i = labels.len();
+            if i == n {
+                if used == g {
+                    let mut groups = vec![Vec::new(); g];
+                    for (w, &l) in labels.iter().enumerate() {
+                        groups[l].push(w);
+                    }
+                    *best = best.min(within_group_sse(times, &groups));
+                }
+                return;
+            }
+            // Not enough workers left to open the missing groups.
+            if g - used > n - i {
+                return;
+            }
+            for l in 0..=used.min(g - 1) {
+                labels.push(l);
+                rec(times, g, labels, used.max(l + 1), best);
+                labels.pop();
+            }
+        }
+        let mut best = f64::INFINITY;
+        rec(times, g, &mut Vec::new(), 0, &mut best);
+        best
+    }
+
+    fn check_shape(groups: &[Vec<usize>], times: &[f64], g: usize) {
+        assert_eq!(groups.len(), g);
+        let mut all: Vec<usize> = groups.iter().flatten().copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..times.len()).collect::<Vec<_>>());
+        for grp in groups {
+            assert!(!grp.is_empty());
+            assert!(grp.windows(2).all(|w| w[0] < w[1]));
+        }
+        // Fastest group first: every time in group a <= every time in group a+1.
+        for pair in groups.windows(2) {
+            let max_a = pair[0].iter().map(|&w| times[w]).fold(f64::MIN, f64::max);
+            let min_b = pair[1].iter().map(|&w| times[w]).fold(f64::MAX, f64::min);
+            assert!(max_a <= min_b);
+        }
+    }
+
+    #[test]
+    fn matches_brute_force_on_random_inputs() {
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        for case in 0..200 {
+            let n = rng.gen_range(1..=8);
+            let g = rng.gen_range(1..=n);
+            // Mix of continuous values and a few repeated levels to create ties.
+            let times: Vec<f64> = (0..n)
+                .map(|_| {
+                    if rng.gen_bool(0.3) {
+                        rng.gen_range(1..4) as f64 * 0.5
+                    } else {
+                        rng.gen_range(0.01..5.0)
+                    }
+                })
+                .collect();
+            let groups = partition_by_speed(&times, g).unwrap();
+            check_shape(&groups, &times, g);
+            let got = within_group_sse(&times, &groups);
+            let contiguous = brute_contiguous(&times, g);
+            let any = brute_assignments(&times, g);
+            assert!(
+                (got - contiguous).abs() <= 1e-9,
+                "case {case}: dp {got} vs contiguous brute {contiguous} for {times:?}, g={g}"
+            );
+            assert!(
+                (got - any).abs() <= 1e-9,
+                "case {case}: dp {got} vs assignment brute {any} for {times:?}, g={g}"
+            );
+        }
+    }
+
+    #[test]
+    fn obvious_tiers_split_exactly() {
+        let times = [3.0, 1.0, 4.0, 2.0, 1.0, 3.0, 2.0, 4.0];
+        let groups = partition_by_speed(&times, 4).unwrap();
+        assert_eq!(groups, vec![vec![1, 4], vec![3, 6], vec![0, 5], vec![2, 7]]);
+    }
+
+    #[test]
+    fn one_group_and_one_per_worker() {
+        let times = [0.5, 0.1, 0.3];
+        assert_eq!(partition_by_speed(&times, 1).unwrap(), vec![vec![0, 1, 2]]);
+        assert_eq!(
+            partition_by_speed(&times, 3).unwrap(),
+            vec![vec![1], vec![2], vec![0]]
+        );
+    }
+
+    #[test]
+    fn all_equal_times_are_deterministic() {
+        let times = [1.0; 6];
+        let a = partition_by_speed(&times, 3).unwrap();
+        let b = partition_by_speed(&times, 3).unwrap();
+        assert_eq!(a, b);
+        check_shape(&a, &times, 3);
+    }
+
+    #[test]
+    fn rejects_bad_inputs() {
+        assert_eq!(
+            partition_by_speed(&[1.0, 2.0], 0),
+            Err(GroupingError::ZeroGroups)
+        );
+        assert_eq!(
+            partition_by_speed(&[1.0, 2.0], 3),
+            Err(GroupingError::TooManyGroups {
+                groups: 3,
+                workers: 2
+            })
+        );
+        assert_eq!(
+            partition_by_speed(&[], 1),
+            Err(GroupingError::TooManyGroups {
+                groups: 1,
+                workers: 0
+            })
+        );
+        let err = partition_by_speed(&[1.0, -0.5, 2.0], 2).unwrap_err();
+        assert_eq!(
+            err,
+            GroupingError::BadTime {
+                worker: 1,
+                value: -0.5
+            }
+        );
+        assert!(err.to_string().contains("worker 1"));
+        assert!(err.to_string().contains("-0.5"));
+        let err = partition_by_speed(&[1.0, 2.0, f64::NAN], 2).unwrap_err();
+        assert!(matches!(err, GroupingError::BadTime { worker: 2, .. }));
+        assert!(partition_by_speed(&[f64::INFINITY], 1).is_err());
+    }
+
+    #[test]
+    fn large_input_is_fast_and_valid() {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let times: Vec<f64> = (0..2000).map(|_| rng.gen_range(0.1..2.0)).collect();
+        let groups = partition_by_speed(&times, 8).unwrap();
+        check_shape(&groups, &times, 8);
+    }
+}

@@ -1,0 +1,259 @@
+//! Stale Synchronous Parallel bookkeeping of one (group) server.
+//!
+//! Worker w's clock c_w counts its pushes the server has applied. After pushing, a worker waits
+//! for fresh weights; the server may send them (letting it start iteration c_w + 1) only while
+//! c_w - c_min <= s, where c_min is the clock of the slowest worker still training and s the
+//! staleness bound. s = 0 is BSP, no bound is ASP. Workers that finished their quota are
+//! retired: they never push again, so they must not hold the others back.
+
+/// SSP clocks of `W` workers with staleness bound `s` (`None`: unbounded, ASP).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SspClock {
+    clocks: Vec<u64>,
+    waiting: Vec<bool>,
+    retired: Vec<bool>,
+    bound: Option<usize>,
+}
+
+impl SspClock {
+    /// `workers` workers at clock 0, none waiting.
+    pub fn new(workers: usize, bound: Option<usize>) -> Self {
+        Self {
+            clocks: vec![0; workers],
+            waiting: vec![false; workers],
+            retired: vec![false; workers],
+            bound,
+        }
+    }
+
+    pub fn workers(&self) -> usize {
+        self.clocks.len()
+    }
+
+    pub fn bound(&self) -> Option<usize> {
+        self.bound
+    }
+
+    /// Records that worker `w`'s push was applied: advances its clock and marks it as waiting
+    /// for weights. Returns the new clock.
+    ///
+    /// # Panics
+    /// If `w` is not a worker index (a bug in the caller's rank mapping).
+    pub fn on_push(&mut self, w: usize) -> u64 {
+        self.clocks[w] += 1;
+        self.waiting[w] = true;
+        self.clocks[w]
+    }
+
+    /// Appends to `out` (ascending, without clearing it) every waiting worker that may proceed
+    /// now, and marks them as no longer waiting. Allocates nothing if `out` has room.
+    /// A retired worker that is still waiting is always released: it trains no further.
+    pub fn release_ready(&mut self, out: &mut Vec<usize>) {
+        let c_min = self.min_clock();
+        for w in 0..self.clocks.len() {
+            if self.waiting[w] && (self.retired[w] || self.allowed(self.clocks[w], c_min)) {
+                self.waiting[w] = false;
+                out.push(w);
+            }
+        }
+    }
+
+    fn allowed(&self, c: u64, c_min: u64) -> bool {
+        match self.bound {
+            None => true,
+            Some(s) => c.saturating_sub(c_min) <= s as u64,
+        }
+    }
+
+    pub fn clock(&self, w: usize) -> u64 {
+        self.clocks[w]
+    }
+
+    /// Clock of the slowest worker still training; if every worker is retired, the largest
+    /// clock (nobody is held back). 0 with no workers.
+    pub fn min_clock(&self) -> u64 {
+        self.clocks
+            .iter()
+            .zip(&self.retired)
+            .filter(|(_, &r)| !r)
+            .map(|(&c, _)| c)
+            .min()
+            .unwrap_or_else(|| self.max_clock())
+    }
+
+    /// Largest clock of any worker, retired or not.
+    pub fn max_clock(&self) -> u64 {
+        self.clocks.iter().copied().max().unwrap_or(0)
+    }
+
+    /// `max_clock() - min_clock()`: how far the fastest worker is ahead of the slowest one
+    /// still training.
+    pub fn spread(&self) -> u64 {
+        self.max_clock().saturating_sub(self.min_clock())
+    }
+
+    pub fn is_waiting(&self, w: usize) -> bool {
+        self.waiting[w]
+    }
+
+    /// Marks worker `w` as finished: it no longer counts towards `min_clock`.
+    pub fn retire(&mut self, w: usize) {
+        self.retired[w] = true;
+    }
+
+    pub fn is_retired(&self, w: usize) -> bool {
+        self.retired[w]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    fn release(c: &mut SspClock) -> Vec<usize> {
+        let mut out = Vec::new();
+        c.release_ready(&mut out);
+        out
+    }
+
+    #[test]
+    fn bound_zero_is_bsp() {
+        let mut c = SspClock::new(3, Some(0));
+        for round in 1..=3u64 {
+            assert_eq!(c.on_push(2), round);
+            assert!(release(&mut c).is_empty());
+            c.on_push(0);
+            assert!(release(&mut c).is_empty());
+            assert!(c.is_waiting(0) && c.is_waiting(2) && !c.is_waiting(1));
+            c.on_push(1);
+            assert_eq!(release(&mut c), vec![0, 1, 2]);
+            assert!(!c.is_waiting(0) && !c.is_waiting(1) && !c.is_waiting(2));
+            assert_eq!(
+                (c.min_clock(), c.max_clock(), c.spread()),
+                (round, round, 0)
+            );
+        }
+    }
+
+    #[test]
+    fn bound_two_with_a_silent_worker() {
+        let mut c = SspClock::new(3, Some(2));
+        for clock in 1..=2u64 {
+            c.on_push(0);
+            c.on_push(1);
+            assert_eq!(release(&mut c), vec![0, 1], "clock {clock}");
+        }
+        c.on_push(0);
+        c.on_push(1);
+        assert!(release(&mut c).is_empty());
+        assert!(c.is_waiting(0) && c.is_waiting(1));
+        assert_eq!((c.clock(0), c.min_clock(), c.spread()), (3, 0, 3));
+        // The silent worker's first push lets them go.
+        c.on_push(2);
+        assert_eq!(release(&mut c), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn unbounded_releases_at_once() {
+        let mut c = SspClock::new(2, None);
+        for i in 1..=100u64 {
+            assert_eq!(c.on_push(0), i);
+            assert_eq!(release(&mut c), vec![0]);
+        }
+        assert_eq!(c.spread(), 100);
+    }
+
+    #[test]
+    fn release_appends_without_clearing() {
+        let mut c = SspClock::new(2, None);
+        c.on_push(1);
+        let mut out = Vec::with_capacity(4);
+        out.push(7);
+        let ptr = out.as_ptr();
+        c.release_ready(&mut out);
+        assert_eq!(out, vec![7, 1]);
+        assert_eq!(ptr, out.as_ptr());
+    }
+
+    #[test]
+    fn retired_worker_no_longer_holds_others_back() {
+        let mut c = SspClock::new(3, Some(1));
+        c.on_push(0);
+        c.on_push(1);
+        assert_eq!(release(&mut c), vec![0, 1]);
+        c.on_push(0);
+        c.on_push(1);
+        assert!(release(&mut c).is_empty()); // clock 2, worker 2 at 0
+        c.retire(2);
+        assert_eq!(c.min_clock(), 2);
+        assert_eq!(release(&mut c), vec![0, 1]);
+        // A worker retiring while waiting is released regardless of the bound.
+        c.on_push(0);
+        c.on_push(0);
+        assert!(release(&mut c).is_empty()); // 4 - 2 > 1
+        c.retire(0);
+        assert_eq!(release(&mut c), vec![0]);
+        // All retired: nobody is held back.
+        c.retire(1);
+        assert_eq!(c.min_clock(), c.max_clock());
+        assert_eq!(c.spread(), 0);
+    }
+
+    /// Random arrival orders: every release respects the bound, and after each release round
+    /// no waiting worker is one that was allowed to go.
+    #[test]
+    fn randomized_simulation_respects_bound_and_never_stalls() {
+        let mut rng = ChaCha8Rng::seed_from_u64(99);
+        for case in 0..300 {
+            let w = rng.gen_range(1..=6);
+            let bound = match rng.gen_range(0..5) {
+                0 => None,
+                b => Some(b - 1),
+            };
+            let quota: Vec<u64> = (0..w).map(|_| rng.gen_range(1..=30)).collect();
+            let mut c = SspClock::new(w, bound);
+            let mut out = Vec::with_capacity(w);
+            loop {
+                // Workers able to push: not waiting and quota not reached.
+                let ready: Vec<usize> = (0..w)
+                    .filter(|&i| !c.is_waiting(i) && c.clock(i) < quota[i])
+                    .collect();
+                if ready.is_empty() {
+                    break;
+                }
+                let pusher = ready[rng.gen_range(0..ready.len())];
+                let clock = c.on_push(pusher);
+                if clock == quota[pusher] {
+                    c.retire(pusher);
+                }
+                let c_min = c.min_clock();
+                out.clear();
+                c.release_ready(&mut out);
+                for &r in &out {
+                    assert!(!c.is_waiting(r));
+                    if let (Some(s), false) = (bound, c.is_retired(r)) {
+                        assert!(
+                            c.clock(r) - c_min <= s as u64,
+                            "case {case}: released {r} at {} with c_min {c_min}",
+                            c.clock(r)
+                        );
+                    }
+                }
+                for i in 0..w {
+                    if c.is_waiting(i) {
+                        let s = bound.expect("unbounded never leaves anyone waiting");
+                        assert!(!c.is_retired(i));
+                        assert!(c.clock(i) - c.min_clock() > s as u64, "case {case}");
+                    }
+                }
+            }
+            // Everyone reached the quota: no deadlock.
+            for (i, &q) in quota.iter().enumerate() {
+                assert_eq!(c.clock(i), q, "case {case} worker {i}");
+                assert!(!c.is_waiting(i));
+            }
+        }
+    }
+}
