@@ -258,7 +258,7 @@ impl Default for RunConfig {
             eval_every_epochs: 1.0,
             snapshot_every_s: 0.0,
             target_accuracy: 0.98,
-            log_every: 10,
+            log_every: 1,
             threads: 1,
         }
     }

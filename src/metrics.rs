@@ -119,6 +119,89 @@ impl CsvRow for WorkerRow {
     }
 }
 
+/// Per-push row of a parameter server (or group server).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ServerRow {
+    pub time_s: f64,
+    pub epoch: f64,
+    /// Pushes applied by this server so far.
+    pub pushes: u64,
+    /// Optimizer steps applied (the model version).
+    pub version: u64,
+    /// Index of the pushing worker within its group.
+    pub worker: usize,
+    pub staleness: u64,
+    /// Max minus min worker clock after this push.
+    pub clock_spread: u64,
+    /// Seconds blocked waiting for this push.
+    pub recv_wait_s: f64,
+    /// Seconds applying it (optimizer step or round accumulation).
+    pub apply_s: f64,
+    /// Seconds answering workers (copies into send buffers, Isend).
+    pub send_s: f64,
+    /// Seconds in the inter-group exchange (gssp), drain included.
+    pub exchange_s: f64,
+    pub loss: f32,
+    pub lr: f64,
+    /// Upload ratio used by the exchange after this push (gssp), else 0.
+    pub ratio: f64,
+}
+
+impl CsvRow for ServerRow {
+    const HEADER: &'static str = "time_s,epoch,pushes,version,worker,staleness,clock_spread,recv_wait_s,apply_s,send_s,exchange_s,loss,lr,ratio";
+    fn write(&self, w: &mut dyn Write) -> std::io::Result<()> {
+        writeln!(
+            w,
+            "{:.6},{:.5},{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6e},{:.6}",
+            self.time_s,
+            self.epoch,
+            self.pushes,
+            self.version,
+            self.worker,
+            self.staleness,
+            self.clock_spread,
+            self.recv_wait_s,
+            self.apply_s,
+            self.send_s,
+            self.exchange_s,
+            self.loss,
+            self.lr,
+            self.ratio
+        )
+    }
+}
+
+/// Copies of the model taken at fixed wall-clock intervals during training and
+/// evaluated afterwards, so evaluation never slows training down.
+pub struct Snapshots {
+    every_s: f64,
+    next_s: f64,
+    pub taken: Vec<(EvalRow, Vec<f32>)>,
+}
+
+impl Snapshots {
+    /// `every_s == 0` takes none (only the final model is evaluated).
+    pub fn new(every_s: f64) -> Snapshots {
+        Snapshots { every_s, next_s: every_s, taken: Vec::new() }
+    }
+
+    /// Takes a snapshot if `time_s` has passed the next interval boundary.
+    pub fn maybe_take(&mut self, time_s: f64, epoch: f64, iteration: u64, weights: &[f32]) {
+        if self.every_s <= 0.0 || time_s < self.next_s {
+            return;
+        }
+        while self.next_s <= time_s {
+            self.next_s += self.every_s;
+        }
+        self.take(time_s, epoch, iteration, weights);
+    }
+
+    pub fn take(&mut self, time_s: f64, epoch: f64, iteration: u64, weights: &[f32]) {
+        let row = EvalRow { time_s, epoch, iteration, ..Default::default() };
+        self.taken.push((row, weights.to_vec()));
+    }
+}
+
 /// One test-set evaluation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct EvalRow {
@@ -168,6 +251,8 @@ pub struct Summary {
     pub worker_wait_fractions: Option<Vec<f64>>,
     pub bytes_sent: Option<u64>,
     pub bytes_inter_group: Option<u64>,
+    /// gssp: after the final flush, max |replica - initial - sum of all groups' updates|.
+    pub replica_max_error: Option<f64>,
 }
 
 #[cfg(test)]

@@ -1,6 +1,11 @@
-//! Synchronisation modes (BSP, ASP, SSP, GSSP, allreduce) as transport-free logic.
-//!
-//! This folder will hold the server and worker loops of each mode; [`staleness`] is the SSP
-//! clock bookkeeping they share.
+//! Synchronisation modes: the parameter-server update rule ([`ps`]) and its SSP clocks
+//! ([`staleness`]) are pure logic; [`server`], [`worker`], [`allreduce`] and [`gssp`] are
+//! the loops over the comm layer; [`run`] assigns roles and writes the results.
 
+pub mod allreduce;
+pub mod gssp;
+pub mod ps;
+pub mod run;
+pub mod server;
 pub mod staleness;
+pub mod worker;

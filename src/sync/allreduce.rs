@@ -1,0 +1,86 @@
+//! `allreduce`: no server; every rank computes a gradient, `MPI_Allreduce` sums them,
+//! and every rank steps on the mean (what PyTorch DDP and Horovod do).
+//!
+//! The stop decision rides in the same reduction (one extra slot), so all ranks stop
+//! after the same iteration even under a wall-clock budget.
+
+use std::time::Instant;
+
+use anyhow::Result;
+
+use crate::comm::{Collectives, Comm};
+use crate::config::Config;
+use crate::data::Dataset;
+use crate::hetero::Pacer;
+use crate::metrics::{CsvLog, Snapshots, WorkerRow};
+use crate::optim::{self, Sgd};
+use crate::sync::worker::WorkerStats;
+use crate::train::{should_stop, ComputeStep};
+
+#[allow(clippy::too_many_arguments)]
+pub fn work(
+    comm: &Comm,
+    cfg: &Config,
+    step: &mut ComputeStep,
+    train: &Dataset,
+    pacer: &mut Pacer,
+    log: &mut CsvLog<WorkerRow>,
+    snapshots: &mut Snapshots,
+    start: Instant,
+) -> Result<WorkerStats> {
+    let n = step.net.num_params();
+    let workers = comm.size();
+    let mut sgd = Sgd::new(n, cfg.optim.momentum, cfg.optim.weight_decay);
+    let mut buf = vec![0.0f32; n + 1];
+    let bytes = (buf.len() * std::mem::size_of::<f32>()) as u64;
+    let samples_per_step = (cfg.optim.batch_size * workers) as f64 / train.len() as f64;
+    let mut stats = WorkerStats::default();
+    let mut iteration = 0u64;
+    loop {
+        let epoch = iteration as f64 * samples_per_step;
+        let time_s = start.elapsed().as_secs_f64();
+        if comm.rank() == 0 {
+            snapshots.maybe_take(time_s, epoch, iteration, step.net.params());
+        }
+        let t0 = Instant::now();
+        let loss = step.compute(train);
+        pacer.sleep_pad(t0.elapsed().as_secs_f64());
+        let compute_s = t0.elapsed().as_secs_f64();
+
+        // Waiting for the slowest rank and the transfer are one call here; it is counted
+        // as waiting, since on a heterogeneous cluster the wait dominates.
+        let t1 = Instant::now();
+        buf[..n].copy_from_slice(step.net.grads());
+        buf[n] = if should_stop(cfg, epoch, time_s) { 1.0 } else { 0.0 };
+        comm.allreduce_sum_f32_in_place(&mut buf)?;
+        let wait_s = t1.elapsed().as_secs_f64();
+        if buf[n] > 0.0 {
+            break;
+        }
+        let lr = optim::lr_at(&cfg.optim, cfg.run.epochs, epoch);
+        sgd.step(step.net.params_mut(), &buf[..n], lr, 1.0 / workers as f32);
+        iteration += 1;
+        stats.iterations = iteration;
+        stats.compute_s += compute_s;
+        stats.wait_s += wait_s;
+        stats.bytes_sent += bytes;
+        stats.bytes_recv += bytes;
+        if iteration % cfg.run.log_every as u64 == 0 {
+            log.push(&WorkerRow {
+                time_s: start.elapsed().as_secs_f64(),
+                epoch: step.epoch(),
+                iteration,
+                compute_s,
+                wait_s,
+                comm_s: 0.0,
+                bytes_sent: bytes,
+                bytes_recv: bytes,
+                staleness: 0,
+                loss,
+                lr,
+            })?;
+        }
+    }
+    stats.wall_s = start.elapsed().as_secs_f64();
+    Ok(stats)
+}

@@ -1,0 +1,151 @@
+//! The parameter-server loop over nonblocking point-to-point messages, shared by the
+//! single-server baselines (bsp, asp, ssp) and by every gssp group server.
+//!
+//! The loop waits for whichever worker's push arrives first (`MPI_Waitany`), never for a
+//! particular worker; applies it through [`ParamServer`]; lets the [`Exchange`] hook
+//! talk to other groups; and answers every worker the SSP rule allows.
+
+use std::time::Instant;
+
+use anyhow::Result;
+
+use crate::comm::p2p::ServerLink;
+use crate::config::Config;
+use crate::metrics::{CsvLog, ServerRow, Snapshots};
+use crate::optim;
+use crate::sync::ps::ParamServer;
+use crate::train::should_stop;
+
+/// What a server does besides serving its own workers: nothing for the single-server
+/// modes, the inter-group exchange for gssp.
+pub trait Exchange {
+    /// Called after each applied push with this server's push count; returns the upload
+    /// ratio it used (0 when it did not exchange).
+    fn after_push(&mut self, ps: &mut ParamServer, own_pushes: u64, epoch: f64) -> Result<f64>;
+    /// Pushes applied by all groups together, as far as this server knows.
+    fn global_pushes(&self, own_pushes: u64) -> u64;
+}
+
+/// The single-server modes: no peers.
+pub struct NoExchange;
+
+impl Exchange for NoExchange {
+    fn after_push(&mut self, _: &mut ParamServer, _: u64, _: f64) -> Result<f64> {
+        Ok(0.0)
+    }
+    fn global_pushes(&self, own_pushes: u64) -> u64 {
+        own_pushes
+    }
+}
+
+/// Totals of one server's run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServeStats {
+    pub pushes: u64,
+    pub epoch: f64,
+    pub wall_s: f64,
+    pub recv_wait_s: f64,
+    pub apply_s: f64,
+    pub send_s: f64,
+    pub exchange_s: f64,
+}
+
+/// Everything the loop needs besides the link and the update rule.
+pub struct ServeContext<'a> {
+    pub cfg: &'a Config,
+    pub train_len: usize,
+    /// Common time origin of all ranks (taken right after a barrier).
+    pub start: Instant,
+}
+
+/// Serves until the run's epochs or time budget are used up and every worker has been
+/// told to stop.
+pub fn serve(
+    link: &mut ServerLink,
+    ps: &mut ParamServer,
+    ctx: &ServeContext<'_>,
+    exchange: &mut dyn Exchange,
+    log: &mut CsvLog<ServerRow>,
+    snapshots: &mut Snapshots,
+) -> Result<ServeStats> {
+    let cfg = ctx.cfg;
+    let workers = link.workers();
+    let samples_per_push = cfg.optim.batch_size as f64 / ctx.train_len as f64;
+    let mut ready = Vec::with_capacity(workers);
+    let mut stats = ServeStats::default();
+    for w in 0..workers {
+        link.send_weights(w, ps.version(), false, ps.weights())?;
+    }
+    let mut stopping = false;
+    let mut epoch = 0.0;
+    loop {
+        let t_wait = Instant::now();
+        let Some(push) = link.wait_push()? else { break };
+        let recv_wait_s = t_wait.elapsed().as_secs_f64();
+        let (w, loss) = (push.worker, push.loss);
+        if stopping {
+            link.send_weights(w, ps.version(), true, &[])?;
+            ps.retire(w);
+            continue;
+        }
+        let lr = optim::lr_at(&cfg.optim, cfg.run.epochs, epoch);
+        let t_apply = Instant::now();
+        if !loss.is_finite() {
+            anyhow::bail!("worker {w} pushed a non-finite loss ({loss}) at push {}; lower optim.lr (now {})", stats.pushes, cfg.optim.lr);
+        }
+        let staleness = ps.on_push(w, push.payload, lr);
+        let apply_s = t_apply.elapsed().as_secs_f64();
+        stats.pushes += 1;
+
+        let t_exchange = Instant::now();
+        let ratio = exchange.after_push(ps, stats.pushes, epoch)?;
+        let exchange_s = t_exchange.elapsed().as_secs_f64();
+        epoch = exchange.global_pushes(stats.pushes) as f64 * samples_per_push;
+        let time_s = ctx.start.elapsed().as_secs_f64();
+        snapshots.maybe_take(time_s, epoch, stats.pushes, ps.weights());
+
+        let t_send = Instant::now();
+        if should_stop(cfg, epoch, time_s) {
+            stopping = true;
+            for v in 0..workers {
+                if ps.clock().is_waiting(v) && !link.is_retired(v) {
+                    link.send_weights(v, ps.version(), true, &[])?;
+                    ps.retire(v);
+                }
+            }
+        } else {
+            ready.clear();
+            ps.release(&mut ready);
+            for &r in &ready {
+                link.send_weights(r, ps.version(), false, ps.weights())?;
+            }
+        }
+        let send_s = t_send.elapsed().as_secs_f64();
+        stats.recv_wait_s += recv_wait_s;
+        stats.apply_s += apply_s;
+        stats.send_s += send_s;
+        stats.exchange_s += exchange_s;
+        if stats.pushes % cfg.run.log_every as u64 == 0 {
+            log.push(&ServerRow {
+                time_s,
+                epoch,
+                pushes: stats.pushes,
+                version: ps.version(),
+                worker: w,
+                staleness,
+                clock_spread: ps.clock().spread(),
+                recv_wait_s,
+                apply_s,
+                send_s,
+                exchange_s,
+                loss,
+                lr,
+                ratio,
+            })?;
+        }
+    }
+    link.finish()?;
+    stats.epoch = epoch;
+    stats.wall_s = ctx.start.elapsed().as_secs_f64();
+    Ok(stats)
+}

@@ -1,0 +1,94 @@
+//! The worker loop of the parameter-server modes (bsp, asp, ssp, gssp): compute a
+//! gradient on the weights held, push it, wait for fresh weights, until told to stop.
+
+use std::time::Instant;
+
+use anyhow::Result;
+
+use crate::comm::p2p::WorkerLink;
+use crate::data::Dataset;
+use crate::hetero::Pacer;
+use crate::metrics::{CsvLog, WorkerRow};
+use crate::train::ComputeStep;
+
+/// Totals of one worker's run, gathered into the summary.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WorkerStats {
+    pub iterations: u64,
+    pub wall_s: f64,
+    pub compute_s: f64,
+    pub wait_s: f64,
+    pub comm_s: f64,
+    pub bytes_sent: u64,
+    pub bytes_recv: u64,
+}
+
+impl WorkerStats {
+    pub fn wait_fraction(&self) -> f64 {
+        if self.wall_s > 0.0 {
+            self.wait_s / self.wall_s
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Runs the worker until its server says stop. `start` is the common time origin.
+pub fn work(
+    link: &mut WorkerLink,
+    step: &mut ComputeStep,
+    train: &Dataset,
+    pacer: &mut Pacer,
+    log: &mut CsvLog<WorkerRow>,
+    log_every: u64,
+    start: Instant,
+) -> Result<WorkerStats> {
+    let mut stats = WorkerStats::default();
+    let t_first = Instant::now();
+    let mut header = link.recv_weights(step.net.params_mut())?;
+    stats.wait_s += t_first.elapsed().as_secs_f64();
+    let mut clock = 0u64;
+    while !header.stop {
+        let t0 = Instant::now();
+        let loss = step.compute(train);
+        pacer.sleep_pad(t0.elapsed().as_secs_f64());
+        let compute_s = t0.elapsed().as_secs_f64();
+
+        let t1 = Instant::now();
+        let before = link.stats();
+        clock += 1;
+        link.push(clock, loss, step.net.grads())?;
+        let comm_s = t1.elapsed().as_secs_f64();
+
+        let t2 = Instant::now();
+        header = link.recv_weights(step.net.params_mut())?;
+        let wait_s = t2.elapsed().as_secs_f64();
+        let after = link.stats();
+
+        stats.iterations = clock;
+        stats.compute_s += compute_s;
+        stats.wait_s += wait_s;
+        stats.comm_s += comm_s;
+        if clock % log_every == 0 {
+            log.push(&WorkerRow {
+                time_s: start.elapsed().as_secs_f64(),
+                epoch: step.epoch(),
+                iteration: clock,
+                compute_s,
+                wait_s,
+                comm_s,
+                bytes_sent: after.bytes_sent - before.bytes_sent,
+                bytes_recv: after.bytes_received - before.bytes_received,
+                staleness: header.staleness,
+                loss,
+                lr: 0.0,
+            })?;
+        }
+    }
+    link.finish()?;
+    let s = link.stats();
+    stats.bytes_sent = s.bytes_sent;
+    stats.bytes_recv = s.bytes_received;
+    stats.wall_s = start.elapsed().as_secs_f64();
+    Ok(stats)
+}
