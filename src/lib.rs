@@ -4,4 +4,5 @@
 //! grouping, compression) has no MPI in it; `comm` is the only module that names `mpi`.
 
 pub mod config;
+pub mod comm;
 pub mod data;
