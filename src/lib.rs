@@ -7,6 +7,7 @@ pub mod backend;
 pub mod bench;
 pub mod compress;
 pub mod config;
+pub mod comm;
 pub mod data;
 pub mod grouping;
 pub mod hetero;

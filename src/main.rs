@@ -1,9 +1,10 @@
 //! The `gssp` command line.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use gssp::comm::{Collectives, Comm};
 use gssp::config::{Config, SyncMode};
 use gssp::metrics::RunDir;
 
@@ -16,7 +17,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Train a model as the config says (run under mpirun for the distributed modes).
+    /// Train a model as the config says; distributed modes run under mpirun/srun.
     Train {
         /// TOML config file (see configs/example.toml).
         #[arg(long)]
@@ -32,6 +33,12 @@ enum Command {
     Bench {
         #[command(subcommand)]
         which: BenchCommand,
+    },
+    /// Internal checks run under mpirun by the integration tests.
+    #[command(hide = true)]
+    Selftest {
+        #[command(subcommand)]
+        what: gssp::comm::selftest::SelftestCommand,
     },
 }
 
@@ -62,38 +69,68 @@ fn main() -> ExitCode {
         Command::Bench { which: BenchCommand::Step { model, batch, threads, seconds } } => {
             report(gssp::bench::step(&model, batch, threads, seconds).map(|_| ()))
         }
+        Command::Selftest { what } => ExitCode::from(gssp::comm::selftest::main(&what).clamp(0, 255) as u8),
     }
 }
 
-fn train(config: &std::path::Path, overrides: &[String], out: Option<PathBuf>) -> ExitCode {
-    let cfg = match Config::load(config, overrides).and_then(|c| c.validate_for_world(1).map(|_| c)) {
+/// Loads and checks the config on every rank (each sees the same file, so all fail
+/// alike; rank 0 prints), then runs the configured mode.
+fn train(config: &Path, overrides: &[String], out: Option<PathBuf>) -> ExitCode {
+    let comm = match Comm::init() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    comm.install_panic_abort();
+    let rank = comm.rank();
+    let cfg = match Config::load(config, overrides).and_then(|c| c.validate_for_world(comm.size()).map(|_| c)) {
+        Ok(c) => c,
+        Err(e) => {
+            if rank == 0 {
+                eprintln!("error: {e}");
+            }
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    if cfg.sync.mode != SyncMode::Single {
-        eprintln!("error: sync.mode: distributed modes need mpirun, got {:?}", cfg.sync.mode);
-        return ExitCode::from(EXIT_USAGE);
-    }
     let dir = out.unwrap_or_else(|| PathBuf::from("runs").join(&cfg.run.name));
-    report((|| {
+    let result = (|| -> anyhow::Result<()> {
         let run = RunDir::create(&dir)?;
-        run.write_text("config.toml", &cfg.to_toml_string())?;
-        let s = gssp::train::run_single(&cfg, &run)?;
-        println!(
-            "{} on {}: test accuracy {:.2}% after {:.2} epochs, {:.1} s, {:.0} images/s; run directory {}",
-            s.model,
-            s.dataset,
-            100.0 * s.final_test_accuracy,
-            s.epochs,
-            s.wall_s,
-            s.images_per_s,
-            dir.display()
-        );
+        if rank == 0 {
+            run.write_text("config.toml", &cfg.to_toml_string())?;
+        }
+        let summary = if cfg.sync.mode == SyncMode::Single {
+            Some(gssp::train::run_single(&cfg, &run)?)
+        } else {
+            gssp::sync::run::run(&comm, &cfg, &run)?
+        };
+        if let Some(s) = summary {
+            println!(
+                "{} {} on {}: test accuracy {:.2}% after {:.2} epochs, {:.1} s, {:.0} images/s; run directory {}",
+                s.mode,
+                s.model,
+                s.dataset,
+                100.0 * s.final_test_accuracy,
+                s.epochs,
+                s.wall_s,
+                s.images_per_s,
+                dir.display()
+            );
+        }
         Ok(())
-    })())
+    })();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: rank {rank}: {e:#}");
+            if comm.size() > 1 {
+                // Other ranks may be blocked waiting for this one: end the whole job.
+                comm.abort(EXIT_USAGE as i32);
+            }
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
 }
 
 fn report(r: anyhow::Result<()>) -> ExitCode {

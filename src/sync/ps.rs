@@ -30,6 +30,8 @@ pub struct ParamServer {
     version: u64,
     /// Version each worker last received: the staleness of its next push is measured from it.
     sent_version: Vec<u64>,
+    /// Staleness of each worker's latest push, returned to it with its next weights.
+    last_staleness: Vec<u64>,
 }
 
 impl ParamServer {
@@ -47,6 +49,7 @@ impl ParamServer {
             scale: 1.0 / workers.max(1) as f32,
             version: 0,
             sent_version: vec![0; workers],
+            last_staleness: vec![0; workers],
         }
     }
 
@@ -71,6 +74,7 @@ impl ParamServer {
     /// optimizer steps applied since `w` received the weights it computed on.
     pub fn on_push(&mut self, w: usize, grad: &[f32], lr: f64) -> u64 {
         let staleness = self.version - self.sent_version[w];
+        self.last_staleness[w] = staleness;
         self.clock.on_push(w);
         match self.apply {
             Apply::Immediate => {
@@ -92,6 +96,11 @@ impl ParamServer {
             }
         }
         staleness
+    }
+
+    /// Staleness of worker `w`'s latest push.
+    pub fn last_staleness(&self, w: usize) -> u64 {
+        self.last_staleness[w]
     }
 
     /// Appends the workers that may receive the current weights now (SSP rule) and

@@ -74,7 +74,7 @@ pub fn serve(
     let mut ready = Vec::with_capacity(workers);
     let mut stats = ServeStats::default();
     for w in 0..workers {
-        link.send_weights(w, ps.version(), false, ps.weights())?;
+        link.send_weights(w, ps.version(), false, 0, ps.weights())?;
     }
     let mut stopping = false;
     let mut epoch = 0.0;
@@ -84,7 +84,7 @@ pub fn serve(
         let recv_wait_s = t_wait.elapsed().as_secs_f64();
         let (w, loss) = (push.worker, push.loss);
         if stopping {
-            link.send_weights(w, ps.version(), true, &[])?;
+            link.send_weights(w, ps.version(), true, 0, &[])?;
             ps.retire(w);
             continue;
         }
@@ -109,7 +109,7 @@ pub fn serve(
             stopping = true;
             for v in 0..workers {
                 if ps.clock().is_waiting(v) && !link.is_retired(v) {
-                    link.send_weights(v, ps.version(), true, &[])?;
+                    link.send_weights(v, ps.version(), true, 0, &[])?;
                     ps.retire(v);
                 }
             }
@@ -117,7 +117,7 @@ pub fn serve(
             ready.clear();
             ps.release(&mut ready);
             for &r in &ready {
-                link.send_weights(r, ps.version(), false, ps.weights())?;
+                link.send_weights(r, ps.version(), false, ps.last_staleness(r), ps.weights())?;
             }
         }
         let send_s = t_send.elapsed().as_secs_f64();

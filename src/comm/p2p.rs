@@ -1,0 +1,661 @@
+//! Parameter-server messaging over nonblocking point-to-point MPI.
+//!
+//! rsmpi's safe requests are tied to scopes, which does not fit receives that stay posted for the
+//! whole run, so the requests here are raw `MPI_Request`s owned by the link together with their
+//! buffers. A buffer is allocated once (capacity fixed at construction), never resized, and only
+//! touched by Rust after its request has completed.
+//!
+//! # Wire layout
+//! Every message is an array of `f32` sent as `MPI_FLOAT` on the link's communicator:
+//!
+//! | word | Push (tag [`TAG_PUSH`], worker -> server) | Weights (tag [`TAG_WEIGHTS`], server -> worker) |
+//! |------|-------------------------------------------|-------------------------------------------------|
+//! | 0    | clock, low 32 bits (bit pattern)          | version, low 32 bits (bit pattern)              |
+//! | 1    | clock, high 32 bits (bit pattern)         | version, high 32 bits (bit pattern)             |
+//! | 2    | loss (`f32`)                              | flags (bit 0 = stop, bits 1..32 = staleness)   |
+//! | 3..  | payload, `len <= capacity` values         | payload, `len <= capacity` values               |
+//!
+//! The payload length is the received element count minus [`HEADER_WORDS`] (`MPI_Get_count`),
+//! so variable-length (e.g. sparse index/value) payloads need no extra field. Integer fields
+//! travel as `f32` bit patterns: MPI copies `MPI_FLOAT` bit-exactly between hosts of the same
+//! architecture (no conversion), which is the deployment this program targets.
+//!
+//! # Protocol rules (the caller's side of the contract)
+//! * A worker alternates [`WorkerLink::push`] and [`WorkerLink::recv_weights`]; the server may also
+//!   send weights first (e.g. the initial model).
+//! * The server sends `stop = true` to a worker only in answer to that worker's push (the worker
+//!   is then waiting, with nothing in flight). The worker sends nothing afterwards
+//!   ([`WorkerLink::push`] refuses). The server then retires the worker: its receive is cancelled
+//!   and [`ServerLink::wait_push`] returns `None` once every worker is retired.
+
+use super::sealed::CommHandle;
+use super::Collectives;
+use super::{c_count, c_rank, check, empty_status, CommError};
+use mpi::ffi;
+use std::os::raw::c_int;
+use std::rc::Rc;
+
+/// MPI tag of Push messages.
+pub const TAG_PUSH: i32 = 0x5055;
+/// MPI tag of Weights messages.
+pub const TAG_WEIGHTS: i32 = 0x5745;
+/// Number of leading `f32` words holding the header.
+pub const HEADER_WORDS: usize = 3;
+
+const STOP_FLAG: u32 = 1;
+
+/// Traffic and waiting counters of one link (header words included in the bytes).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LinkStats {
+    /// Bytes handed to `MPI_Isend`.
+    pub bytes_sent: u64,
+    /// Bytes received.
+    pub bytes_received: u64,
+    /// Messages sent.
+    pub messages_sent: u64,
+    /// Messages received.
+    pub messages_received: u64,
+    /// Seconds spent blocked in `MPI_Wait`/`MPI_Waitany` (receives and buffer reuse).
+    pub wait_seconds: f64,
+}
+
+/// Header of a received Weights message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WeightsHeader {
+    /// Model version chosen by the server.
+    pub version: u64,
+    /// The server asks the worker to stop.
+    pub stop: bool,
+    /// Staleness of the worker's last push (server steps between the weights it used and
+    /// its arrival), saturating at 2^31 - 1.
+    pub staleness: u64,
+    /// Number of payload values copied into the caller's buffer.
+    pub len: usize,
+}
+
+/// A push handed out by [`ServerLink::poll_push`]/[`ServerLink::wait_push`]; borrows the
+/// receive buffer, which is reposted on the next poll/wait.
+#[derive(Debug)]
+pub struct PushRef<'a> {
+    /// Index of the worker in the `workers` slice given to [`ServerLink::new`].
+    pub worker: usize,
+    /// The worker's clock.
+    pub clock: u64,
+    /// The worker's loss.
+    pub loss: f32,
+    /// The payload (gradient), `len <= capacity`.
+    pub payload: &'a [f32],
+}
+
+fn null_request() -> ffi::MPI_Request {
+    // SAFETY: reading an extern constant.
+    unsafe { ffi::RSMPI_REQUEST_NULL }
+}
+
+fn is_active(req: ffi::MPI_Request) -> bool {
+    req != null_request()
+}
+
+fn put_u64(words: &mut [f32], v: u64) {
+    words[0] = f32::from_bits(v as u32);
+    words[1] = f32::from_bits((v >> 32) as u32);
+}
+
+fn get_u64(words: &[f32]) -> u64 {
+    u64::from(words[0].to_bits()) | (u64::from(words[1].to_bits()) << 32)
+}
+
+fn bytes_of(words: usize) -> u64 {
+    (words * std::mem::size_of::<f32>()) as u64
+}
+
+/// Starts a send of `buf[..words]`.
+///
+/// # Safety
+/// `buf` must stay alive and unmodified until `req` completes.
+unsafe fn isend(
+    comm: &CommHandle,
+    buf: &[f32],
+    words: usize,
+    dest: c_int,
+    tag: c_int,
+    req: &mut ffi::MPI_Request,
+) -> Result<(), CommError> {
+    let count = c_count("MPI_Isend", words)?;
+    check(
+        "MPI_Isend",
+        ffi::MPI_Isend(
+            buf.as_ptr().cast(),
+            count,
+            ffi::RSMPI_FLOAT,
+            dest,
+            tag,
+            comm.raw,
+            req,
+        ),
+    )
+}
+
+/// Posts a receive into all of `buf`.
+///
+/// # Safety
+/// `buf` must stay alive and untouched until `req` completes.
+unsafe fn irecv(
+    comm: &CommHandle,
+    buf: &mut [f32],
+    source: c_int,
+    tag: c_int,
+    req: &mut ffi::MPI_Request,
+) -> Result<(), CommError> {
+    let count = c_count("MPI_Irecv", buf.len())?;
+    check(
+        "MPI_Irecv",
+        ffi::MPI_Irecv(
+            buf.as_mut_ptr().cast(),
+            count,
+            ffi::RSMPI_FLOAT,
+            source,
+            tag,
+            comm.raw,
+            req,
+        ),
+    )
+}
+
+/// Blocks until `req` completes (immediately if inactive); adds the time to `waited`.
+fn wait(req: &mut ffi::MPI_Request, waited: &mut f64) -> Result<ffi::MPI_Status, CommError> {
+    let mut status = empty_status();
+    if is_active(*req) {
+        let t0 = mpi::time();
+        // SAFETY: req is a request handle owned by the caller; status is a valid out-pointer.
+        let rc = unsafe { ffi::MPI_Wait(req, &mut status) };
+        *waited += mpi::time() - t0;
+        check("MPI_Wait", rc)?;
+    }
+    Ok(status)
+}
+
+/// Completes `req` if it is done; `None` while it is still pending.
+fn test(req: &mut ffi::MPI_Request) -> Result<Option<ffi::MPI_Status>, CommError> {
+    let mut status = empty_status();
+    let mut flag: c_int = 0;
+    // SAFETY: req is a request handle owned by the caller; out-pointers are valid.
+    check("MPI_Test", unsafe {
+        ffi::MPI_Test(req, &mut flag, &mut status)
+    })?;
+    Ok((flag != 0).then_some(status))
+}
+
+/// Cancels a posted receive and completes it (a receive that already matched completes
+/// normally and its message is discarded).
+fn cancel_recv(req: &mut ffi::MPI_Request) -> Result<(), CommError> {
+    if is_active(*req) {
+        // SAFETY: req is an active receive owned by the caller.
+        check("MPI_Cancel", unsafe { ffi::MPI_Cancel(req) })?;
+        let mut status = empty_status();
+        // SAFETY: as above.
+        check("MPI_Wait", unsafe { ffi::MPI_Wait(req, &mut status) })?;
+    }
+    Ok(())
+}
+
+/// Completes a send if it is done; otherwise frees the request and leaks the buffer so that MPI
+/// can finish reading it in the background. Only for `Drop`, where blocking could hang the job.
+fn release_send(req: &mut ffi::MPI_Request, buf: &mut Vec<f32>) {
+    if !is_active(*req) {
+        return;
+    }
+    if let Ok(Some(_)) = test(req) {
+        return;
+    }
+    // SAFETY: req is an active send; after MPI_Request_free MPI still reads `buf`, which is
+    // therefore leaked instead of freed.
+    unsafe {
+        ffi::MPI_Request_free(req);
+    }
+    std::mem::forget(std::mem::take(buf));
+}
+
+/// Number of `f32` words received according to `status`.
+fn received_words(status: &ffi::MPI_Status) -> Result<usize, CommError> {
+    let mut count: c_int = 0;
+    // SAFETY: status was filled by a completed receive; count is a valid out-pointer.
+    check("MPI_Get_count", unsafe {
+        ffi::MPI_Get_count(status, ffi::RSMPI_FLOAT, &mut count)
+    })?;
+    usize::try_from(count).map_err(|_| CommError::Invalid {
+        what: "MPI_Get_count",
+        detail: format!("undefined element count {count}"),
+    })
+}
+
+/// Payload length of a received message of `words` elements.
+fn payload_len(words: usize, from: c_int) -> Result<usize, CommError> {
+    words.checked_sub(HEADER_WORDS).ok_or(CommError::Invalid {
+        what: "p2p receive",
+        detail: format!("message of {words} words from rank {from} is shorter than its header"),
+    })
+}
+
+/// The worker's end of a link to its server.
+pub struct WorkerLink {
+    comm: Rc<CommHandle>,
+    server: c_int,
+    capacity: usize,
+    send_buf: Vec<f32>,
+    send_req: ffi::MPI_Request,
+    recv_buf: Vec<f32>,
+    recv_req: ffi::MPI_Request,
+    stopped: bool,
+    stats: LinkStats,
+}
+
+impl WorkerLink {
+    /// Link to `server_rank` of `comm` for payloads of at most `n` values. Not collective.
+    pub fn new<C: Collectives>(comm: &C, server_rank: usize, n: usize) -> Result<Self, CommError> {
+        let comm = Rc::clone(comm.handle());
+        let server = c_rank("WorkerLink server", server_rank, comm.size)?;
+        if server_rank == comm.rank {
+            return Err(CommError::Invalid {
+                what: "WorkerLink::new",
+                detail: format!("rank {server_rank} cannot be its own server"),
+            });
+        }
+        c_count("WorkerLink capacity", n + HEADER_WORDS)?;
+        Ok(WorkerLink {
+            comm,
+            server,
+            capacity: n,
+            send_buf: vec![0.0; n + HEADER_WORDS],
+            send_req: null_request(),
+            recv_buf: vec![0.0; n + HEADER_WORDS],
+            recv_req: null_request(),
+            stopped: false,
+            stats: LinkStats::default(),
+        })
+    }
+
+    /// Sends Push{clock, loss, grad}: waits for the previous push to leave the send buffer,
+    /// copies `grad` into it and starts the send; also posts the receive for the answer.
+    pub fn push(&mut self, clock: u64, loss: f32, grad: &[f32]) -> Result<(), CommError> {
+        if self.stopped {
+            return Err(CommError::Invalid {
+                what: "WorkerLink::push",
+                detail: "the server already sent stop".to_string(),
+            });
+        }
+        if grad.len() > self.capacity {
+            return Err(CommError::TooLong {
+                what: "WorkerLink::push gradient",
+                len: grad.len(),
+                capacity: self.capacity,
+            });
+        }
+        wait(&mut self.send_req, &mut self.stats.wait_seconds)?;
+        put_u64(&mut self.send_buf[0..2], clock);
+        self.send_buf[2] = loss;
+        self.send_buf[HEADER_WORDS..HEADER_WORDS + grad.len()].copy_from_slice(grad);
+        let words = HEADER_WORDS + grad.len();
+        // SAFETY: send_buf is owned by self, never resized, and not written again before
+        // send_req completes (push waits first; Drop leaks it if still pending).
+        unsafe {
+            isend(
+                &self.comm,
+                &self.send_buf,
+                words,
+                self.server,
+                TAG_PUSH,
+                &mut self.send_req,
+            )?;
+        }
+        self.stats.bytes_sent += bytes_of(words);
+        self.stats.messages_sent += 1;
+        self.post_recv()
+    }
+
+    fn post_recv(&mut self) -> Result<(), CommError> {
+        if self.stopped {
+            return Err(CommError::Invalid {
+                what: "WorkerLink receive",
+                detail: "the server already sent stop; nothing more will come".to_string(),
+            });
+        }
+        if !is_active(self.recv_req) {
+            // SAFETY: recv_buf is owned by self, never resized, and read only after completion.
+            unsafe {
+                irecv(
+                    &self.comm,
+                    &mut self.recv_buf,
+                    self.server,
+                    TAG_WEIGHTS,
+                    &mut self.recv_req,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Blocks until Weights arrive; copies the payload into `out[..len]`.
+    pub fn recv_weights(&mut self, out: &mut [f32]) -> Result<WeightsHeader, CommError> {
+        self.post_recv()?;
+        let status = wait(&mut self.recv_req, &mut self.stats.wait_seconds)?;
+        self.decode(&status, out)
+    }
+
+    /// Like [`WorkerLink::recv_weights`] but returns `None` at once if nothing has arrived.
+    pub fn poll_weights(&mut self, out: &mut [f32]) -> Result<Option<WeightsHeader>, CommError> {
+        self.post_recv()?;
+        match test(&mut self.recv_req)? {
+            Some(status) => self.decode(&status, out).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn decode(
+        &mut self,
+        status: &ffi::MPI_Status,
+        out: &mut [f32],
+    ) -> Result<WeightsHeader, CommError> {
+        let words = received_words(status)?;
+        let len = payload_len(words, self.server)?;
+        if len > out.len() {
+            return Err(CommError::TooLong {
+                what: "WorkerLink::recv_weights output",
+                len,
+                capacity: out.len(),
+            });
+        }
+        self.stats.bytes_received += bytes_of(words);
+        self.stats.messages_received += 1;
+        let version = get_u64(&self.recv_buf[0..2]);
+        let flags = self.recv_buf[2].to_bits();
+        let stop = flags & STOP_FLAG != 0;
+        let staleness = u64::from(flags >> 1);
+        out[..len].copy_from_slice(&self.recv_buf[HEADER_WORDS..words]);
+        self.stopped |= stop;
+        Ok(WeightsHeader { version, stop, staleness, len })
+    }
+
+    /// Payload capacity `n`.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> LinkStats {
+        self.stats
+    }
+
+    /// Waits for the last push to be delivered and withdraws the posted receive.
+    pub fn finish(&mut self) -> Result<(), CommError> {
+        wait(&mut self.send_req, &mut self.stats.wait_seconds)?;
+        cancel_recv(&mut self.recv_req)
+    }
+}
+
+impl Drop for WorkerLink {
+    fn drop(&mut self) {
+        if mpi::environment::is_finalized() {
+            return;
+        }
+        let _ = cancel_recv(&mut self.recv_req);
+        release_send(&mut self.send_req, &mut self.send_buf);
+    }
+}
+
+/// The server's end of the links to its workers: one receive posted per worker at all times
+/// (except while its push is handed out or after it is retired), one reusable send buffer each.
+pub struct ServerLink {
+    comm: Rc<CommHandle>,
+    capacity: usize,
+    workers: Vec<c_int>,
+    recv_bufs: Vec<Vec<f32>>,
+    recv_reqs: Vec<ffi::MPI_Request>,
+    send_bufs: Vec<Vec<f32>>,
+    send_reqs: Vec<ffi::MPI_Request>,
+    retired: Vec<bool>,
+    /// Worker whose push was handed out last; reposted on the next poll/wait.
+    handed_out: Option<usize>,
+    stats: LinkStats,
+}
+
+impl ServerLink {
+    /// Server `server_rank` (must be this rank) of `comm`, serving `workers` (distinct ranks of
+    /// `comm`, not the server) with payloads of at most `n` values. Posts a receive per worker.
+    /// Not collective. Workers are referred to by their index in `workers`.
+    pub fn new<C: Collectives>(
+        comm: &C,
+        server_rank: usize,
+        workers: &[usize],
+        n: usize,
+    ) -> Result<Self, CommError> {
+        let comm = Rc::clone(comm.handle());
+        c_rank("ServerLink server", server_rank, comm.size)?;
+        if server_rank != comm.rank {
+            return Err(CommError::Invalid {
+                what: "ServerLink::new",
+                detail: format!(
+                    "server rank {server_rank} must be the calling rank {}",
+                    comm.rank
+                ),
+            });
+        }
+        let mut seen = vec![false; comm.size];
+        let mut ranks = Vec::with_capacity(workers.len());
+        for &w in workers {
+            let r = c_rank("ServerLink worker", w, comm.size)?;
+            if w == server_rank || seen[w] {
+                return Err(CommError::Invalid {
+                    what: "ServerLink::new",
+                    detail: format!("worker rank {w} is the server or listed twice"),
+                });
+            }
+            seen[w] = true;
+            ranks.push(r);
+        }
+        c_count("ServerLink capacity", n + HEADER_WORDS)?;
+        let k = workers.len();
+        let mut link = ServerLink {
+            comm,
+            capacity: n,
+            workers: ranks,
+            recv_bufs: (0..k).map(|_| vec![0.0; n + HEADER_WORDS]).collect(),
+            recv_reqs: vec![null_request(); k],
+            send_bufs: (0..k).map(|_| vec![0.0; n + HEADER_WORDS]).collect(),
+            send_reqs: vec![null_request(); k],
+            retired: vec![false; k],
+            handed_out: None,
+            stats: LinkStats::default(),
+        };
+        for w in 0..k {
+            link.post(w)?;
+        }
+        Ok(link)
+    }
+
+    fn post(&mut self, w: usize) -> Result<(), CommError> {
+        if self.retired[w] || is_active(self.recv_reqs[w]) {
+            return Ok(());
+        }
+        // SAFETY: recv_bufs[w] is owned by self, never resized, and only read after completion.
+        unsafe {
+            irecv(
+                &self.comm,
+                &mut self.recv_bufs[w],
+                self.workers[w],
+                TAG_PUSH,
+                &mut self.recv_reqs[w],
+            )
+        }
+    }
+
+    fn repost_handed_out(&mut self) -> Result<(), CommError> {
+        if let Some(w) = self.handed_out.take() {
+            self.post(w)?;
+        }
+        Ok(())
+    }
+
+    fn completed(&mut self, w: usize, status: &ffi::MPI_Status) -> Result<PushRef<'_>, CommError> {
+        self.handed_out = Some(w);
+        let words = received_words(status)?;
+        let _ = payload_len(words, self.workers[w])?;
+        self.stats.bytes_received += bytes_of(words);
+        self.stats.messages_received += 1;
+        let buf = &self.recv_bufs[w];
+        Ok(PushRef {
+            worker: w,
+            clock: get_u64(&buf[0..2]),
+            loss: buf[2],
+            payload: &buf[HEADER_WORDS..words],
+        })
+    }
+
+    /// Returns a push that has arrived, without blocking (`MPI_Testany`); `None` if none has.
+    /// The previously handed-out worker's receive is reposted first.
+    pub fn poll_push(&mut self) -> Result<Option<PushRef<'_>>, CommError> {
+        self.repost_handed_out()?;
+        let count = c_count("MPI_Testany", self.recv_reqs.len())?;
+        let mut index: c_int = 0;
+        let mut flag: c_int = 0;
+        let mut status = empty_status();
+        // SAFETY: recv_reqs holds `count` request handles owned by self.
+        check("MPI_Testany", unsafe {
+            ffi::MPI_Testany(
+                count,
+                self.recv_reqs.as_mut_ptr(),
+                &mut index,
+                &mut flag,
+                &mut status,
+            )
+        })?;
+        if flag == 0 {
+            return Ok(None);
+        }
+        match usize::try_from(index) {
+            Ok(w) if w < self.workers.len() => self.completed(w, &status).map(Some),
+            _ => Ok(None), // MPI_UNDEFINED: no active receive (all workers retired)
+        }
+    }
+
+    /// Blocks until a push arrives (`MPI_Waitany`); `None` when every worker is retired.
+    /// The previously handed-out worker's receive is reposted first.
+    pub fn wait_push(&mut self) -> Result<Option<PushRef<'_>>, CommError> {
+        self.repost_handed_out()?;
+        let count = c_count("MPI_Waitany", self.recv_reqs.len())?;
+        let mut index: c_int = 0;
+        let mut status = empty_status();
+        let t0 = mpi::time();
+        // SAFETY: recv_reqs holds `count` request handles owned by self.
+        let rc = unsafe {
+            ffi::MPI_Waitany(count, self.recv_reqs.as_mut_ptr(), &mut index, &mut status)
+        };
+        self.stats.wait_seconds += mpi::time() - t0;
+        check("MPI_Waitany", rc)?;
+        match usize::try_from(index) {
+            Ok(w) if w < self.workers.len() => self.completed(w, &status).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// Sends Weights{version, stop, staleness, weights} to worker index `worker`, first waiting for that
+    /// worker's previous Weights to leave its buffer. `stop = true` retires the worker (its
+    /// receive is cancelled; see the protocol rules in the module docs).
+    pub fn send_weights(
+        &mut self,
+        worker: usize,
+        version: u64,
+        stop: bool,
+        staleness: u64,
+        weights: &[f32],
+    ) -> Result<(), CommError> {
+        if worker >= self.workers.len() {
+            return Err(CommError::Invalid {
+                what: "ServerLink::send_weights",
+                detail: format!("worker index {worker} >= {}", self.workers.len()),
+            });
+        }
+        if weights.len() > self.capacity {
+            return Err(CommError::TooLong {
+                what: "ServerLink::send_weights weights",
+                len: weights.len(),
+                capacity: self.capacity,
+            });
+        }
+        wait(&mut self.send_reqs[worker], &mut self.stats.wait_seconds)?;
+        let buf = &mut self.send_bufs[worker];
+        put_u64(&mut buf[0..2], version);
+        let staleness = staleness.min(u64::from(u32::MAX >> 1)) as u32;
+        buf[2] = f32::from_bits((staleness << 1) | if stop { STOP_FLAG } else { 0 });
+        buf[HEADER_WORDS..HEADER_WORDS + weights.len()].copy_from_slice(weights);
+        let words = HEADER_WORDS + weights.len();
+        // SAFETY: send_bufs[worker] is owned by self, never resized, and not written again
+        // before send_reqs[worker] completes.
+        unsafe {
+            isend(
+                &self.comm,
+                &self.send_bufs[worker],
+                words,
+                self.workers[worker],
+                TAG_WEIGHTS,
+                &mut self.send_reqs[worker],
+            )?;
+        }
+        self.stats.bytes_sent += bytes_of(words);
+        self.stats.messages_sent += 1;
+        if stop {
+            self.retired[worker] = true;
+            if self.handed_out == Some(worker) {
+                self.handed_out = None;
+            }
+            cancel_recv(&mut self.recv_reqs[worker])?;
+        }
+        Ok(())
+    }
+
+    /// Number of workers.
+    pub fn workers(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Whether worker index `worker` was sent `stop`.
+    pub fn is_retired(&self, worker: usize) -> bool {
+        self.retired.get(worker).copied().unwrap_or(false)
+    }
+
+    /// Payload capacity `n`.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> LinkStats {
+        self.stats
+    }
+
+    /// Cancels every posted receive and waits until every Weights message has been delivered.
+    pub fn finish(&mut self) -> Result<(), CommError> {
+        self.handed_out = None;
+        for req in &mut self.recv_reqs {
+            cancel_recv(req)?;
+        }
+        for req in &mut self.send_reqs {
+            wait(req, &mut self.stats.wait_seconds)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ServerLink {
+    fn drop(&mut self) {
+        if mpi::environment::is_finalized() {
+            return;
+        }
+        for req in &mut self.recv_reqs {
+            let _ = cancel_recv(req);
+        }
+        for (req, buf) in self.send_reqs.iter_mut().zip(self.send_bufs.iter_mut()) {
+            release_send(req, buf);
+        }
+    }
+}

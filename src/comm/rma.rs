@@ -1,0 +1,453 @@
+//! One-sided communication: an `f32` window per rank with passive-target epochs.
+//!
+//! The borrow checker enforces MPI's rules:
+//! * An [`Epoch`] (`MPI_Win_lock` .. `MPI_Win_unlock` on one target) borrows every origin buffer
+//!   given to it until it ends: values passed to [`Epoch::put`]/[`Epoch::accumulate_sum`] cannot be
+//!   modified, and the buffer given to [`Epoch::get`] cannot be read, before the unlock that
+//!   completes the operations.
+//! * Own memory is reachable only through [`Window::lock_local`], which holds an exclusive lock on
+//!   this rank and borrows the window mutably, so no epoch and no second view can coexist with it.
+//!
+//! Only `lock`/`unlock` may wait for other ranks (as MPI defines passive target); no call here
+//! needs the target to take part.
+
+use super::sealed::CommHandle;
+use super::Collectives;
+use super::{allreduce_scalar, c_count, c_rank, check, CommError};
+use mpi::ffi;
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::os::raw::c_int;
+use std::rc::Rc;
+
+const F32_BYTES: usize = std::mem::size_of::<f32>();
+
+/// Lock type of a passive-target epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockKind {
+    /// `MPI_LOCK_SHARED`: concurrent with other shared epochs (accumulates stay element-atomic).
+    Shared,
+    /// `MPI_LOCK_EXCLUSIVE`: no other epoch on the target meanwhile.
+    Exclusive,
+}
+
+impl LockKind {
+    fn raw(self) -> c_int {
+        match self {
+            LockKind::Shared => ffi::MPI_LOCK_SHARED as c_int,
+            LockKind::Exclusive => ffi::MPI_LOCK_EXCLUSIVE as c_int,
+        }
+    }
+}
+
+/// The window's memory: a boxed slice turned into a raw pointer, because MPI may write it at
+/// any time and no Rust reference to it may exist outside a [`LocalEpoch`]. Never reallocated.
+struct WinMemory {
+    base: *mut f32,
+    len: usize,
+}
+
+impl WinMemory {
+    fn zeroed(len: usize) -> WinMemory {
+        let base = Box::into_raw(vec![0.0f32; len].into_boxed_slice()).cast::<f32>();
+        WinMemory { base, len }
+    }
+}
+
+impl Drop for WinMemory {
+    fn drop(&mut self) {
+        // SAFETY: base/len come from Box::into_raw of a boxed slice, freed once, after the
+        // window using them was freed (field order in Window, or creation failed).
+        unsafe {
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                self.base, self.len,
+            )));
+        }
+    }
+}
+
+/// An RMA window over `len` `f32` owned by this rank (same `len` on every rank), zero at start.
+///
+/// Creating and dropping are collective over the communicator (`MPI_Win_create`/`MPI_Win_free`):
+/// all ranks must create and drop their windows together.
+pub struct Window {
+    win: ffi::MPI_Win,
+    comm: Rc<CommHandle>,
+    /// Displacements for the indexed datatype, reused between calls.
+    displs: RefCell<Vec<c_int>>,
+    /// Declared last: freed after `MPI_Win_free` in `Drop`.
+    mem: WinMemory,
+}
+
+impl Window {
+    /// Collectively creates a window of `n` zeros on every rank of `comm` (displacement unit 4
+    /// bytes). Fails on every rank if the ranks disagree on `n`.
+    pub fn create<C: Collectives>(comm: &C, n: usize) -> Result<Window, CommError> {
+        let comm = Rc::clone(comm.handle());
+        // SAFETY: reading extern constants.
+        let (u64t, max, min) = unsafe { (ffi::RSMPI_UINT64_T, ffi::RSMPI_MAX, ffi::RSMPI_MIN) };
+        let hi: u64 = allreduce_scalar(&comm, n as u64, u64t, max)?;
+        let lo: u64 = allreduce_scalar(&comm, n as u64, u64t, min)?;
+        if hi != lo {
+            return Err(CommError::Invalid {
+                what: "Window::create",
+                detail: format!("ranks disagree on the window length ({lo} to {hi})"),
+            });
+        }
+        let bytes = n
+            .checked_mul(F32_BYTES)
+            .and_then(|b| ffi::MPI_Aint::try_from(b).ok())
+            .ok_or(CommError::Invalid {
+                what: "Window::create",
+                detail: format!("window of {n} f32 is too large"),
+            })?;
+        c_count("Window::create length", n)?;
+        let mem = WinMemory::zeroed(n);
+        // SAFETY: reading an extern constant.
+        let mut win = unsafe { ffi::RSMPI_WIN_NULL };
+        // SAFETY: mem holds n f32 that live until after MPI_Win_free (Window's field order).
+        check("MPI_Win_create", unsafe {
+            ffi::MPI_Win_create(
+                mem.base.cast(),
+                bytes,
+                F32_BYTES as c_int,
+                ffi::RSMPI_INFO_NULL,
+                comm.raw,
+                &mut win,
+            )
+        })?;
+        let window = Window {
+            win,
+            comm,
+            displs: RefCell::new(Vec::new()),
+            mem,
+        };
+        // SAFETY: win is live; ERRORS_RETURN is predefined.
+        check("MPI_Win_set_errhandler", unsafe {
+            ffi::MPI_Win_set_errhandler(window.win, ffi::RSMPI_ERRORS_RETURN)
+        })?;
+        Ok(window)
+    }
+
+    /// Number of `f32` in every rank's window.
+    pub fn len(&self) -> usize {
+        self.mem.len
+    }
+
+    /// Whether the windows are empty.
+    pub fn is_empty(&self) -> bool {
+        self.mem.len == 0
+    }
+
+    /// This rank in the window's communicator.
+    pub fn rank(&self) -> usize {
+        self.comm.rank
+    }
+
+    /// Ranks in the window's communicator.
+    pub fn size(&self) -> usize {
+        self.comm.size
+    }
+
+    /// Opens a passive-target epoch on `target` (`MPI_Win_lock`); it ends when the returned
+    /// guard is dropped or [`Epoch::unlock`]ed. Several epochs on different targets may be open.
+    pub fn lock<'b>(&self, target: usize, kind: LockKind) -> Result<Epoch<'_, 'b>, CommError> {
+        let t = c_rank("Window::lock target", target, self.comm.size)?;
+        // SAFETY: win is live.
+        check("MPI_Win_lock", unsafe {
+            ffi::MPI_Win_lock(kind.raw(), t, 0, self.win)
+        })?;
+        Ok(Epoch {
+            window: self,
+            target: t,
+            types: Vec::new(),
+            open: true,
+            _origin: PhantomData,
+        })
+    }
+
+    /// Locks this rank's own window exclusively and gives access to its memory.
+    pub fn lock_local(&mut self) -> Result<LocalEpoch<'_>, CommError> {
+        let me = c_count("Window::lock_local", self.comm.rank)?;
+        // SAFETY: win is live.
+        check("MPI_Win_lock", unsafe {
+            ffi::MPI_Win_lock(LockKind::Exclusive.raw(), me, 0, self.win)
+        })?;
+        Ok(LocalEpoch {
+            window: self,
+            me,
+            open: true,
+        })
+    }
+
+    /// Collectively frees the window, reporting an MPI error (dropping ignores it).
+    pub fn free(mut self) -> Result<(), CommError> {
+        self.free_win()
+    }
+
+    fn free_win(&mut self) -> Result<(), CommError> {
+        // SAFETY: reading an extern constant.
+        let null = unsafe { ffi::RSMPI_WIN_NULL };
+        if self.win == null || mpi::environment::is_finalized() {
+            return Ok(());
+        }
+        // SAFETY: win is live and no epoch is open (epochs borrow the window).
+        let r = check("MPI_Win_free", unsafe { ffi::MPI_Win_free(&mut self.win) });
+        self.win = null;
+        r
+    }
+
+    fn check_range(&self, what: &'static str, offset: usize, len: usize) -> Result<(), CommError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.mem.len => Ok(()),
+            _ => Err(CommError::Invalid {
+                what,
+                detail: format!(
+                    "range {offset}..{offset}+{len} exceeds the window length {}",
+                    self.mem.len
+                ),
+            }),
+        }
+    }
+}
+
+impl Drop for Window {
+    fn drop(&mut self) {
+        if let Err(e) = self.free_win() {
+            eprintln!("error: rank {}: {e}", self.comm.rank);
+        }
+    }
+}
+
+/// A passive-target access epoch on one target. `'b` is the lifetime of every origin buffer
+/// used in it: they stay borrowed until the epoch ends, when MPI has completed the operations.
+pub struct Epoch<'w, 'b> {
+    window: &'w Window,
+    target: c_int,
+    /// Indexed datatypes in use by pending accumulates; freed after the unlock.
+    types: Vec<ffi::MPI_Datatype>,
+    open: bool,
+    _origin: PhantomData<&'b mut [f32]>,
+}
+
+impl<'w, 'b> Epoch<'w, 'b> {
+    /// Adds `values[i]` to the target's element `indices[i]` with ONE `MPI_Accumulate(SUM)`
+    /// whose target datatype is an indexed block (block length 1) over `indices`.
+    ///
+    /// `indices` must be unique (MPI forbids overlapping target entries); this is checked in
+    /// debug builds only, as it costs a sort.
+    pub fn accumulate_sum(&mut self, indices: &[u32], values: &'b [f32]) -> Result<(), CommError> {
+        if indices.len() != values.len() {
+            return Err(CommError::Invalid {
+                what: "Epoch::accumulate_sum",
+                detail: format!("{} indices but {} values", indices.len(), values.len()),
+            });
+        }
+        if indices.is_empty() {
+            return Ok(());
+        }
+        let w = self.window;
+        let count = c_count("Epoch::accumulate_sum", indices.len())?;
+        if let Some(&bad) = indices.iter().find(|&&i| i as usize >= w.mem.len) {
+            return Err(CommError::Invalid {
+                what: "Epoch::accumulate_sum",
+                detail: format!("index {bad} exceeds the window length {}", w.mem.len),
+            });
+        }
+        debug_assert!(
+            {
+                let mut s = indices.to_vec();
+                s.sort_unstable();
+                s.windows(2).all(|p| p[0] != p[1])
+            },
+            "Epoch::accumulate_sum: indices must be unique"
+        );
+        let mut displs = w.displs.borrow_mut();
+        displs.clear();
+        // Indices are < len, which fits a C int (checked at creation).
+        displs.extend(indices.iter().map(|&i| i as c_int));
+        // SAFETY: reading an extern constant.
+        let mut dt = unsafe { ffi::RSMPI_DATATYPE_NULL };
+        // SAFETY: displs holds `count` displacements; dt is a valid out-pointer.
+        check("MPI_Type_create_indexed_block", unsafe {
+            ffi::MPI_Type_create_indexed_block(count, 1, displs.as_ptr(), ffi::RSMPI_FLOAT, &mut dt)
+        })?;
+        // SAFETY: dt was just created.
+        if let Err(e) = check("MPI_Type_commit", unsafe { ffi::MPI_Type_commit(&mut dt) }) {
+            // SAFETY: dt is ours and unused.
+            unsafe { ffi::MPI_Type_free(&mut dt) };
+            return Err(e);
+        }
+        // Freed after the unlock, when the accumulate is complete.
+        self.types.push(dt);
+        // SAFETY: values outlives the epoch ('b); dt addresses only elements < len at target.
+        check("MPI_Accumulate", unsafe {
+            ffi::MPI_Accumulate(
+                values.as_ptr().cast(),
+                count,
+                ffi::RSMPI_FLOAT,
+                self.target,
+                0,
+                1,
+                dt,
+                ffi::RSMPI_SUM,
+                w.win,
+            )
+        })
+    }
+
+    /// Adds `values` to the target's elements `offset..offset + values.len()`.
+    pub fn accumulate_sum_dense(
+        &mut self,
+        offset: usize,
+        values: &'b [f32],
+    ) -> Result<(), CommError> {
+        self.window
+            .check_range("Epoch::accumulate_sum_dense", offset, values.len())?;
+        if values.is_empty() {
+            return Ok(());
+        }
+        let count = c_count("Epoch::accumulate_sum_dense", values.len())?;
+        // SAFETY: values outlives the epoch ('b); the target range is inside the window.
+        check("MPI_Accumulate", unsafe {
+            ffi::MPI_Accumulate(
+                values.as_ptr().cast(),
+                count,
+                ffi::RSMPI_FLOAT,
+                self.target,
+                offset as ffi::MPI_Aint,
+                count,
+                ffi::RSMPI_FLOAT,
+                ffi::RSMPI_SUM,
+                self.window.win,
+            )
+        })
+    }
+
+    /// Writes `values` to the target's elements `offset..offset + values.len()`.
+    pub fn put(&mut self, offset: usize, values: &'b [f32]) -> Result<(), CommError> {
+        self.window
+            .check_range("Epoch::put", offset, values.len())?;
+        if values.is_empty() {
+            return Ok(());
+        }
+        let count = c_count("Epoch::put", values.len())?;
+        // SAFETY: values outlives the epoch ('b); the target range is inside the window.
+        check("MPI_Put", unsafe {
+            ffi::MPI_Put(
+                values.as_ptr().cast(),
+                count,
+                ffi::RSMPI_FLOAT,
+                self.target,
+                offset as ffi::MPI_Aint,
+                count,
+                ffi::RSMPI_FLOAT,
+                self.window.win,
+            )
+        })
+    }
+
+    /// Reads the target's elements `offset..offset + out.len()` into `out`, which is filled when
+    /// the epoch ends (it stays mutably borrowed until then).
+    pub fn get(&mut self, offset: usize, out: &'b mut [f32]) -> Result<(), CommError> {
+        self.window.check_range("Epoch::get", offset, out.len())?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        let count = c_count("Epoch::get", out.len())?;
+        // SAFETY: out is exclusively borrowed for 'b, i.e. until the unlock completes the get.
+        check("MPI_Get", unsafe {
+            ffi::MPI_Get(
+                out.as_mut_ptr().cast(),
+                count,
+                ffi::RSMPI_FLOAT,
+                self.target,
+                offset as ffi::MPI_Aint,
+                count,
+                ffi::RSMPI_FLOAT,
+                self.window.win,
+            )
+        })
+    }
+
+    /// Ends the epoch (`MPI_Win_unlock`): all its operations are complete at the origin and the
+    /// target.
+    pub fn unlock(mut self) -> Result<(), CommError> {
+        self.close()
+    }
+
+    fn close(&mut self) -> Result<(), CommError> {
+        if !self.open {
+            return Ok(());
+        }
+        self.open = false;
+        // SAFETY: an epoch on target is open on win.
+        let r = check("MPI_Win_unlock", unsafe {
+            ffi::MPI_Win_unlock(self.target, self.window.win)
+        });
+        for mut dt in self.types.drain(..) {
+            // SAFETY: dt is a datatype we created; the operations using it completed at unlock.
+            unsafe {
+                ffi::MPI_Type_free(&mut dt);
+            }
+        }
+        r
+    }
+}
+
+impl Drop for Epoch<'_, '_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.close() {
+            eprintln!("error: rank {}: {e}", self.window.comm.rank);
+        }
+    }
+}
+
+/// Exclusive access to this rank's own window memory (derefs to `[f32]`); unlocks on drop.
+pub struct LocalEpoch<'w> {
+    window: &'w mut Window,
+    me: c_int,
+    open: bool,
+}
+
+impl LocalEpoch<'_> {
+    /// Ends the exclusive epoch, reporting an MPI error (dropping ignores it).
+    pub fn unlock(mut self) -> Result<(), CommError> {
+        self.close()
+    }
+
+    fn close(&mut self) -> Result<(), CommError> {
+        if !self.open {
+            return Ok(());
+        }
+        self.open = false;
+        // SAFETY: an exclusive epoch on this rank is open on win.
+        check("MPI_Win_unlock", unsafe {
+            ffi::MPI_Win_unlock(self.me, self.window.win)
+        })
+    }
+}
+
+impl std::ops::Deref for LocalEpoch<'_> {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        // SAFETY: the exclusive lock on this rank keeps other ranks out of this memory, and the
+        // window is mutably borrowed, so this is the only view.
+        unsafe { std::slice::from_raw_parts(self.window.mem.base, self.window.mem.len) }
+    }
+}
+
+impl std::ops::DerefMut for LocalEpoch<'_> {
+    fn deref_mut(&mut self) -> &mut [f32] {
+        // SAFETY: as for Deref.
+        unsafe { std::slice::from_raw_parts_mut(self.window.mem.base, self.window.mem.len) }
+    }
+}
+
+impl Drop for LocalEpoch<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.close() {
+            eprintln!("error: rank {}: {e}", self.window.comm.rank);
+        }
+    }
+}

@@ -1,0 +1,528 @@
+//! `gssp selftest comm`: checks the communication layer on the ranks of the current job
+//! (any number >= 2), and `gssp selftest panic --rank R`: shows that a panic ends the whole job.
+//!
+//! Every phase finishes its protocol even after a wrong value was seen (so no rank is left
+//! waiting), then the ranks agree through [`Collectives::fatal_on_all`]. An MPI error inside a
+//! protocol aborts the job instead, since the peers would otherwise wait forever.
+
+use super::p2p::{ServerLink, WorkerLink};
+use super::rma::{LockKind, Window};
+use super::{Collectives, Comm, CommError};
+use rand::seq::index::sample;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// Hidden `gssp selftest ...` subcommands.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum SelftestCommand {
+    /// Check collectives, p2p links, RMA windows and fatal_on_all (run under mpirun, >= 2 ranks).
+    Comm,
+    /// Panic on rank R after a barrier while the other ranks block in a receive.
+    Panic {
+        /// The rank that panics.
+        #[arg(long)]
+        rank: usize,
+    },
+}
+
+/// Runs a selftest command; returns the process exit code (0 ok, 1 failed, 2 usage).
+pub fn main(cmd: &SelftestCommand) -> i32 {
+    let comm = match Comm::init() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 1;
+        }
+    };
+    comm.install_panic_abort();
+    match cmd {
+        SelftestCommand::Comm => match run(&comm) {
+            Ok(()) => {
+                if comm.rank() == 0 {
+                    println!("selftest comm: ok");
+                }
+                0
+            }
+            Err(m) => {
+                eprintln!("selftest comm: FAILED on rank {}: {m}", comm.rank());
+                1
+            }
+        },
+        SelftestCommand::Panic { rank } => panic_on(&comm, *rank),
+    }
+}
+
+/// Panics on `rank` after a barrier; the others wait for a message that never comes.
+fn panic_on(comm: &Comm, rank: usize) -> i32 {
+    let check = if rank < comm.size() {
+        Ok(())
+    } else {
+        Err(format!(
+            "--rank {rank} is outside 0..{} (the job's ranks)",
+            comm.size()
+        ))
+    };
+    if let Err(f) = comm.fatal_on_all(check) {
+        if let Some(m) = f.local {
+            eprintln!("error: {m}");
+        }
+        return 2;
+    }
+    or_abort(comm, "barrier", comm.barrier());
+    if comm.rank() == rank {
+        panic!("injected panic (gssp selftest panic)");
+    }
+    let mut link = or_abort(comm, "WorkerLink::new", WorkerLink::new(comm, rank, 1));
+    let mut out = [0.0f32; 1];
+    or_abort(comm, "recv_weights", link.recv_weights(&mut out));
+    eprintln!("error: rank {} received a message nobody sent", comm.rank());
+    1
+}
+
+/// Runs all checks; `Err` on every rank if any rank saw a problem.
+pub fn run(comm: &Comm) -> Result<(), String> {
+    if comm.size() < 2 {
+        return Err(format!(
+            "needs at least 2 ranks, the job has {}",
+            comm.size()
+        ));
+    }
+    type Phase = fn(&Comm) -> Result<(), String>;
+    let phases: [(&str, Phase); 4] = [
+        ("collectives", collectives),
+        ("p2p", p2p),
+        ("rma", rma),
+        ("fatal_on_all", fatal_on_all),
+    ];
+    for (name, phase) in phases {
+        comm.fatal_on_all(phase(comm))
+            .map_err(|f| format!("{name}: {f}"))?;
+    }
+    Ok(())
+}
+
+/// Unwraps an MPI result or aborts the job with a message naming the step.
+fn or_abort<T>(comm: &Comm, step: &str, r: Result<T, CommError>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("error: rank {}: selftest {step}: {e}", comm.rank());
+            comm.abort(1)
+        }
+    }
+}
+
+/// Keeps the first of possibly many mismatches.
+#[derive(Default)]
+struct Findings(Option<String>);
+
+impl Findings {
+    fn expect(&mut self, ok: bool, what: impl FnOnce() -> String) {
+        if !ok && self.0.is_none() {
+            self.0 = Some(what());
+        }
+    }
+    fn into_result(self) -> Result<(), String> {
+        self.0.map_or(Ok(()), Err)
+    }
+}
+
+fn rng(tag: u64, a: u64, b: u64) -> ChaCha8Rng {
+    let seed = tag
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(a.wrapping_mul(0xC2B2_AE3D_27D4_EB4F))
+        .wrapping_add(b.wrapping_mul(0x1656_67B1_9E37_79F9));
+    ChaCha8Rng::seed_from_u64(seed)
+}
+
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+fn collectives(comm: &Comm) -> Result<(), String> {
+    let (me, size) = (comm.rank(), comm.size());
+    let mut f = Findings::default();
+
+    let root = size - 1;
+    let text = format!(
+        "{{\"from\":{root},\"pad\":\"{}\"}}",
+        "x".repeat(1000 + root)
+    );
+    let mut buf = if me == root {
+        text.clone().into_bytes()
+    } else {
+        vec![7u8; me]
+    };
+    or_abort(
+        comm,
+        "broadcast_bytes",
+        comm.broadcast_bytes(root, &mut buf),
+    );
+    f.expect(buf == text.as_bytes(), || {
+        "broadcast_bytes delivered other bytes".into()
+    });
+
+    let gathered = or_abort(comm, "gather_f64", comm.gather_f64(0, me as f64 * 1.5));
+    let want: Vec<f64> = (0..size).map(|r| r as f64 * 1.5).collect();
+    f.expect(gathered == (me == 0).then_some(want), || {
+        "gather_f64 returned wrong values".into()
+    });
+
+    let mut data: Vec<f32> = (0..1000).map(|i| (me + i) as f32).collect();
+    or_abort(
+        comm,
+        "allreduce_sum_f32",
+        comm.allreduce_sum_f32_in_place(&mut data),
+    );
+    let base = (size * (size - 1) / 2) as f32;
+    f.expect(
+        data.iter()
+            .enumerate()
+            .all(|(i, &v)| v == (size * i) as f32 + base),
+        || "allreduce_sum_f32_in_place returned wrong sums".into(),
+    );
+    let mx = or_abort(comm, "allreduce_max", comm.allreduce_max_f64(me as f64));
+    let mn = or_abort(
+        comm,
+        "allreduce_min",
+        comm.allreduce_min_f64(me as f64 - 0.5),
+    );
+    let sum = or_abort(
+        comm,
+        "allreduce_sum_u64",
+        comm.allreduce_sum_u64((1 << 40) + me as u64),
+    );
+    f.expect(mx == (size - 1) as f64, || {
+        format!("allreduce_max_f64 gave {mx}")
+    });
+    f.expect(mn == -0.5, || format!("allreduce_min_f64 gave {mn}"));
+    let want_sum = ((size as u64) << 40) + (size * (size - 1) / 2) as u64;
+    f.expect(sum == want_sum, || {
+        format!("allreduce_sum_u64 gave {sum}, not {want_sum}")
+    });
+
+    // Split by parity, reversed order; the last rank of 3+ stays out (MPI_UNDEFINED).
+    let out = size >= 3 && me == size - 1;
+    let color = (!out).then_some((me % 2) as u32);
+    let sub = or_abort(comm, "split", comm.split(color, -(me as i32)));
+    let members: Vec<usize> = (0..size)
+        .filter(|&r| r % 2 == me % 2 && !(size >= 3 && r == size - 1))
+        .collect();
+    match (&sub, out) {
+        (None, true) => {}
+        (Some(s), false) => {
+            let want_rank = members.iter().filter(|&&r| r > me).count();
+            f.expect(s.size() == members.len() && s.rank() == want_rank, || {
+                format!(
+                    "split gave rank {}/{}, expected {want_rank}/{}",
+                    s.rank(),
+                    s.size(),
+                    members.len()
+                )
+            });
+            let t = or_abort(comm, "sub allreduce", s.allreduce_sum_u64(me as u64));
+            let want_t: u64 = members.iter().map(|&r| r as u64).sum();
+            f.expect(t == want_t, || {
+                format!("allreduce on the split gave {t}, not {want_t}")
+            });
+        }
+        _ => f.expect(false, || {
+            format!("split: membership wrong (excluded = {out})")
+        }),
+    }
+    f.into_result()
+}
+
+const P2P_N: usize = 1000;
+const P2P_ITERS: u64 = 50;
+const INITIAL: u64 = u64::MAX;
+
+/// A random sparse message: `k` unique indices (as bit patterns) then `k` values with random
+/// bits (NaNs included, so that exactness is checked bit for bit); `2k <= P2P_N`.
+fn sparse_message(tag: u64, worker: usize, clock: u64) -> Vec<f32> {
+    let mut r = rng(tag, worker as u64, clock);
+    let k = r.gen_range(0..=P2P_N / 2);
+    let idx = sample(&mut r, P2P_N, k).into_vec();
+    let mut msg: Vec<f32> = idx.iter().map(|&i| f32::from_bits(i as u32)).collect();
+    msg.extend((0..k).map(|_| f32::from_bits(r.gen())));
+    msg
+}
+
+fn loss_of(worker: usize, clock: u64) -> f32 {
+    worker as f32 + clock as f32 * 0.25
+}
+
+fn p2p(comm: &Comm) -> Result<(), String> {
+    let me = comm.rank();
+    let workers: Vec<usize> = (1..comm.size()).collect();
+    let mut f = Findings::default();
+    let (sent, received) = if me == 0 {
+        let mut link = or_abort(
+            comm,
+            "ServerLink::new",
+            ServerLink::new(comm, 0, &workers, P2P_N),
+        );
+        for (i, &w) in workers.iter().enumerate() {
+            let msg = sparse_message(2, w, INITIAL);
+            or_abort(comm, "send_weights", link.send_weights(i, 0, false, 0, &msg));
+        }
+        let mut next_clock = vec![0u64; workers.len()];
+        let mut version = 0u64;
+        let mut polled = 0u64;
+        loop {
+            // Check a push while it is borrowed; keep only what the answer needs.
+            let mut inspect = |p: super::p2p::PushRef<'_>| {
+                let w = workers[p.worker];
+                let ok = p.clock == next_clock[p.worker]
+                    && p.loss == loss_of(w, p.clock)
+                    && same_bits(p.payload, &sparse_message(1, w, p.clock));
+                (p.worker, p.clock, ok)
+            };
+            let got = match or_abort(comm, "poll_push", link.poll_push()) {
+                Some(p) => {
+                    polled += 1;
+                    Some(inspect(p))
+                }
+                None => None,
+            };
+            let got = match got {
+                Some(g) => Some(g),
+                None => or_abort(comm, "wait_push", link.wait_push()).map(&mut inspect),
+            };
+            let Some((i, clock, ok)) = got else { break };
+            f.expect(ok, || {
+                format!("push {clock} of rank {} arrived altered", workers[i])
+            });
+            next_clock[i] = clock + 1;
+            version += 1;
+            let stop = clock + 1 == P2P_ITERS;
+            let msg = sparse_message(2, workers[i], clock);
+            or_abort(
+                comm,
+                "send_weights",
+                link.send_weights(i, version, stop, 0, &msg),
+            );
+        }
+        or_abort(comm, "ServerLink::finish", link.finish());
+        f.expect(next_clock.iter().all(|&c| c == P2P_ITERS), || {
+            format!("server saw clocks {next_clock:?}")
+        });
+        let s = link.stats();
+        let want = P2P_ITERS * workers.len() as u64;
+        f.expect(
+            s.messages_received == want && s.messages_sent == want + workers.len() as u64,
+            || format!("server counted {s:?}"),
+        );
+        let _ = polled; // either path may serve a push, depending on timing
+        (0, 0)
+    } else {
+        let mut link = or_abort(comm, "WorkerLink::new", WorkerLink::new(comm, 0, P2P_N));
+        let mut w = vec![0.0f32; P2P_N];
+        let h = or_abort(comm, "recv_weights", link.recv_weights(&mut w));
+        f.expect(
+            h.version == 0 && !h.stop && same_bits(&w[..h.len], &sparse_message(2, me, INITIAL)),
+            || format!("initial weights arrived altered ({h:?})"),
+        );
+        let mut last_version = 0;
+        for clock in 0..P2P_ITERS {
+            let g = sparse_message(1, me, clock);
+            or_abort(comm, "push", link.push(clock, loss_of(me, clock), &g));
+            let h = or_abort(comm, "recv_weights", link.recv_weights(&mut w));
+            let stop = clock + 1 == P2P_ITERS;
+            f.expect(
+                h.version > last_version
+                    && h.stop == stop
+                    && same_bits(&w[..h.len], &sparse_message(2, me, clock)),
+                || format!("weights answering push {clock} arrived altered ({h:?})"),
+            );
+            last_version = h.version;
+        }
+        f.expect(link.push(P2P_ITERS, 0.0, &[]).is_err(), || {
+            "push after stop was accepted".into()
+        });
+        f.expect(link.recv_weights(&mut w).is_err(), || {
+            "recv_weights after stop was accepted".into()
+        });
+        or_abort(comm, "WorkerLink::finish", link.finish());
+        let s = link.stats();
+        f.expect(
+            s.messages_sent == P2P_ITERS && s.messages_received == P2P_ITERS + 1,
+            || format!("worker counted {s:?}"),
+        );
+        (s.bytes_sent, s.bytes_received)
+    };
+    // The server's byte counts must match the workers' totals.
+    let w_sent = or_abort(comm, "allreduce", comm.allreduce_sum_u64(sent));
+    let w_received = or_abort(comm, "allreduce", comm.allreduce_sum_u64(received));
+    if me == 0 {
+        // Recomputed from the known messages: header + payload words, 4 bytes each.
+        let words = |tag, clock: u64| -> u64 {
+            workers
+                .iter()
+                .map(|&w| (super::p2p::HEADER_WORDS + sparse_message(tag, w, clock).len()) as u64)
+                .sum()
+        };
+        let pushes: u64 = (0..P2P_ITERS).map(|c| words(1, c)).sum::<u64>() * 4;
+        let answers: u64 =
+            ((0..P2P_ITERS).map(|c| words(2, c)).sum::<u64>() + words(2, INITIAL)) * 4;
+        f.expect(w_sent == pushes && w_received == answers, || {
+            format!("workers counted {w_sent}/{w_received} bytes sent/received, expected {pushes}/{answers}")
+        });
+    }
+    f.into_result()
+}
+
+const INBOX: usize = 4096;
+const RMA_ROUNDS: u64 = 40;
+const DENSE: usize = 64;
+
+/// What `src` adds to `dst`'s inbox in one round.
+struct Contribution {
+    /// Unique indices with small integer values (exact sums in any order).
+    indices: Vec<u32>,
+    values: Vec<f32>,
+    /// Every fourth round also a dense block at an offset.
+    dense: Option<(usize, Vec<f32>)>,
+}
+
+fn contribution(src: usize, dst: usize, round: u64) -> Contribution {
+    let mut r = rng(3, (src * 1000 + dst) as u64, round);
+    let k = r.gen_range(1..=INBOX / 4);
+    let indices: Vec<u32> = sample(&mut r, INBOX, k)
+        .into_iter()
+        .map(|i| i as u32)
+        .collect();
+    let values: Vec<f32> = (0..k).map(|_| r.gen_range(1..=4) as f32).collect();
+    let dense = round.is_multiple_of(4).then(|| {
+        let off = r.gen_range(0..=INBOX - DENSE);
+        (off, (0..DENSE).map(|_| r.gen_range(1..=3) as f32).collect())
+    });
+    Contribution {
+        indices,
+        values,
+        dense,
+    }
+}
+
+fn speed_of(rank: usize) -> f32 {
+    10.0 + rank as f32 * 0.5
+}
+
+fn rma(comm: &Comm) -> Result<(), String> {
+    let (me, size) = (comm.rank(), comm.size());
+    let mut f = Findings::default();
+    let mut win = or_abort(comm, "Window::create", Window::create(comm, INBOX + size));
+    let mut acc = vec![0.0f32; INBOX];
+    let drain = |win: &mut Window, acc: &mut [f32]| -> Result<(), CommError> {
+        let mut local = win.lock_local()?;
+        for (a, x) in acc.iter_mut().zip(local.iter_mut()) {
+            *a += *x;
+            *x = 0.0;
+        }
+        local.unlock()
+    };
+    for round in 0..RMA_ROUNDS {
+        for step in 1..size {
+            let peer = (me + step) % size;
+            let c = contribution(me, peer, round);
+            let mut ep = or_abort(comm, "lock", win.lock(peer, LockKind::Shared));
+            or_abort(
+                comm,
+                "accumulate_sum",
+                ep.accumulate_sum(&c.indices, &c.values),
+            );
+            if let Some((off, d)) = &c.dense {
+                or_abort(
+                    comm,
+                    "accumulate_sum_dense",
+                    ep.accumulate_sum_dense(*off, d),
+                );
+            }
+            or_abort(comm, "unlock", ep.unlock());
+        }
+        if round.is_multiple_of(5) {
+            or_abort(comm, "drain", drain(&mut win, &mut acc));
+        }
+    }
+    // Telemetry: everyone's speed in slot INBOX + rank of every window (own slot locally).
+    let speed = [speed_of(me)];
+    for step in 1..size {
+        let peer = (me + step) % size;
+        let mut ep = or_abort(comm, "lock", win.lock(peer, LockKind::Exclusive));
+        or_abort(comm, "put", ep.put(INBOX + me, &speed));
+        or_abort(comm, "unlock", ep.unlock());
+    }
+    {
+        let mut local = or_abort(comm, "lock_local", win.lock_local());
+        local[INBOX + me] = speed[0];
+    }
+    or_abort(comm, "barrier", comm.barrier());
+    or_abort(comm, "drain", drain(&mut win, &mut acc));
+
+    let mut want = vec![0.0f32; INBOX];
+    for src in (0..size).filter(|&s| s != me) {
+        for round in 0..RMA_ROUNDS {
+            let c = contribution(src, me, round);
+            for (&i, &v) in c.indices.iter().zip(&c.values) {
+                want[i as usize] += v;
+            }
+            if let Some((off, d)) = c.dense {
+                for (w, v) in want[off..off + DENSE].iter_mut().zip(d) {
+                    *w += v;
+                }
+            }
+        }
+    }
+    let bad = acc.iter().zip(&want).position(|(a, w)| a != w);
+    f.expect(bad.is_none(), || {
+        let i = bad.unwrap_or(0);
+        format!(
+            "inbox[{i}] = {} after all accumulates, expected {}",
+            acc[i], want[i]
+        )
+    });
+
+    let expected: Vec<f32> = (0..size).map(speed_of).collect();
+    for step in 1..size {
+        let peer = (me + step) % size;
+        let mut tele = vec![0.0f32; size];
+        let mut ep = or_abort(comm, "lock", win.lock(peer, LockKind::Shared));
+        or_abort(comm, "get", ep.get(INBOX, &mut tele));
+        or_abort(comm, "unlock", ep.unlock());
+        f.expect(tele == expected, || {
+            format!("telemetry of rank {peer} reads {tele:?}, expected {expected:?}")
+        });
+    }
+    // Nobody may still read a window when it is freed (MPI_Win_free also synchronises).
+    or_abort(comm, "Window::free", win.free());
+    f.into_result()
+}
+
+fn fatal_on_all(comm: &Comm) -> Result<(), String> {
+    let (me, size) = (comm.rank(), comm.size());
+    let mut f = Findings::default();
+    let ok: Result<u32, String> = Ok(7);
+    f.expect(comm.fatal_on_all(ok) == Ok(7), || {
+        "all ranks fine but fatal_on_all failed".into()
+    });
+
+    let failing = |r: usize| r == 0 || r == size - 1;
+    let count = (0..size).filter(|&r| failing(r)).count() as u64;
+    let local: Result<(), String> = if failing(me) {
+        Err(format!("injected failure on rank {me}"))
+    } else {
+        Ok(())
+    };
+    match comm.fatal_on_all(local) {
+        Ok(()) => f.expect(false, || {
+            "fatal_on_all returned Ok although ranks failed".into()
+        }),
+        Err(e) => {
+            let want_local = failing(me).then(|| format!("injected failure on rank {me}"));
+            f.expect(e.failed_ranks == count && e.local == want_local, || {
+                format!("fatal_on_all gave {e:?}")
+            });
+        }
+    }
+    f.into_result()
+}
