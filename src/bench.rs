@@ -44,7 +44,9 @@ pub fn step(model: &str, batch: usize, threads: usize, seconds: f64) -> Result<f
         iters += 10;
     }
     let s = t.elapsed().as_secs_f64();
-    println!("model: {model}\nbatch: {batch}\nthreads: {threads}\niterations: {iters}\nseconds: {s:.3}");
+    println!(
+        "model: {model}\nbatch: {batch}\nthreads: {threads}\niterations: {iters}\nseconds: {s:.3}"
+    );
     let ips = (iters * batch) as f64 / s;
     println!("images_per_s: {ips:.0}");
     Ok(ips)

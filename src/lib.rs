@@ -5,9 +5,9 @@
 
 pub mod backend;
 pub mod bench;
+pub mod comm;
 pub mod compress;
 pub mod config;
-pub mod comm;
 pub mod data;
 pub mod grouping;
 pub mod hetero;

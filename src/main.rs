@@ -9,7 +9,11 @@ use gssp::config::{Config, SyncMode};
 use gssp::metrics::RunDir;
 
 #[derive(Parser)]
-#[command(name = "gssp", version, about = "Grouping Stale Synchronous Parallel training over MPI")]
+#[command(
+    name = "gssp",
+    version,
+    about = "Grouping Stale Synchronous Parallel training over MPI"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -65,11 +69,23 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
     match cli.command {
-        Command::Train { config, overrides, out } => train(&config, &overrides, out),
-        Command::Bench { which: BenchCommand::Step { model, batch, threads, seconds } } => {
-            report(gssp::bench::step(&model, batch, threads, seconds).map(|_| ()))
+        Command::Train {
+            config,
+            overrides,
+            out,
+        } => train(&config, &overrides, out),
+        Command::Bench {
+            which:
+                BenchCommand::Step {
+                    model,
+                    batch,
+                    threads,
+                    seconds,
+                },
+        } => report(gssp::bench::step(&model, batch, threads, seconds).map(|_| ())),
+        Command::Selftest { what } => {
+            ExitCode::from(gssp::comm::selftest::main(&what).clamp(0, 255) as u8)
         }
-        Command::Selftest { what } => ExitCode::from(gssp::comm::selftest::main(&what).clamp(0, 255) as u8),
     }
 }
 
@@ -85,7 +101,9 @@ fn train(config: &Path, overrides: &[String], out: Option<PathBuf>) -> ExitCode 
     };
     comm.install_panic_abort();
     let rank = comm.rank();
-    let cfg = match Config::load(config, overrides).and_then(|c| c.validate_for_world(comm.size()).map(|_| c)) {
+    let cfg = match Config::load(config, overrides)
+        .and_then(|c| c.validate_for_world(comm.size()).map(|_| c))
+    {
         Ok(c) => c,
         Err(e) => {
             if rank == 0 {

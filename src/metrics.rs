@@ -182,7 +182,11 @@ pub struct Snapshots {
 impl Snapshots {
     /// `every_s == 0` takes none (only the final model is evaluated).
     pub fn new(every_s: f64) -> Snapshots {
-        Snapshots { every_s, next_s: every_s, taken: Vec::new() }
+        Snapshots {
+            every_s,
+            next_s: every_s,
+            taken: Vec::new(),
+        }
     }
 
     /// Takes a snapshot if `time_s` has passed the next interval boundary.
@@ -197,7 +201,12 @@ impl Snapshots {
     }
 
     pub fn take(&mut self, time_s: f64, epoch: f64, iteration: u64, weights: &[f32]) {
-        let row = EvalRow { time_s, epoch, iteration, ..Default::default() };
+        let row = EvalRow {
+            time_s,
+            epoch,
+            iteration,
+            ..Default::default()
+        };
         self.taken.push((row, weights.to_vec()));
     }
 }

@@ -29,7 +29,13 @@ impl ComputeStep {
         let batch = cfg.optim.batch_size;
         let net = build_model(cfg, train)?;
         let sampler = ShardSampler::new(train.len(), shards, shard, batch, cfg.run.seed)?;
-        Ok(ComputeStep { x: vec![0.0; batch * net.input_len()], y: vec![0; batch], net, sampler, batch })
+        Ok(ComputeStep {
+            x: vec![0.0; batch * net.input_len()],
+            y: vec![0; batch],
+            net,
+            sampler,
+            batch,
+        })
     }
 
     /// One forward/backward pass on the next batch; returns the batch loss.
@@ -52,7 +58,13 @@ impl ComputeStep {
 /// Builds the configured model for a dataset (identical weights on every rank).
 pub fn build_model(cfg: &Config, data: &Dataset) -> Result<Network> {
     let shape = (data.channels, data.height, data.width);
-    Ok(model::build(&cfg.model, shape, data.classes, cfg.optim.batch_size.max(256), cfg.run.seed)?)
+    Ok(model::build(
+        &cfg.model,
+        shape,
+        data.classes,
+        cfg.optim.batch_size.max(256),
+        cfg.run.seed,
+    )?)
 }
 
 /// Test-set evaluation with its own buffers, reused across calls.
@@ -77,7 +89,11 @@ impl Evaluator {
         let (mut loss, mut correct) = (0.0f64, 0usize);
         for chunk in self.indices.chunks(b) {
             let n = chunk.len();
-            test.fill_batch(chunk, &mut self.x[..n * test.sample_len()], &mut self.y[..n]);
+            test.fill_batch(
+                chunk,
+                &mut self.x[..n * test.sample_len()],
+                &mut self.y[..n],
+            );
             let s = net.evaluate_batch(&self.x[..n * test.sample_len()], &self.y[..n], n);
             loss += s.loss as f64 * n as f64;
             correct += s.correct;
@@ -89,7 +105,8 @@ impl Evaluator {
 
 /// Whether a run with `epochs` / `budget_s` limits (0 = none) should stop.
 pub fn should_stop(cfg: &Config, epoch: f64, elapsed_s: f64) -> bool {
-    (cfg.run.epochs > 0.0 && epoch >= cfg.run.epochs) || (cfg.run.time_budget_s > 0.0 && elapsed_s >= cfg.run.time_budget_s)
+    (cfg.run.epochs > 0.0 && epoch >= cfg.run.epochs)
+        || (cfg.run.time_budget_s > 0.0 && elapsed_s >= cfg.run.time_budget_s)
 }
 
 /// Trains in this process alone and writes the run directory.
@@ -106,8 +123,16 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
         cfg.data.dataset
     );
     let mut step = ComputeStep::new(cfg, &train, 1, 0)?;
-    log::info!("model {}: {} parameters", step.net.name(), step.net.num_params());
-    let mut sgd = Sgd::new(step.net.num_params(), cfg.optim.momentum, cfg.optim.weight_decay);
+    log::info!(
+        "model {}: {} parameters",
+        step.net.name(),
+        step.net.num_params()
+    );
+    let mut sgd = Sgd::new(
+        step.net.num_params(),
+        cfg.optim.momentum,
+        cfg.optim.weight_decay,
+    );
     let mut evaluator = Evaluator::new(&test, step.net.max_batch());
     let mut log = run.csv::<WorkerRow>("rank-0.csv")?;
     let mut eval_log = run.csv::<EvalRow>("eval.csv")?;
@@ -130,21 +155,43 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
         sgd.step(params, grads, lr, 1.0);
         train_s += t0.elapsed().as_secs_f64();
         iteration += 1;
-        if iteration % cfg.run.log_every as u64 == 0 {
-            log.push(&WorkerRow { time_s: train_s, epoch: step.epoch(), iteration, compute_s, loss, lr, ..Default::default() })?;
+        if iteration.is_multiple_of(cfg.run.log_every as u64) {
+            log.push(&WorkerRow {
+                time_s: train_s,
+                epoch: step.epoch(),
+                iteration,
+                compute_s,
+                loss,
+                lr,
+                ..Default::default()
+            })?;
         }
         if cfg.run.eval_every_epochs > 0.0 && step.epoch() >= next_eval - 1e-9 {
             next_eval += cfg.run.eval_every_epochs;
             if !should_stop(cfg, step.epoch(), train_s) {
                 let epoch = step.epoch();
-                let row = eval_point(&mut evaluator, &mut step.net, &test, train_s, epoch, iteration);
+                let row = eval_point(
+                    &mut evaluator,
+                    &mut step.net,
+                    &test,
+                    train_s,
+                    epoch,
+                    iteration,
+                );
                 eval_log.push(&row)?;
                 evals.push(row);
             }
         }
     }
     let epoch = step.epoch();
-    let row = eval_point(&mut evaluator, &mut step.net, &test, train_s, epoch, iteration);
+    let row = eval_point(
+        &mut evaluator,
+        &mut step.net,
+        &test,
+        train_s,
+        epoch,
+        iteration,
+    );
     eval_log.push(&row)?;
     evals.push(row);
     log.flush()?;
@@ -166,14 +213,31 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
         time_to_target_s: metrics::time_to_target(&evals, cfg.run.target_accuracy),
         ..Default::default()
     };
-    run.write_json("summary.json", &summary).context("summary")?;
+    run.write_json("summary.json", &summary)
+        .context("summary")?;
     Ok(summary)
 }
 
-fn eval_point(ev: &mut Evaluator, net: &mut Network, test: &Dataset, time_s: f64, epoch: f64, iteration: u64) -> EvalRow {
+fn eval_point(
+    ev: &mut Evaluator,
+    net: &mut Network,
+    test: &Dataset,
+    time_s: f64,
+    epoch: f64,
+    iteration: u64,
+) -> EvalRow {
     let (test_loss, test_accuracy) = ev.evaluate(net, test);
-    log::info!("epoch {epoch:.2} iteration {iteration}: test loss {test_loss:.4}, accuracy {:.2}%", 100.0 * test_accuracy);
-    EvalRow { time_s, epoch, iteration, test_loss, test_accuracy }
+    log::info!(
+        "epoch {epoch:.2} iteration {iteration}: test loss {test_loss:.4}, accuracy {:.2}%",
+        100.0 * test_accuracy
+    );
+    EvalRow {
+        time_s,
+        epoch,
+        iteration,
+        test_loss,
+        test_accuracy,
+    }
 }
 
 /// The dataset's name as the config spells it.

@@ -168,6 +168,7 @@ pub fn col2im(dinp: &mut [f32], col: &[f32], g: &Window2d) {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 /// Convolution forward over a batch.
 /// out: `[n x out_c x OH*OW]`, cols: `[n x C*k*k x OH*OW]` (kept for backward),
 /// inp: `[n x C x H x W]`, weight: `[out_c x C*k*k]`, bias: `[out_c]`.

@@ -373,7 +373,12 @@ impl WorkerLink {
         let staleness = u64::from(flags >> 1);
         out[..len].copy_from_slice(&self.recv_buf[HEADER_WORDS..words]);
         self.stopped |= stop;
-        Ok(WeightsHeader { version, stop, staleness, len })
+        Ok(WeightsHeader {
+            version,
+            stop,
+            staleness,
+            len,
+        })
     }
 
     /// Payload capacity `n`.

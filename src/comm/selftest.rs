@@ -264,7 +264,11 @@ fn p2p(comm: &Comm) -> Result<(), String> {
         );
         for (i, &w) in workers.iter().enumerate() {
             let msg = sparse_message(2, w, INITIAL);
-            or_abort(comm, "send_weights", link.send_weights(i, 0, false, 0, &msg));
+            or_abort(
+                comm,
+                "send_weights",
+                link.send_weights(i, 0, false, 0, &msg),
+            );
         }
         let mut next_clock = vec![0u64; workers.len()];
         let mut version = 0u64;

@@ -51,7 +51,11 @@ pub fn work(
         // as waiting, since on a heterogeneous cluster the wait dominates.
         let t1 = Instant::now();
         buf[..n].copy_from_slice(step.net.grads());
-        buf[n] = if should_stop(cfg, epoch, time_s) { 1.0 } else { 0.0 };
+        buf[n] = if should_stop(cfg, epoch, time_s) {
+            1.0
+        } else {
+            0.0
+        };
         comm.allreduce_sum_f32_in_place(&mut buf)?;
         let wait_s = t1.elapsed().as_secs_f64();
         if buf[n] > 0.0 {
@@ -65,7 +69,7 @@ pub fn work(
         stats.wait_s += wait_s;
         stats.bytes_sent += bytes;
         stats.bytes_recv += bytes;
-        if iteration % cfg.run.log_every as u64 == 0 {
+        if iteration.is_multiple_of(cfg.run.log_every as u64) {
             log.push(&WorkerRow {
                 time_s: start.elapsed().as_secs_f64(),
                 epoch: step.epoch(),

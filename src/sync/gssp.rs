@@ -34,6 +34,12 @@ use crate::sync::run::Layout;
 use crate::sync::server::Exchange;
 use crate::train::ComputeStep;
 
+/// Worker ranks of each group, and (profile) each worker's measured seconds per iteration.
+pub type Grouped = (Vec<Vec<usize>>, Option<Vec<f64>>);
+
+/// Snapshots (with their evaluation rows to fill) and the final model.
+pub type Replicas = (Vec<(EvalRow, Vec<f32>)>, Option<Vec<f32>>);
+
 /// Groups of worker ranks: from the config (`static`) or from measured speeds (`profile`:
 /// every worker times `profile_iters` local iterations, compute plus emulated slowdown;
 /// rank 0 partitions them exactly and broadcasts the result).
@@ -44,7 +50,7 @@ pub fn form_groups(
     step: &mut ComputeStep,
     train: &Dataset,
     pacer: &mut Pacer,
-) -> Result<(Vec<Vec<usize>>, Option<Vec<f64>>)> {
+) -> Result<Grouped> {
     if cfg.sync.grouping == Grouping::Static {
         return Ok((cfg.sync.static_groups.clone(), None));
     }
@@ -70,12 +76,17 @@ pub fn form_groups(
     if let Some(times) = times {
         let worker_ranks: Vec<usize> = layout.groups.iter().flatten().copied().collect();
         let worker_times: Vec<f64> = worker_ranks.iter().map(|&r| times[r]).collect();
-        let parts = partition_by_speed(&worker_times, cfg.sync.groups).context("grouping by profile")?;
-        let groups: Vec<Vec<usize>> = parts.iter().map(|p| p.iter().map(|&i| worker_ranks[i]).collect()).collect();
+        let parts =
+            partition_by_speed(&worker_times, cfg.sync.groups).context("grouping by profile")?;
+        let groups: Vec<Vec<usize>> = parts
+            .iter()
+            .map(|p| p.iter().map(|&i| worker_ranks[i]).collect())
+            .collect();
         text = serde_json::to_vec(&(groups, worker_times))?;
     }
     comm.broadcast_bytes(0, &mut text)?;
-    let (groups, times): (Vec<Vec<usize>>, Vec<f64>) = serde_json::from_slice(&text).context("layout broadcast")?;
+    let (groups, times): (Vec<Vec<usize>>, Vec<f64>) =
+        serde_json::from_slice(&text).context("layout broadcast")?;
     Ok((groups, Some(times)))
 }
 
@@ -106,12 +117,11 @@ pub struct GroupExchange<'c> {
     /// Sum of this group's own parameter changes (f64, for the end-of-run check).
     own_total: Vec<f64>,
     initial: Vec<f32>,
-    samples_per_push: f64,
 }
 
 impl<'c> GroupExchange<'c> {
     /// Collective over the servers' communicator (creates the window).
-    pub fn new(comm: &'c SubComm, cfg: &Config, initial: &[f32], train_len: usize) -> Result<Self> {
+    pub fn new(comm: &'c SubComm, cfg: &Config, initial: &[f32]) -> Result<Self> {
         let n = initial.len();
         let groups = comm.size();
         let window = Window::create(comm, n + 2 * groups)?;
@@ -140,7 +150,6 @@ impl<'c> GroupExchange<'c> {
             bytes_sent: 0,
             own_total: vec![0.0; n],
             initial: initial.to_vec(),
-            samples_per_push: cfg.optim.batch_size as f64 / train_len as f64,
         })
     }
 
@@ -224,7 +233,7 @@ impl<'c> GroupExchange<'c> {
 
 impl Exchange for GroupExchange<'_> {
     fn after_push(&mut self, ps: &mut ParamServer, own_pushes: u64, epoch: f64) -> Result<f64> {
-        if own_pushes % self.every != 0 {
+        if !own_pushes.is_multiple_of(self.every) {
             return Ok(0.0);
         }
         let dt = self.last_exchange.elapsed().as_secs_f64();
@@ -236,11 +245,21 @@ impl Exchange for GroupExchange<'_> {
 
         self.collect_own_change(ps.weights())?;
         let ratio = if self.dense {
-            self.residual.take_dense(&mut self.vals).map_err(|e| e.in_context(self.me, own_pushes))?;
+            self.residual
+                .take_dense(&mut self.vals)
+                .map_err(|e| e.in_context(self.me, own_pushes))?;
             1.0
         } else {
             let (policy, target, min, warmup) = self.cfg_ratio;
-            let ratio = upload_ratio(policy, target, min, warmup, epoch, self.speeds[self.me], &self.speeds);
+            let ratio = upload_ratio(
+                policy,
+                target,
+                min,
+                warmup,
+                epoch,
+                self.speeds[self.me],
+                &self.speeds,
+            );
             let k = k_for_ratio(self.n, ratio);
             self.residual
                 .take_sparse(k, &mut self.topk, &mut self.idx, &mut self.vals)
@@ -253,7 +272,14 @@ impl Exchange for GroupExchange<'_> {
     }
 
     fn global_pushes(&self, own_pushes: u64) -> u64 {
-        own_pushes + self.peer_pushes.iter().enumerate().filter(|&(g, _)| g != self.me).map(|(_, &p)| p).sum::<u64>()
+        own_pushes
+            + self
+                .peer_pushes
+                .iter()
+                .enumerate()
+                .filter(|&(g, _)| g != self.me)
+                .map(|(_, &p)| p)
+                .sum::<u64>()
     }
 }
 
@@ -263,7 +289,7 @@ pub fn average_replicas(
     comm: &SubComm,
     snapshots: Snapshots,
     final_weights: Option<Vec<f32>>,
-) -> Result<(Vec<(EvalRow, Vec<f32>)>, Option<Vec<f32>>)> {
+) -> Result<Replicas> {
     let groups = comm.size() as f32;
     let count = comm.allreduce_min_f64(snapshots.taken.len() as f64)? as usize;
     let mut taken = snapshots.taken;

@@ -35,9 +35,20 @@ pub struct ParamServer {
 }
 
 impl ParamServer {
-    pub fn new(weights: Vec<f32>, workers: usize, bound: Option<usize>, apply: Apply, momentum: f64, weight_decay: f64) -> Self {
+    pub fn new(
+        weights: Vec<f32>,
+        workers: usize,
+        bound: Option<usize>,
+        apply: Apply,
+        momentum: f64,
+        weight_decay: f64,
+    ) -> Self {
         let n = weights.len();
-        let round_sum = if apply == Apply::Round { vec![0.0; n] } else { Vec::new() };
+        let round_sum = if apply == Apply::Round {
+            vec![0.0; n]
+        } else {
+            Vec::new()
+        };
         ParamServer {
             sgd: Sgd::new(n, momentum, weight_decay),
             weights,
@@ -151,7 +162,11 @@ mod tests {
         assert_eq!(out, vec![0], "asp answers at once");
         // Worker 1 computed on version 0; one step has been applied since.
         assert_eq!(ps.on_push(1, &[4.0], 1.0), 1);
-        assert_eq!(ps.on_push(0, &[4.0], 1.0), 1, "worker 0 got version 1, now 2");
+        assert_eq!(
+            ps.on_push(0, &[4.0], 1.0),
+            1,
+            "worker 0 got version 1, now 2"
+        );
     }
 
     #[test]

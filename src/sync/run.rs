@@ -13,7 +13,7 @@ use crate::data::Dataset;
 use crate::hetero::{self, Pacer};
 use crate::metrics::{self, EvalRow, RunDir, ServerRow, Snapshots, Summary, WorkerRow};
 use crate::sync::ps::{Apply, ParamServer};
-use crate::sync::server::{self, Exchange, NoExchange, ServeContext};
+use crate::sync::server::{self, NoExchange, ServeContext};
 use crate::sync::worker::{self, WorkerStats};
 use crate::sync::{allreduce, gssp};
 use crate::train::{self, ComputeStep, Evaluator};
@@ -39,10 +39,13 @@ impl Layout {
         if let Some(g) = self.servers.iter().position(|&s| s == rank) {
             return (g, true);
         }
-        let g = self.groups.iter().position(|ws| ws.contains(&rank)).unwrap_or(0);
+        let g = self
+            .groups
+            .iter()
+            .position(|ws| ws.contains(&rank))
+            .unwrap_or(0);
         (g, false)
     }
-
 }
 
 /// Ranks 0..S-1 serve, the rest are workers with slowdown factors in rank order.
@@ -54,7 +57,14 @@ fn base_layout(cfg: &Config, world_size: usize) -> Layout {
     for (i, &r) in workers.iter().enumerate() {
         slowdown[r] = factors[i];
     }
-    Layout { mode: cfg.sync.mode, world_size, servers, groups: vec![workers], slowdown, profiled_s: None }
+    Layout {
+        mode: cfg.sync.mode,
+        world_size,
+        servers,
+        groups: vec![workers],
+        slowdown,
+        profiled_s: None,
+    }
 }
 
 /// Runs `cfg` on all ranks of `comm`. Every rank returns; rank 0 returns the summary.
@@ -63,31 +73,50 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
     let rank = comm.rank();
     // Every rank loads the data (workers train on it; servers need its size and the test
     // set). A bad file on any rank stops all ranks here, each knowing why.
-    let data = comm.fatal_on_all(crate::data::load(&cfg.data, cfg.run.seed).map_err(|e| format!("rank {rank}: {e}")));
+    let data = comm.fatal_on_all(
+        crate::data::load(&cfg.data, cfg.run.seed).map_err(|e| format!("rank {rank}: {e}")),
+    );
     let (train, test) = data.map_err(|e| anyhow::anyhow!(e.to_string()))?;
     // Worker i (in rank order, servers excluded) trains on shard i; servers only use the
     // model, so they take shard 0.
     let workers = comm.size() - cfg.num_servers();
-    let shard = rank.saturating_sub(cfg.num_servers()).min(workers.saturating_sub(1));
-    let step = comm.fatal_on_all(ComputeStep::new(cfg, &train, workers, shard).map_err(|e| format!("rank {rank}: {e:#}")));
+    let shard = rank
+        .saturating_sub(cfg.num_servers())
+        .min(workers.saturating_sub(1));
+    let step = comm.fatal_on_all(
+        ComputeStep::new(cfg, &train, workers, shard).map_err(|e| format!("rank {rank}: {e:#}")),
+    );
     let mut step = step.map_err(|e| anyhow::anyhow!(e.to_string()))?;
 
     let mut layout = base_layout(cfg, comm.size());
     let factor = layout.slowdown[rank];
-    let mut pacer = Pacer::from_config(&cfg.heterogeneity, factor, cfg.run.seed ^ (rank as u64 + 1) * 0x9E37, 5);
+    let mut pacer = Pacer::from_config(
+        &cfg.heterogeneity,
+        factor,
+        cfg.run.seed ^ ((rank as u64 + 1) * 0x9E37),
+        5,
+    );
     if cfg.sync.mode == SyncMode::Gssp {
-        (layout.groups, layout.profiled_s) = gssp::form_groups(comm, cfg, &layout, &mut step, &train, &mut pacer)?;
+        (layout.groups, layout.profiled_s) =
+            gssp::form_groups(comm, cfg, &layout, &mut step, &train, &mut pacer)?;
     }
     let (group, is_server) = layout.role(rank);
     if rank == 0 {
-        log::info!("layout: servers {:?}, groups {:?}", layout.servers, layout.groups);
+        log::info!(
+            "layout: servers {:?}, groups {:?}",
+            layout.servers,
+            layout.groups
+        );
         run.write_json("layout.json", &layout)?;
     }
     // One communicator per group: its server first (rank 0 there), then its workers.
     let group_comm = if cfg.sync.mode == SyncMode::Allreduce {
         None
     } else {
-        comm.split(Some(group as u32), if is_server { 0 } else { 1 + rank as i32 })?
+        comm.split(
+            Some(group as u32),
+            if is_server { 0 } else { 1 + rank as i32 },
+        )?
     };
     let server_comm = comm.split(is_server.then_some(0), rank as i32)?;
 
@@ -102,25 +131,67 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
                 anyhow::bail!("allreduce has no servers");
             }
             let mut log = run.csv::<WorkerRow>(&format!("rank-{rank}.csv"))?;
-            role.worker = Some(allreduce::work(comm, cfg, &mut step, &train, &mut pacer, &mut log, &mut snapshots, start)?);
+            role.worker = Some(allreduce::work(
+                comm,
+                cfg,
+                &mut step,
+                &train,
+                &mut pacer,
+                &mut log,
+                &mut snapshots,
+                start,
+            )?);
             log.flush()?;
             role.final_weights = Some(step.net.params().to_vec());
         }
         (_, true) => {
-            let gc = group_comm.as_ref().context("server without a group communicator")?;
-            let outcome = serve_group(cfg, gc, server_comm.as_ref(), &layout, group, &train, &step, run, &mut snapshots, start)?;
+            let gc = group_comm
+                .as_ref()
+                .context("server without a group communicator")?;
+            let outcome = serve_group(
+                cfg,
+                gc,
+                server_comm.as_ref(),
+                &layout,
+                group,
+                &train,
+                &step,
+                run,
+                &mut snapshots,
+                start,
+            )?;
             role = outcome;
         }
         (_, false) => {
-            let gc = group_comm.as_ref().context("worker without a group communicator")?;
+            let gc = group_comm
+                .as_ref()
+                .context("worker without a group communicator")?;
             let mut link = WorkerLink::new(gc, 0, step.net.num_params())?;
             let mut log = run.csv::<WorkerRow>(&format!("rank-{rank}.csv"))?;
-            role.worker = Some(worker::work(&mut link, &mut step, &train, &mut pacer, &mut log, cfg.run.log_every as u64, start)?);
+            role.worker = Some(worker::work(
+                &mut link,
+                &mut step,
+                &train,
+                &mut pacer,
+                &mut log,
+                cfg.run.log_every as u64,
+                start,
+            )?);
             log.flush()?;
         }
     }
     comm.barrier()?;
-    finish(comm, cfg, &layout, run, (train.len(), &test), &mut step, role, snapshots, server_comm.as_ref())
+    finish(
+        comm,
+        cfg,
+        &layout,
+        run,
+        (train.len(), &test),
+        &mut step,
+        role,
+        snapshots,
+        server_comm.as_ref(),
+    )
 }
 
 /// What one rank brings to the summary.
@@ -158,20 +229,38 @@ fn serve_group(
         SyncMode::Asp => (None, Apply::Immediate),
         _ => (Some(cfg.sync.staleness), Apply::Immediate),
     };
-    let mut ps = ParamServer::new(step.net.params().to_vec(), workers, bound, apply, cfg.optim.momentum, cfg.optim.weight_decay);
+    let mut ps = ParamServer::new(
+        step.net.params().to_vec(),
+        workers,
+        bound,
+        apply,
+        cfg.optim.momentum,
+        cfg.optim.weight_decay,
+    );
     let rank = layout.servers[group];
     let mut log = run.csv::<ServerRow>(&format!("rank-{rank}.csv"))?;
-    let ctx = ServeContext { cfg, train_len: train.len(), start };
+    let ctx = ServeContext {
+        cfg,
+        train_len: train.len(),
+        start,
+    };
     let mut outcome = RoleOutcome::default();
     let stats = if cfg.sync.mode == SyncMode::Gssp {
         let sc = server_comm.context("group server without the servers' communicator")?;
-        let mut ex = gssp::GroupExchange::new(sc, cfg, ps.weights(), train.len())?;
+        let mut ex = gssp::GroupExchange::new(sc, cfg, ps.weights())?;
         let stats = server::serve(&mut link, &mut ps, &ctx, &mut ex, &mut log, snapshots)?;
         outcome.replica_error = Some(ex.finish(&mut ps)?);
         outcome.bytes_inter_group = ex.bytes_sent();
         stats
     } else {
-        server::serve(&mut link, &mut ps, &ctx, &mut NoExchange, &mut log, snapshots)?
+        server::serve(
+            &mut link,
+            &mut ps,
+            &ctx,
+            &mut NoExchange,
+            &mut log,
+            snapshots,
+        )?
     };
     log.flush()?;
     outcome.bytes_sent = link.stats().bytes_sent + outcome.bytes_inter_group;
@@ -209,20 +298,34 @@ fn finish(
     // The model to evaluate: the single server's, allreduce rank 0's, or the average of
     // the gssp group servers' replicas (snapshot by snapshot).
     let (snaps, final_weights) = match server_comm {
-        Some(sc) if layout.servers.len() > 1 => gssp::average_replicas(sc, snapshots, role.final_weights)?,
+        Some(sc) if layout.servers.len() > 1 => {
+            gssp::average_replicas(sc, snapshots, role.final_weights)?
+        }
         _ => (snapshots.taken, role.final_weights),
     };
     if comm.rank() != 0 {
         return Ok(None);
     }
-    let (Some(flags), Some(waits), Some(iters), Some(bytes), Some(inter), Some(walls), Some(epochs)) =
-        (worker_flags, waits, iterations, bytes, inter, walls, epochs)
+    let (
+        Some(flags),
+        Some(waits),
+        Some(iters),
+        Some(bytes),
+        Some(inter),
+        Some(walls),
+        Some(epochs),
+    ) = (worker_flags, waits, iterations, bytes, inter, walls, epochs)
     else {
         anyhow::bail!("rank 0 did not receive the gathered totals");
     };
     let final_weights = final_weights.context("rank 0 holds no model")?;
     let wall_s = walls.iter().cloned().fold(0.0, f64::max);
-    let worker_waits: Vec<f64> = waits.iter().zip(&flags).filter(|(_, &f)| f > 0.0).map(|(&x, _)| x).collect();
+    let worker_waits: Vec<f64> = waits
+        .iter()
+        .zip(&flags)
+        .filter(|(_, &f)| f > 0.0)
+        .map(|(&x, _)| x)
+        .collect();
     let total_iters: f64 = iters.iter().sum();
     let epoch = if cfg.sync.mode == SyncMode::Allreduce {
         total_iters * cfg.optim.batch_size as f64 / train_len as f64
@@ -241,11 +344,20 @@ fn finish(
     }
     step.net.params_mut().copy_from_slice(&final_weights);
     let (test_loss, test_accuracy) = evaluator.evaluate(&mut step.net, test);
-    let last = EvalRow { time_s: wall_s, epoch, iteration: total_iters as u64, test_loss, test_accuracy };
+    let last = EvalRow {
+        time_s: wall_s,
+        epoch,
+        iteration: total_iters as u64,
+        test_loss,
+        test_accuracy,
+    };
     eval_log.push(&last)?;
     eval_log.flush()?;
     evals.push(last);
-    log::info!("final model: test loss {test_loss:.4}, accuracy {:.2}%", 100.0 * test_accuracy);
+    log::info!(
+        "final model: test loss {test_loss:.4}, accuracy {:.2}%",
+        100.0 * test_accuracy
+    );
 
     let summary = Summary {
         mode: mode_name(cfg.sync.mode),
@@ -261,7 +373,9 @@ fn finish(
         final_test_accuracy: test_accuracy,
         target_accuracy: cfg.run.target_accuracy,
         time_to_target_s: metrics::time_to_target(&evals, cfg.run.target_accuracy),
-        mean_wait_fraction: Some(worker_waits.iter().sum::<f64>() / worker_waits.len().max(1) as f64),
+        mean_wait_fraction: Some(
+            worker_waits.iter().sum::<f64>() / worker_waits.len().max(1) as f64,
+        ),
         worker_wait_fractions: Some(worker_waits),
         bytes_sent: Some(bytes.iter().sum::<f64>() as u64),
         bytes_inter_group: Some(inter.iter().sum::<f64>() as u64),
@@ -273,5 +387,8 @@ fn finish(
 
 /// The mode's name as the config spells it.
 pub fn mode_name(mode: SyncMode) -> String {
-    serde_json::to_value(mode).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+    serde_json::to_value(mode)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
 }

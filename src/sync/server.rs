@@ -91,7 +91,11 @@ pub fn serve(
         let lr = optim::lr_at(&cfg.optim, cfg.run.epochs, epoch);
         let t_apply = Instant::now();
         if !loss.is_finite() {
-            anyhow::bail!("worker {w} pushed a non-finite loss ({loss}) at push {}; lower optim.lr (now {})", stats.pushes, cfg.optim.lr);
+            anyhow::bail!(
+                "worker {w} pushed a non-finite loss ({loss}) at push {}; lower optim.lr (now {})",
+                stats.pushes,
+                cfg.optim.lr
+            );
         }
         let staleness = ps.on_push(w, push.payload, lr);
         let apply_s = t_apply.elapsed().as_secs_f64();
@@ -125,7 +129,7 @@ pub fn serve(
         stats.apply_s += apply_s;
         stats.send_s += send_s;
         stats.exchange_s += exchange_s;
-        if stats.pushes % cfg.run.log_every as u64 == 0 {
+        if stats.pushes.is_multiple_of(cfg.run.log_every as u64) {
             log.push(&ServerRow {
                 time_s,
                 epoch,

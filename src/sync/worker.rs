@@ -69,7 +69,7 @@ pub fn work(
         stats.compute_s += compute_s;
         stats.wait_s += wait_s;
         stats.comm_s += comm_s;
-        if clock % log_every == 0 {
+        if clock.is_multiple_of(log_every) {
             log.push(&WorkerRow {
                 time_s: start.elapsed().as_secs_f64(),
                 epoch: step.epoch(),
