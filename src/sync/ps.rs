@@ -2,8 +2,9 @@
 //! it applies pushes, keeps the SSP clocks and says which workers get weights now.
 //!
 //! - `Apply::Immediate` (asp, ssp, gssp groups): every push is one optimizer step on the
-//!   gradient scaled by 1/W, so one round of all W workers equals one synchronous step on
-//!   their mean gradient.
+//!   gradient scaled by 1/W, W counting the workers of all groups, so one round of all W
+//!   workers equals one synchronous step on their mean gradient in every mode (in gssp the
+//!   groups' changes are summed across servers by the exchange).
 //! - `Apply::Round` (bsp): pushes are summed until every active worker has pushed, then
 //!   one step on the mean.
 
@@ -35,9 +36,11 @@ pub struct ParamServer {
 }
 
 impl ParamServer {
+    /// A server for `workers` workers of its own, out of `total_workers` in the run.
     pub fn new(
         weights: Vec<f32>,
         workers: usize,
+        total_workers: usize,
         bound: Option<usize>,
         apply: Apply,
         momentum: f64,
@@ -57,7 +60,7 @@ impl ParamServer {
             round_sum,
             round_pushes: 0,
             active: workers,
-            scale: 1.0 / workers.max(1) as f32,
+            scale: 1.0 / total_workers.max(1) as f32,
             version: 0,
             sent_version: vec![0; workers],
             last_staleness: vec![0; workers],
@@ -139,7 +142,7 @@ mod tests {
 
     #[test]
     fn round_mode_steps_once_on_the_mean_of_all_pushes() {
-        let mut ps = ParamServer::new(vec![0.0; 2], 2, Some(0), Apply::Round, 0.0, 0.0);
+        let mut ps = ParamServer::new(vec![0.0; 2], 2, 2, Some(0), Apply::Round, 0.0, 0.0);
         let mut out = Vec::new();
         assert_eq!(ps.on_push(0, &[1.0, 2.0], 1.0), 0);
         ps.release(&mut out);
@@ -154,7 +157,7 @@ mod tests {
 
     #[test]
     fn immediate_mode_scales_each_push_by_one_over_w_and_counts_staleness() {
-        let mut ps = ParamServer::new(vec![0.0], 4, None, Apply::Immediate, 0.0, 0.0);
+        let mut ps = ParamServer::new(vec![0.0], 4, 4, None, Apply::Immediate, 0.0, 0.0);
         let mut out = Vec::new();
         ps.on_push(0, &[4.0], 1.0);
         assert_eq!(ps.weights(), &[-1.0]);
@@ -170,8 +173,15 @@ mod tests {
     }
 
     #[test]
+    fn a_group_server_scales_by_the_workers_of_all_groups() {
+        let mut ps = ParamServer::new(vec![0.0], 2, 8, Some(3), Apply::Immediate, 0.0, 0.0);
+        ps.on_push(0, &[8.0], 1.0);
+        assert_eq!(ps.weights(), &[-1.0]);
+    }
+
+    #[test]
     fn retiring_a_worker_completes_a_bsp_round_without_it() {
-        let mut ps = ParamServer::new(vec![0.0], 2, Some(0), Apply::Round, 0.0, 0.0);
+        let mut ps = ParamServer::new(vec![0.0], 2, 2, Some(0), Apply::Round, 0.0, 0.0);
         ps.retire(1);
         ps.on_push(0, &[2.0], 1.0);
         assert_eq!(ps.weights(), &[-2.0]);

@@ -229,9 +229,11 @@ fn serve_group(
         SyncMode::Asp => (None, Apply::Immediate),
         _ => (Some(cfg.sync.staleness), Apply::Immediate),
     };
+    let total_workers = layout.groups.iter().map(Vec::len).sum();
     let mut ps = ParamServer::new(
         step.net.params().to_vec(),
         workers,
+        total_workers,
         bound,
         apply,
         cfg.optim.momentum,
