@@ -60,6 +60,41 @@ enum BenchCommand {
         #[arg(long, default_value_t = 5.0)]
         seconds: f64,
     },
+    /// Exact top-k selection against one pass summing the same array.
+    Topk {
+        #[arg(long, default_value_t = 11_200_000)]
+        n: usize,
+        #[arg(long, default_value_t = 0.01)]
+        ratio: f64,
+        #[arg(long, default_value_t = 11)]
+        reps: usize,
+    },
+    /// The baselines of one config, each its own mpirun job, in one table.
+    Modes {
+        #[arg(long)]
+        config: PathBuf,
+        /// Workers (bsp/asp/ssp add one server rank; allreduce has none).
+        #[arg(long, default_value_t = 8)]
+        workers: usize,
+        #[arg(long, value_delimiter = ',', default_value = "bsp,asp,ssp,allreduce")]
+        modes: Vec<String>,
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        overrides: Vec<String>,
+        #[arg(long, default_value = "runs/bench-modes")]
+        out: PathBuf,
+    },
+    /// The paper's LeNet-5/MNIST experiment: 16 workers in four speed tiers, every mode.
+    Paper {
+        #[arg(long, default_value = "configs/paper_lenet5_mnist.toml")]
+        config: PathBuf,
+        /// Training time of each mode, seconds.
+        #[arg(long, default_value_t = 150.0)]
+        budget_s: f64,
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        overrides: Vec<String>,
+        #[arg(long, default_value = "runs/bench-paper")]
+        out: PathBuf,
+    },
 }
 
 /// Exit code for bad input (config, data, command line), as clap uses.
@@ -74,15 +109,7 @@ fn main() -> ExitCode {
             overrides,
             out,
         } => train(&config, &overrides, out),
-        Command::Bench {
-            which:
-                BenchCommand::Step {
-                    model,
-                    batch,
-                    threads,
-                    seconds,
-                },
-        } => report(gssp::bench::step(&model, batch, threads, seconds).map(|_| ())),
+        Command::Bench { which } => report(bench(which)),
         Command::Selftest { what } => {
             ExitCode::from(gssp::comm::selftest::main(&what).clamp(0, 255) as u8)
         }
@@ -148,6 +175,32 @@ fn train(config: &Path, overrides: &[String], out: Option<PathBuf>) -> ExitCode 
             }
             ExitCode::from(EXIT_USAGE)
         }
+    }
+}
+
+fn bench(which: BenchCommand) -> anyhow::Result<()> {
+    use gssp::bench;
+    match which {
+        BenchCommand::Step {
+            model,
+            batch,
+            threads,
+            seconds,
+        } => bench::step(&model, batch, threads, seconds).map(|_| ()),
+        BenchCommand::Topk { n, ratio, reps } => bench::topk(n, ratio, reps).map(|_| ()),
+        BenchCommand::Modes {
+            config,
+            workers,
+            modes,
+            overrides,
+            out,
+        } => bench::jobs::modes(&config, workers, &modes, &overrides, &out).map(|_| ()),
+        BenchCommand::Paper {
+            config,
+            budget_s,
+            overrides,
+            out,
+        } => bench::jobs::paper(&config, budget_s, &overrides, &out).map(|_| ()),
     }
 }
 

@@ -1,4 +1,4 @@
-//! `gssp bench ...`: measured figures, each printed with what produced it.
+//! `gssp bench step`: throughput of the training step.
 
 use std::time::Instant;
 
