@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use gssp::comm::{Collectives, Comm};
+use gssp::comm::{Collectives, Comm, FatalOnAll};
 use gssp::config::{Config, SyncMode};
 use gssp::metrics::RunDir;
 
@@ -167,6 +167,17 @@ fn train(config: &Path, overrides: &[String], out: Option<PathBuf>) -> ExitCode 
     })();
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<FatalOnAll>().is_some() => {
+            // A setup error every rank knows of: the ranks that failed say why (rank 0
+            // alone when all failed alike), and all exit without aborting the job.
+            if let Some(f) = e.downcast_ref::<FatalOnAll>() {
+                let all_failed = f.failed_ranks as usize == comm.size();
+                if let (Some(m), false) = (&f.local, all_failed && rank != 0) {
+                    eprintln!("error: {}{m}", if all_failed { String::new() } else { format!("rank {rank}: ") });
+                }
+            }
+            ExitCode::from(EXIT_USAGE)
+        }
         Err(e) => {
             eprintln!("error: rank {rank}: {e:#}");
             if comm.size() > 1 {

@@ -111,6 +111,7 @@ pub fn should_stop(cfg: &Config, epoch: f64, elapsed_s: f64) -> bool {
 
 /// Trains in this process alone and writes the run directory.
 pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
+    crate::backend::select(cfg.device.kind)?;
     crate::backend::cpu::set_threads(cfg.run.threads);
     let (train, test) = crate::data::load(&cfg.data, cfg.run.seed)?;
     log::info!(

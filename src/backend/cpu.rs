@@ -1,4 +1,4 @@
-//! CPU backend: ndarray GEMM (matrixmultiply underneath) plus plain loops.
+//! CPU backend: ndarray GEMM (the system OpenBLAS underneath) plus plain loops.
 //!
 //! Layout conventions: activations are NCHW, row-major, batch first; a linear layer's
 //! weight is `[out x in]` and a convolution's weight is `[out_c x in_c*k*k]` (PyTorch's

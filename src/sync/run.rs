@@ -71,22 +71,19 @@ fn base_layout(cfg: &Config, world_size: usize) -> Layout {
 pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
     crate::backend::cpu::set_threads(cfg.run.threads);
     let rank = comm.rank();
+    let device = crate::backend::select(cfg.device.kind);
+    comm.fatal_on_all(device)?;
     // Every rank loads the data (workers train on it; servers need its size and the test
     // set). A bad file on any rank stops all ranks here, each knowing why.
-    let data = comm.fatal_on_all(
-        crate::data::load(&cfg.data, cfg.run.seed).map_err(|e| format!("rank {rank}: {e}")),
-    );
-    let (train, test) = data.map_err(|e| anyhow::anyhow!(e.to_string()))?;
+    let (train, test) = comm.fatal_on_all(crate::data::load(&cfg.data, cfg.run.seed))?;
     // Worker i (in rank order, servers excluded) trains on shard i; servers only use the
     // model, so they take shard 0.
     let workers = comm.size() - cfg.num_servers();
     let shard = rank
         .saturating_sub(cfg.num_servers())
         .min(workers.saturating_sub(1));
-    let step = comm.fatal_on_all(
-        ComputeStep::new(cfg, &train, workers, shard).map_err(|e| format!("rank {rank}: {e:#}")),
-    );
-    let mut step = step.map_err(|e| anyhow::anyhow!(e.to_string()))?;
+    let step = ComputeStep::new(cfg, &train, workers, shard).map_err(|e| format!("{e:#}"));
+    let mut step = comm.fatal_on_all(step)?;
 
     let mut layout = base_layout(cfg, comm.size());
     let factor = layout.slowdown[rank];
