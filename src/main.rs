@@ -88,7 +88,7 @@ enum BenchCommand {
         #[arg(long, default_value = "configs/paper_lenet5_mnist.toml")]
         config: PathBuf,
         /// Training time of each mode, seconds.
-        #[arg(long, default_value_t = 150.0)]
+        #[arg(long, default_value_t = 75.0)]
         budget_s: f64,
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
@@ -173,7 +173,14 @@ fn train(config: &Path, overrides: &[String], out: Option<PathBuf>) -> ExitCode 
             if let Some(f) = e.downcast_ref::<FatalOnAll>() {
                 let all_failed = f.failed_ranks as usize == comm.size();
                 if let (Some(m), false) = (&f.local, all_failed && rank != 0) {
-                    eprintln!("error: {}{m}", if all_failed { String::new() } else { format!("rank {rank}: ") });
+                    eprintln!(
+                        "error: {}{m}",
+                        if all_failed {
+                            String::new()
+                        } else {
+                            format!("rank {rank}: ")
+                        }
+                    );
                 }
             }
             ExitCode::from(EXIT_USAGE)

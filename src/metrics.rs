@@ -94,16 +94,18 @@ pub struct WorkerRow {
     /// Server updates between the weights this gradient was computed on and its arrival.
     pub staleness: u64,
     pub loss: f32,
-    pub lr: f64,
+    /// Learning rate of the step, where this rank applies it (empty on PS workers: their
+    /// server's rows carry it).
+    pub lr: Option<f64>,
 }
 
 impl CsvRow for WorkerRow {
     const HEADER: &'static str =
         "time_s,epoch,iteration,compute_s,wait_s,comm_s,bytes_sent,bytes_recv,staleness,loss,lr";
     fn write(&self, w: &mut dyn Write) -> std::io::Result<()> {
-        writeln!(
+        write!(
             w,
-            "{:.6},{:.5},{},{:.6},{:.6},{:.6},{},{},{},{:.6},{:.6e}",
+            "{:.6},{:.5},{},{:.6},{:.6},{:.6},{},{},{},{:.6},",
             self.time_s,
             self.epoch,
             self.iteration,
@@ -114,8 +116,11 @@ impl CsvRow for WorkerRow {
             self.bytes_recv,
             self.staleness,
             self.loss,
-            self.lr
-        )
+        )?;
+        match self.lr {
+            Some(lr) => writeln!(w, "{lr:.6e}"),
+            None => writeln!(w),
+        }
     }
 }
 

@@ -153,7 +153,7 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
         }
         let compute_s = t0.elapsed().as_secs_f64();
         let (params, grads) = step.net.params_and_grads_mut();
-        sgd.step(params, grads, lr, 1.0);
+        sgd.step(params, grads, lr, 1.0, 1.0);
         train_s += t0.elapsed().as_secs_f64();
         iteration += 1;
         if iteration.is_multiple_of(cfg.run.log_every as u64) {
@@ -163,7 +163,7 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
                 iteration,
                 compute_s,
                 loss,
-                lr,
+                lr: Some(lr),
                 ..Default::default()
             })?;
         }

@@ -306,7 +306,7 @@ pub fn paper(config: &Path, budget_s: f64, common: &[String], out: &Path) -> Res
         Variant::new("allreduce", 16, &["sync.mode=allreduce"]),
         Variant::new("bsp", 17, &["sync.mode=bsp"]),
         Variant::new("asp", 17, &["sync.mode=asp"]),
-        Variant::new("ssp", 17, &["sync.mode=ssp"]),
+        Variant::new("ssp", 17, &["sync.mode=ssp", "sync.staleness=3"]),
         Variant::new("gssp", 20, &[gssp[0], gssp[1], "compression.kind=dense"]),
         Variant::new(
             "gssp-topk",

@@ -33,7 +33,7 @@ pub fn step(model: &str, batch: usize, threads: usize, seconds: f64) -> Result<f
         for _ in 0..iters {
             step.compute(&train);
             let (p, g) = step.net.params_and_grads_mut();
-            sgd.step(p, g, 0.01, 1.0);
+            sgd.step(p, g, 0.01, 1.0, 1.0);
         }
     };
     run(10); // warm-up: caches, OpenBLAS buffers

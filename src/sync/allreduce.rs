@@ -62,7 +62,13 @@ pub fn work(
             break;
         }
         let lr = optim::lr_at(&cfg.optim, cfg.run.epochs, epoch);
-        sgd.step(step.net.params_mut(), &buf[..n], lr, 1.0 / workers as f32);
+        sgd.step(
+            step.net.params_mut(),
+            &buf[..n],
+            lr,
+            1.0 / workers as f32,
+            1.0,
+        );
         iteration += 1;
         stats.iterations = iteration;
         stats.compute_s += compute_s;
@@ -81,7 +87,7 @@ pub fn work(
                 bytes_recv: bytes,
                 staleness: 0,
                 loss,
-                lr,
+                lr: Some(lr),
             })?;
         }
     }

@@ -92,7 +92,8 @@ impl ParamServer {
         self.clock.on_push(w);
         match self.apply {
             Apply::Immediate => {
-                self.sgd.step(&mut self.weights, grad, lr, self.scale);
+                self.sgd
+                    .step(&mut self.weights, grad, lr, self.scale, self.scale);
                 self.version += 1;
             }
             Apply::Round => {
@@ -102,7 +103,8 @@ impl ParamServer {
                 self.round_pushes += 1;
                 if self.round_pushes >= self.active {
                     let scale = 1.0 / self.round_pushes as f32;
-                    self.sgd.step(&mut self.weights, &self.round_sum, lr, scale);
+                    self.sgd
+                        .step(&mut self.weights, &self.round_sum, lr, scale, 1.0);
                     self.round_sum.fill(0.0);
                     self.round_pushes = 0;
                     self.version += 1;

@@ -244,7 +244,8 @@ fn serve_group(
         start,
     };
     let mut outcome = RoleOutcome::default();
-    let stats = if cfg.sync.mode == SyncMode::Gssp {
+    // gssp with one group has no peers to exchange with: it is ssp with a group server.
+    let stats = if cfg.sync.mode == SyncMode::Gssp && layout.servers.len() > 1 {
         let sc = server_comm.context("group server without the servers' communicator")?;
         let mut ex = gssp::GroupExchange::new(sc, cfg, ps.weights())?;
         let stats = server::serve(&mut link, &mut ps, &ctx, &mut ex, &mut log, snapshots)?;

@@ -83,13 +83,6 @@ pub fn serve(
         let Some(push) = link.wait_push()? else { break };
         let recv_wait_s = t_wait.elapsed().as_secs_f64();
         let (w, loss) = (push.worker, push.loss);
-        if stopping {
-            link.send_weights(w, ps.version(), true, 0, &[])?;
-            ps.retire(w);
-            continue;
-        }
-        let lr = optim::lr_at(&cfg.optim, cfg.run.epochs, epoch);
-        let t_apply = Instant::now();
         if !loss.is_finite() {
             anyhow::bail!(
                 "worker {w} pushed a non-finite loss ({loss}) at push {}; lower optim.lr (now {})",
@@ -97,6 +90,11 @@ pub fn serve(
                 cfg.optim.lr
             );
         }
+        // Every push is applied, also one that arrives after the stop decision (the
+        // worker computed it and counts it), so no work is lost.
+        let lr = optim::lr_at(&cfg.optim, cfg.run.epochs, epoch);
+        let t_apply = Instant::now();
+        let version_before = ps.version();
         let staleness = ps.on_push(w, push.payload, lr);
         let apply_s = t_apply.elapsed().as_secs_f64();
         stats.pushes += 1;
@@ -109,11 +107,14 @@ pub fn serve(
         snapshots.maybe_take(time_s, epoch, stats.pushes, ps.weights());
 
         let t_send = Instant::now();
-        if should_stop(cfg, epoch, time_s) {
-            stopping = true;
+        // Stop only after a completed step: in bsp every worker is then waiting, so no
+        // partial round is left behind.
+        let stepped = ps.version() > version_before;
+        stopping |= stepped && should_stop(cfg, epoch, time_s);
+        if stopping {
             for v in 0..workers {
                 if ps.clock().is_waiting(v) && !link.is_retired(v) {
-                    link.send_weights(v, ps.version(), true, 0, &[])?;
+                    link.send_weights(v, ps.version(), true, ps.last_staleness(v), &[])?;
                     ps.retire(v);
                 }
             }

@@ -81,7 +81,7 @@ pub fn work(
                 bytes_recv: after.bytes_received - before.bytes_received,
                 staleness: header.staleness,
                 loss,
-                lr: 0.0,
+                lr: None,
             })?;
         }
     }
