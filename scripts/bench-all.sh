@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Every figure of docs/benchmarks.md, one after the other (about 25 minutes on 2 cores).
+# Run on an otherwise idle machine: the figures are wall-clock times.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+source scripts/env.sh
+bin=target/release/gssp
+mkdir -p runs
+"$bin" bench step --model lenet5 --batch 64 --threads 1 | tee runs/bench-step.txt
+"$bin" bench topk --n 11200000 --ratio 0.01 | tee runs/bench-topk.txt
+"$bin" bench paper --budget-s 75 --out runs/bench-paper | tee runs/bench-paper.txt
+"$bin" bench modes --config configs/modes_lenet5_mnist.toml --out runs/bench-modes-uniform | tee runs/bench-modes-uniform.txt
+"$bin" bench modes --config configs/modes_lenet5_mnist.toml --out runs/bench-modes-tiers \
+    --set 'heterogeneity.tiers=[{factor=1.0,workers=2},{factor=2.0,workers=2},{factor=3.0,workers=2},{factor=4.0,workers=2}]' \
+    --set heterogeneity.unit_s=0.03 --set run.epochs=0 --set run.time_budget_s=60 | tee runs/bench-modes-tiers.txt
+for e in 2 10; do
+    "$bin" train --config configs/lenet5_mnist.toml --set run.epochs=$e --out runs/lenet5_mnist_${e}ep | tee runs/bench-single-${e}ep.txt
+done
