@@ -227,7 +227,9 @@ pub fn finish_table(rows: &mut [BenchRow], reference: Option<&str>, out: &Path) 
         "wait_frac",
         "bytes_inter",
         "img_per_s",
-        format!("{}_speedup", reference.unwrap_or("-"))
+        reference
+            .map(|m| format!("{m}_speedup"))
+            .unwrap_or_default()
     );
     for r in rows.iter() {
         println!(
@@ -239,9 +241,11 @@ pub fn finish_table(rows: &mut [BenchRow], reference: Option<&str>, out: &Path) 
             r.mean_wait_fraction,
             r.bytes_inter_group,
             r.images_per_s,
-            r.gssp_speedup
-                .map(|x| format!("{x:.2}"))
-                .unwrap_or_else(|| "-".into())
+            match (reference, r.gssp_speedup) {
+                (None, _) => String::new(),
+                (Some(_), Some(x)) => format!("{x:.2}"),
+                (Some(_), None) => "-".into(),
+            }
         );
     }
     for r in rows

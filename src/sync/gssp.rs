@@ -112,7 +112,6 @@ pub struct GroupExchange<'c> {
     meter: SpeedMeter,
     last_exchange: std::time::Instant,
     last_pushes: u64,
-    exchanges: u64,
     bytes_sent: u64,
     /// Sum of this group's own parameter changes (f64, for the end-of-run check).
     own_total: Vec<f64>,
@@ -146,7 +145,6 @@ impl<'c> GroupExchange<'c> {
             meter: SpeedMeter::new(c.speed_ema)?,
             last_exchange: std::time::Instant::now(),
             last_pushes: 0,
-            exchanges: 0,
             bytes_sent: 0,
             own_total: vec![0.0; n],
             initial: initial.to_vec(),
@@ -241,7 +239,6 @@ impl Exchange for GroupExchange<'_> {
         self.last_exchange = std::time::Instant::now();
         self.last_pushes = own_pushes;
         self.speeds[self.me] = self.meter.speed();
-        self.exchanges += 1;
 
         self.collect_own_change(ps.weights())?;
         let ratio = if self.dense {

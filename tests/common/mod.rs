@@ -326,6 +326,10 @@ impl Csv {
                 let row: Vec<f64> = l
                     .split(',')
                     .map(|x| {
+                        // An empty field is a missing value (pandas reads it as NaN).
+                        if x.is_empty() {
+                            return f64::NAN;
+                        }
                         x.parse::<f64>().unwrap_or_else(|e| {
                             panic!("{} line {}: bad number {x:?}: {e}", path.display(), i + 2)
                         })

@@ -1,0 +1,162 @@
+//! The command line of one process: bad input gives one clear line and exit code 2 (no
+//! panic, no backtrace), and `gssp train` trains LeNet-5 on real MNIST into a complete run
+//! directory, also when started as `mpirun -n 1`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn gssp() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_gssp"));
+    c.env("RUST_LOG", "warn").env("OPENBLAS_NUM_THREADS", "1");
+    c
+}
+
+fn mnist() -> PathBuf {
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/mnist"));
+    assert!(
+        dir.join("train-images-idx3-ubyte.gz").exists(),
+        "real MNIST missing at {}",
+        dir.display()
+    );
+    dir
+}
+
+fn write_config(dir: &Path, extra: &str) -> PathBuf {
+    let text = format!(
+        "[run]\nname = \"t\"\nepochs = 1.0\n[data]\ndataset = \"mnist\"\ndir = \"{}\"\ntrain_limit = 12000\n\
+         [model]\nname = \"lenet5\"\n[optim]\nlr = 0.05\nbatch_size = 64\n{extra}",
+        mnist().display()
+    );
+    let p = dir.join("c.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Runs `gssp train` and returns its output; asserts nothing.
+fn train(config: &Path, sets: &[&str], out: &Path) -> Output {
+    let mut c = gssp();
+    c.arg("train")
+        .arg("--config")
+        .arg(config)
+        .arg("--out")
+        .arg(out);
+    for s in sets {
+        c.arg("--set").arg(s);
+    }
+    c.output().unwrap()
+}
+
+fn assert_usage_error(o: &Output, expected: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "stderr: {err}");
+    assert!(
+        err.contains(expected),
+        "stderr should contain {expected:?}: {err}"
+    );
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{err}"
+    );
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("error:")).count(),
+        1,
+        "one error line: {err}"
+    );
+}
+
+#[test]
+fn invalid_values_unknown_keys_and_bad_overrides_exit_2_with_the_key_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = write_config(tmp.path(), "");
+    let out = tmp.path().join("run");
+    assert_usage_error(
+        &train(&cfg, &["optim.lr=-0.1"], &out),
+        "optim.lr: must be > 0, got -0.1",
+    );
+    assert_usage_error(
+        &train(&cfg, &["optim.lrr=0.1"], &out),
+        "unknown key optim.lrr",
+    );
+    assert_usage_error(&train(&cfg, &["run.epochs"], &out), "run.epochs");
+    assert_usage_error(
+        &train(&tmp.path().join("nope.toml"), &[], &out),
+        "nope.toml",
+    );
+    assert_usage_error(
+        &train(&cfg, &["data.dir=/nonexistent/mnist"], &out),
+        "/nonexistent/mnist",
+    );
+    assert_usage_error(&train(&cfg, &["device.kind=cuda"], &out), "device.kind");
+    assert!(!out.join("summary.json").exists());
+}
+
+#[test]
+fn lenet5_learns_real_mnist_and_leaves_a_complete_run_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = write_config(tmp.path(), "");
+    let out = tmp.path().join("run");
+    let o = train(&cfg, &["run.eval_every_epochs=0.5"], &out);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    for key in [
+        "mode",
+        "model",
+        "dataset",
+        "epochs",
+        "wall_s",
+        "images_per_s",
+        "final_test_accuracy",
+    ] {
+        assert!(!summary[key].is_null(), "summary.json lacks {key}");
+    }
+    assert_eq!(summary["mode"], "single");
+    assert_eq!(summary["model"], "lenet5");
+    let acc = summary["final_test_accuracy"].as_f64().unwrap();
+    // One epoch over 12,000 real images: LeNet-5 gets about 96-97% on the full test set.
+    assert!(acc > 0.94 && acc <= 1.0, "test accuracy {acc}");
+    let eval = std::fs::read_to_string(out.join("eval.csv")).unwrap();
+    assert!(eval.starts_with("time_s,epoch,iteration,test_loss,test_accuracy"));
+    assert_eq!(
+        eval.lines().count(),
+        1 + 2,
+        "an evaluation at 0.5 epochs and at the end"
+    );
+    let log = std::fs::read_to_string(out.join("rank-0.csv")).unwrap();
+    let losses: Vec<f64> = log
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(9).unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(losses.len(), 12000 / 64, "one row per iteration");
+    let head: f64 = losses[..20].iter().sum::<f64>() / 20.0;
+    let tail: f64 = losses[losses.len() - 20..].iter().sum::<f64>() / 20.0;
+    assert!(tail < head / 4.0, "loss falls: {head} -> {tail}");
+    let resolved = std::fs::read_to_string(out.join("config.toml")).unwrap();
+    assert!(
+        resolved.contains("eval_every_epochs = 0.5"),
+        "the resolved config holds the override"
+    );
+}
+
+#[test]
+fn single_mode_runs_the_same_under_mpirun_n_1() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = write_config(tmp.path(), "");
+    let out = tmp.path().join("run");
+    let o = Command::new("mpirun")
+        .args(["-n", "1", "--bind-to", "none"])
+        .arg(env!("CARGO_BIN_EXE_gssp"))
+        .args(["train", "--config"])
+        .arg(&cfg)
+        .args(["--set", "data.train_limit=2000", "--out"])
+        .arg(&out)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary = std::fs::read_to_string(out.join("summary.json")).unwrap();
+    assert!(summary.contains("\"mode\": \"single\""), "{summary}");
+}
