@@ -171,30 +171,28 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
             next_eval += cfg.run.eval_every_epochs;
             if !should_stop(cfg, step.epoch(), train_s) {
                 let epoch = step.epoch();
-                let row = eval_point(
+                let at = (train_s, epoch, iteration);
+                record_eval(
                     &mut evaluator,
                     &mut step.net,
                     &test,
-                    train_s,
-                    epoch,
-                    iteration,
-                );
-                eval_log.push(&row)?;
-                evals.push(row);
+                    at,
+                    &mut eval_log,
+                    &mut evals,
+                )?;
             }
         }
     }
     let epoch = step.epoch();
-    let row = eval_point(
+    let at = (train_s, epoch, iteration);
+    let row = record_eval(
         &mut evaluator,
         &mut step.net,
         &test,
-        train_s,
-        epoch,
-        iteration,
-    );
-    eval_log.push(&row)?;
-    evals.push(row);
+        at,
+        &mut eval_log,
+        &mut evals,
+    )?;
     log.flush()?;
     eval_log.flush()?;
 
@@ -219,26 +217,30 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
     Ok(summary)
 }
 
-fn eval_point(
+/// Evaluates `net` on the test set at (time, epoch, iteration), logs and keeps the row.
+fn record_eval(
     ev: &mut Evaluator,
     net: &mut Network,
     test: &Dataset,
-    time_s: f64,
-    epoch: f64,
-    iteration: u64,
-) -> EvalRow {
+    (time_s, epoch, iteration): (f64, f64, u64),
+    eval_log: &mut crate::metrics::CsvLog<EvalRow>,
+    evals: &mut Vec<EvalRow>,
+) -> Result<EvalRow> {
     let (test_loss, test_accuracy) = ev.evaluate(net, test);
     log::info!(
         "epoch {epoch:.2} iteration {iteration}: test loss {test_loss:.4}, accuracy {:.2}%",
         100.0 * test_accuracy
     );
-    EvalRow {
+    let row = EvalRow {
         time_s,
         epoch,
         iteration,
         test_loss,
         test_accuracy,
-    }
+    };
+    eval_log.push(&row)?;
+    evals.push(row);
+    Ok(row)
 }
 
 /// The dataset's name as the config spells it.
