@@ -713,7 +713,8 @@ impl Config {
     }
 }
 
-fn mode_name(mode: SyncMode) -> &'static str {
+/// The mode as the config spells it.
+pub fn mode_name(mode: SyncMode) -> &'static str {
     match mode {
         SyncMode::Single => "single",
         SyncMode::Bsp => "bsp",
@@ -721,6 +722,16 @@ fn mode_name(mode: SyncMode) -> &'static str {
         SyncMode::Ssp => "ssp",
         SyncMode::Gssp => "gssp",
         SyncMode::Allreduce => "allreduce",
+    }
+}
+
+/// The dataset as the config spells it.
+pub fn dataset_name(dataset: DatasetKind) -> &'static str {
+    match dataset {
+        DatasetKind::Mnist => "mnist",
+        DatasetKind::FashionMnist => "fashion-mnist",
+        DatasetKind::Cifar10 => "cifar10",
+        DatasetKind::Synthetic => "synthetic",
     }
 }
 

@@ -199,7 +199,7 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
     let summary = Summary {
         mode: "single".into(),
         model: step.net.name().into(),
-        dataset: dataset_name(cfg),
+        dataset: crate::config::dataset_name(cfg.data.dataset).into(),
         ranks: 1,
         workers: 1,
         epochs: step.epoch(),
@@ -241,12 +241,4 @@ fn record_eval(
     eval_log.push(&row)?;
     evals.push(row);
     Ok(row)
-}
-
-/// The dataset's name as the config spells it.
-pub fn dataset_name(cfg: &Config) -> String {
-    serde_json::to_value(cfg.data.dataset)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
 }

@@ -16,7 +16,7 @@ use crate::sync::ps::{Apply, ParamServer};
 use crate::sync::server::{self, NoExchange, ServeContext};
 use crate::sync::worker::{self, WorkerStats};
 use crate::sync::{allreduce, gssp};
-use crate::train::{self, ComputeStep, Evaluator};
+use crate::train::{ComputeStep, Evaluator};
 
 /// Who does what: the servers (world ranks) and the workers of each group (world ranks).
 /// Group g is served by `servers[g]`; allreduce has no servers and one group.
@@ -360,9 +360,9 @@ fn finish(
     );
 
     let summary = Summary {
-        mode: mode_name(cfg.sync.mode),
+        mode: crate::config::mode_name(cfg.sync.mode).into(),
         model: step.net.name().into(),
-        dataset: train::dataset_name(cfg),
+        dataset: crate::config::dataset_name(cfg.data.dataset).into(),
         ranks: comm.size(),
         workers: worker_waits.len(),
         epochs: epoch,
@@ -383,12 +383,4 @@ fn finish(
     };
     run.write_json("summary.json", &summary)?;
     Ok(Some(summary))
-}
-
-/// The mode's name as the config spells it.
-pub fn mode_name(mode: SyncMode) -> String {
-    serde_json::to_value(mode)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
 }
