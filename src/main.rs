@@ -90,6 +90,10 @@ enum BenchCommand {
         /// Training time of each mode, seconds.
         #[arg(long, default_value_t = 75.0)]
         budget_s: f64,
+        /// Run every mode once per seed (comma-separated) and report medians; default: once,
+        /// with the config's seed.
+        #[arg(long, value_delimiter = ',')]
+        seeds: Vec<u64>,
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
         #[arg(long, default_value = "runs/bench-paper")]
@@ -216,9 +220,10 @@ fn bench(which: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Paper {
             config,
             budget_s,
+            seeds,
             overrides,
             out,
-        } => bench::jobs::paper(&config, budget_s, &overrides, &out).map(|_| ()),
+        } => bench::jobs::paper(&config, budget_s, &seeds, &overrides, &out).map(|_| ()),
     }
 }
 

@@ -253,6 +253,8 @@ pub struct Summary {
     pub dataset: String,
     pub ranks: usize,
     pub workers: usize,
+    /// `run.seed` of the run.
+    pub seed: u64,
     pub epochs: f64,
     pub iterations: u64,
     pub wall_s: f64,
@@ -265,7 +267,7 @@ pub struct Summary {
     pub worker_wait_fractions: Option<Vec<f64>>,
     pub bytes_sent: Option<u64>,
     pub bytes_inter_group: Option<u64>,
-    /// gssp: after the final flush, max |replica - initial - sum of all groups' updates|.
+    /// gssp: after the final flush, max |replica - initial - sum of all groups' sent updates|.
     pub replica_max_error: Option<f64>,
 }
 

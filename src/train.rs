@@ -202,6 +202,7 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
         dataset: crate::config::dataset_name(cfg.data.dataset).into(),
         ranks: 1,
         workers: 1,
+        seed: cfg.run.seed,
         epochs: step.epoch(),
         iterations: iteration,
         wall_s: train_s,

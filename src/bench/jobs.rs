@@ -50,12 +50,19 @@ pub struct BenchRow {
     pub replica_max_error: Option<f64>,
     /// `bench paper`: how many times faster gssp (dense) reached the target than this mode.
     pub gssp_speedup: Option<f64>,
+    /// Seeds of the runs this row summarises (one per run).
+    pub seeds: Vec<u64>,
+    /// Time to target of each run, in `seeds` order (null: never). With several runs,
+    /// `time_to_target_s` is their median, a run that never got there counting as slowest,
+    /// and the other figures are means.
+    pub time_to_target_s_runs: Vec<Option<f64>>,
     pub run_dir: String,
 }
 
 /// The part of `summary.json` the table reads.
 #[derive(Debug, Deserialize)]
 struct SummaryIn {
+    seed: u64,
     wall_s: f64,
     images_per_s: f64,
     epochs: f64,
@@ -180,6 +187,8 @@ fn read_row(name: &str, ranks: usize, dir: &Path) -> Result<BenchRow> {
         server_busy_fraction: (servers > 0.0).then(|| busy / servers / s.wall_s.max(1e-9)),
         replica_max_error: s.replica_max_error,
         gssp_speedup: None,
+        seeds: vec![s.seed],
+        time_to_target_s_runs: vec![s.time_to_target_s],
         run_dir: dir.display().to_string(),
     })
 }
@@ -300,8 +309,116 @@ pub fn modes(
 
 /// `gssp bench paper`: the paper's LeNet-5/MNIST experiment. 16 workers in four speed
 /// tiers; every mode with the same seed, data and learning-rate schedule; gssp with one
-/// group server per tier.
-pub fn paper(config: &Path, budget_s: f64, common: &[String], out: &Path) -> Result<Vec<BenchRow>> {
+/// group server per tier. With `seeds`, every mode runs once per seed (into
+/// `out/seed-<s>/`, each with its own table) and `out/bench.json` summarises them.
+pub fn paper(
+    config: &Path,
+    budget_s: f64,
+    seeds: &[u64],
+    common: &[String],
+    out: &Path,
+) -> Result<Vec<BenchRow>> {
+    if seeds.is_empty() {
+        return paper_once(config, budget_s, common, out);
+    }
+    let mut runs = Vec::new();
+    for &seed in seeds {
+        let mut with_seed = common.to_vec();
+        with_seed.push(format!("run.seed={seed}"));
+        eprintln!("bench: seed {seed}");
+        runs.push(paper_once(
+            config,
+            budget_s,
+            &with_seed,
+            &out.join(format!("seed-{seed}")),
+        )?);
+    }
+    let mut rows = combine_runs(&runs)?;
+    println!("over seeds {seeds:?}:");
+    finish_table(&mut rows, Some("gssp"), out)?;
+    Ok(rows)
+}
+
+/// One row per mode from several runs of the same modes (one table per run, same order):
+/// the median time to target (a run that never got there counts as slowest; null when the
+/// median run never got there), the mean of the other figures.
+pub fn combine_runs(runs: &[Vec<BenchRow>]) -> Result<Vec<BenchRow>> {
+    let first = runs.first().context("no runs to combine")?;
+    let mut rows = Vec::new();
+    for (i, base) in first.iter().enumerate() {
+        let same: Vec<&BenchRow> = runs
+            .iter()
+            .map(|run| {
+                run.get(i)
+                    .filter(|r| r.mode == base.mode)
+                    .with_context(|| format!("runs disagree on mode {}", base.mode))
+            })
+            .collect::<Result<_>>()?;
+        let mean = |f: &dyn Fn(&BenchRow) -> f64| {
+            same.iter().map(|r| f(r)).sum::<f64>() / same.len() as f64
+        };
+        let mean_opt = |f: &dyn Fn(&BenchRow) -> Option<f64>| {
+            let v: Vec<f64> = same.iter().filter_map(|r| f(r)).collect();
+            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+        };
+        let times: Vec<Option<f64>> = same
+            .iter()
+            .flat_map(|r| r.time_to_target_s_runs.clone())
+            .collect();
+        rows.push(BenchRow {
+            mode: base.mode.clone(),
+            ranks: base.ranks,
+            time_to_target_s: median_time(&times),
+            accuracy_at_budget: mean(&|r| r.accuracy_at_budget),
+            final_test_loss: mean(&|r| r.final_test_loss),
+            mean_wait_fraction: mean(&|r| r.mean_wait_fraction),
+            bytes_inter_group: mean(&|r| r.bytes_inter_group as f64).round() as u64,
+            bytes_sent: mean(&|r| r.bytes_sent as f64).round() as u64,
+            wall_s: mean(&|r| r.wall_s),
+            images_per_s: mean(&|r| r.images_per_s),
+            epochs: mean(&|r| r.epochs),
+            exchange_share_of_busy: mean_opt(&|r| r.exchange_share_of_busy),
+            server_busy_fraction: mean_opt(&|r| r.server_busy_fraction),
+            replica_max_error: same
+                .iter()
+                .filter_map(|r| r.replica_max_error)
+                .reduce(f64::max),
+            gssp_speedup: None,
+            seeds: same.iter().flat_map(|r| r.seeds.clone()).collect(),
+            time_to_target_s_runs: times,
+            run_dir: same
+                .iter()
+                .map(|r| r.run_dir.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+        });
+    }
+    Ok(rows)
+}
+
+/// Median of run times where `None` (never reached) ranks above every time; `None` when the
+/// median falls on such a run. With an even count, the mean of the two middle runs.
+pub fn median_time(times: &[Option<f64>]) -> Option<f64> {
+    if times.is_empty() {
+        return None;
+    }
+    let mut v: Vec<f64> = times.iter().map(|t| t.unwrap_or(f64::INFINITY)).collect();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let m = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    };
+    m.is_finite().then_some(m)
+}
+
+fn paper_once(
+    config: &Path,
+    budget_s: f64,
+    common: &[String],
+    out: &Path,
+) -> Result<Vec<BenchRow>> {
     let budget = format!("run.time_budget_s={budget_s}");
     let mut all_common = vec![budget, "run.epochs=0".to_string()];
     all_common.extend(common.iter().cloned());
@@ -342,4 +459,89 @@ pub fn paper(config: &Path, budget_s: f64, common: &[String], out: &Path) -> Res
     )?;
     finish_table(&mut rows, Some("gssp"), out)?;
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(mode: &str, seed: u64, t: Option<f64>, acc: f64) -> BenchRow {
+        BenchRow {
+            mode: mode.into(),
+            ranks: 3,
+            time_to_target_s: t,
+            accuracy_at_budget: acc,
+            final_test_loss: 0.1,
+            mean_wait_fraction: 0.5,
+            bytes_inter_group: 10,
+            bytes_sent: 100,
+            wall_s: 60.0,
+            images_per_s: 1000.0,
+            epochs: 1.0,
+            exchange_share_of_busy: None,
+            server_busy_fraction: Some(0.01),
+            replica_max_error: None,
+            gssp_speedup: None,
+            seeds: vec![seed],
+            time_to_target_s_runs: vec![t],
+            run_dir: format!("d{seed}/{mode}"),
+        }
+    }
+
+    #[test]
+    fn median_time_ranks_never_as_slowest() {
+        assert_eq!(median_time(&[]), None);
+        assert_eq!(median_time(&[Some(3.0)]), Some(3.0));
+        assert_eq!(median_time(&[None]), None);
+        assert_eq!(median_time(&[Some(30.0), None, Some(10.0)]), Some(30.0));
+        assert_eq!(median_time(&[None, Some(10.0), None]), None);
+        assert_eq!(median_time(&[Some(20.0), Some(10.0)]), Some(15.0));
+        assert_eq!(median_time(&[Some(20.0), None]), None);
+        assert_eq!(
+            median_time(&[Some(4.0), Some(1.0), None, Some(2.0)]),
+            Some(3.0)
+        );
+    }
+
+    #[test]
+    fn combine_runs_takes_medians_and_means_per_mode() {
+        let runs = vec![
+            vec![
+                row("bsp", 1, Some(40.0), 0.98),
+                row("gssp", 1, Some(20.0), 0.99),
+            ],
+            vec![row("bsp", 2, None, 0.97), row("gssp", 2, Some(26.0), 0.98)],
+            vec![
+                row("bsp", 3, Some(44.0), 0.96),
+                row("gssp", 3, Some(22.0), 0.97),
+            ],
+        ];
+        let rows = combine_runs(&runs).unwrap();
+        assert_eq!(rows.len(), 2);
+        let (bsp, gssp) = (&rows[0], &rows[1]);
+        assert_eq!(bsp.mode, "bsp");
+        assert_eq!(bsp.time_to_target_s, Some(44.0));
+        assert_eq!(
+            bsp.time_to_target_s_runs,
+            vec![Some(40.0), None, Some(44.0)]
+        );
+        assert_eq!(bsp.seeds, vec![1, 2, 3]);
+        assert!((bsp.accuracy_at_budget - 0.97).abs() < 1e-12);
+        assert_eq!(gssp.time_to_target_s, Some(22.0));
+        assert_eq!(gssp.run_dir, "d1/gssp,d2/gssp,d3/gssp");
+        assert_eq!(gssp.exchange_share_of_busy, None);
+        assert_eq!(gssp.server_busy_fraction, Some(0.01));
+    }
+
+    #[test]
+    fn combine_runs_rejects_mismatched_tables() {
+        let runs = vec![
+            vec![row("bsp", 1, Some(40.0), 0.98)],
+            vec![row("asp", 2, Some(30.0), 0.98)],
+        ];
+        let err = combine_runs(&runs).unwrap_err().to_string();
+        assert!(err.contains("bsp"), "{err}");
+        assert!(combine_runs(&[]).is_err());
+        assert!(combine_runs(&[vec![row("bsp", 1, None, 0.9)], vec![]]).is_err());
+    }
 }

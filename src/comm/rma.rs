@@ -40,42 +40,24 @@ impl LockKind {
     }
 }
 
-/// The window's memory: a boxed slice turned into a raw pointer, because MPI may write it at
-/// any time and no Rust reference to it may exist outside a [`LocalEpoch`]. Never reallocated.
+/// The window's memory, allocated by MPI (`MPI_Win_allocate`) and freed by `MPI_Win_free`.
+/// A raw pointer, because MPI may write it at any time and no Rust reference to it may exist
+/// outside a [`LocalEpoch`].
 struct WinMemory {
     base: *mut f32,
     len: usize,
 }
 
-impl WinMemory {
-    fn zeroed(len: usize) -> WinMemory {
-        let base = Box::into_raw(vec![0.0f32; len].into_boxed_slice()).cast::<f32>();
-        WinMemory { base, len }
-    }
-}
-
-impl Drop for WinMemory {
-    fn drop(&mut self) {
-        // SAFETY: base/len come from Box::into_raw of a boxed slice, freed once, after the
-        // window using them was freed (field order in Window, or creation failed).
-        unsafe {
-            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
-                self.base, self.len,
-            )));
-        }
-    }
-}
-
 /// An RMA window over `len` `f32` owned by this rank (same `len` on every rank), zero at start.
 ///
-/// Creating and dropping are collective over the communicator (`MPI_Win_create`/`MPI_Win_free`):
+/// Creating and dropping are collective over the communicator (`MPI_Win_allocate`/`MPI_Win_free`):
 /// all ranks must create and drop their windows together.
 pub struct Window {
     win: ffi::MPI_Win,
     comm: Rc<CommHandle>,
     /// Displacements for the indexed datatype, reused between calls.
     displs: RefCell<Vec<c_int>>,
-    /// Declared last: freed after `MPI_Win_free` in `Drop`.
+    /// Valid until `MPI_Win_free`.
     mem: WinMemory,
 }
 
@@ -102,30 +84,41 @@ impl Window {
                 detail: format!("window of {n} f32 is too large"),
             })?;
         c_count("Window::create length", n)?;
-        let mem = WinMemory::zeroed(n);
-        // SAFETY: reading an extern constant.
+        // SAFETY: reading extern constants.
         let mut win = unsafe { ffi::RSMPI_WIN_NULL };
-        // SAFETY: mem holds n f32 that live until after MPI_Win_free (Window's field order).
-        check("MPI_Win_create", unsafe {
-            ffi::MPI_Win_create(
-                mem.base.cast(),
+        let mut base: *mut f32 = std::ptr::null_mut();
+        // MPI allocates the memory (rather than MPI_Win_create over ours) so that it can place
+        // it where peers reach it fastest: shared memory for ranks on one node (osc/sm does an
+        // accumulate as a plain memory operation, no message to the target), registered
+        // memory for RDMA networks.
+        // SAFETY: base is an out-pointer for the allocation's address; win an out-handle.
+        check("MPI_Win_allocate", unsafe {
+            ffi::MPI_Win_allocate(
                 bytes,
                 F32_BYTES as c_int,
                 ffi::RSMPI_INFO_NULL,
                 comm.raw,
+                (&mut base as *mut *mut f32).cast(),
                 &mut win,
             )
         })?;
-        let window = Window {
+        let mut window = Window {
             win,
             comm,
             displs: RefCell::new(Vec::new()),
-            mem,
+            mem: WinMemory { base, len: n },
         };
         // SAFETY: win is live; ERRORS_RETURN is predefined.
         check("MPI_Win_set_errhandler", unsafe {
             ffi::MPI_Win_set_errhandler(window.win, ffi::RSMPI_ERRORS_RETURN)
         })?;
+        // MPI does not zero the allocation: zero it, then let no rank use the window before
+        // every rank has.
+        let mut own = window.lock_local()?;
+        own.fill(0.0);
+        own.unlock()?;
+        // SAFETY: live communicator.
+        check("MPI_Barrier", unsafe { ffi::MPI_Barrier(window.comm.raw) })?;
         Ok(window)
     }
 
@@ -160,7 +153,6 @@ impl Window {
         Ok(Epoch {
             window: self,
             target: t,
-            types: Vec::new(),
             open: true,
             _origin: PhantomData,
         })
@@ -178,6 +170,51 @@ impl Window {
             me,
             open: true,
         })
+    }
+
+    /// The target layout of a sparse accumulate over `indices` (unique, each below
+    /// [`Window::len`]): an indexed-block datatype, committed once and usable on every target.
+    pub fn scatter(&self, indices: &[u32]) -> Result<Scatter, CommError> {
+        let mut scatter = Scatter {
+            dt: None,
+            len: indices.len(),
+            window: self.win,
+        };
+        if indices.is_empty() {
+            return Ok(scatter);
+        }
+        let count = c_count("Window::scatter", indices.len())?;
+        if let Some(&bad) = indices.iter().find(|&&i| i as usize >= self.mem.len) {
+            return Err(CommError::Invalid {
+                what: "Window::scatter",
+                detail: format!("index {bad} exceeds the window length {}", self.mem.len),
+            });
+        }
+        debug_assert!(
+            {
+                let mut s = indices.to_vec();
+                s.sort_unstable();
+                s.windows(2).all(|p| p[0] != p[1])
+            },
+            "Window::scatter: indices must be unique"
+        );
+        let mut displs = self.displs.borrow_mut();
+        displs.clear();
+        // Indices are < len, which fits a C int (checked at creation).
+        displs.extend(indices.iter().map(|&i| i as c_int));
+        // SAFETY: reading an extern constant.
+        let mut dt = unsafe { ffi::RSMPI_DATATYPE_NULL };
+        // SAFETY: displs holds `count` displacements; dt is a valid out-pointer.
+        check("MPI_Type_create_indexed_block", unsafe {
+            ffi::MPI_Type_create_indexed_block(count, 1, displs.as_ptr(), ffi::RSMPI_FLOAT, &mut dt)
+        })?;
+        // Owned from here: freed on drop, also if the commit fails.
+        scatter.dt = Some(dt);
+        // SAFETY: dt was just created.
+        check("MPI_Type_commit", unsafe {
+            ffi::MPI_Type_commit(scatter.dt.as_mut().expect("set above"))
+        })?;
+        Ok(scatter)
     }
 
     /// Collectively frees the window, reporting an MPI error (dropping ignores it).
@@ -224,62 +261,45 @@ impl Drop for Window {
 pub struct Epoch<'w, 'b> {
     window: &'w Window,
     target: c_int,
-    /// Indexed datatypes in use by pending accumulates; freed after the unlock.
-    types: Vec<ffi::MPI_Datatype>,
     open: bool,
     _origin: PhantomData<&'b mut [f32]>,
 }
 
 impl<'w, 'b> Epoch<'w, 'b> {
     /// Adds `values[i]` to the target's element `indices[i]` with ONE `MPI_Accumulate(SUM)`
-    /// whose target datatype is an indexed block (block length 1) over `indices`.
-    ///
-    /// `indices` must be unique (MPI forbids overlapping target entries); this is checked in
-    /// debug builds only, as it costs a sort.
+    /// whose target datatype is an indexed block (block length 1) over `indices`, which must be
+    /// unique. To send the same indices to several targets, build the [`Scatter`] once with
+    /// [`Window::scatter`] and use [`Epoch::accumulate_scattered`].
     pub fn accumulate_sum(&mut self, indices: &[u32], values: &'b [f32]) -> Result<(), CommError> {
-        if indices.len() != values.len() {
+        let scatter = self.window.scatter(indices)?;
+        // Dropping `scatter` right after is fine: MPI frees a datatype only once the
+        // operations using it are complete.
+        self.accumulate_scattered(&scatter, values)
+    }
+
+    /// Adds `values[i]` to the target's element at the `i`-th index of `scatter`, with one
+    /// `MPI_Accumulate(SUM)`.
+    pub fn accumulate_scattered(
+        &mut self,
+        scatter: &Scatter,
+        values: &'b [f32],
+    ) -> Result<(), CommError> {
+        if scatter.window != self.window.win {
             return Err(CommError::Invalid {
-                what: "Epoch::accumulate_sum",
-                detail: format!("{} indices but {} values", indices.len(), values.len()),
+                what: "Epoch::accumulate_scattered",
+                detail: "the scatter was built for another window".into(),
             });
         }
-        if indices.is_empty() {
+        if values.len() != scatter.len {
+            return Err(CommError::Invalid {
+                what: "Epoch::accumulate_scattered",
+                detail: format!("{} indices but {} values", scatter.len, values.len()),
+            });
+        }
+        let Some(dt) = scatter.dt else {
             return Ok(());
-        }
-        let w = self.window;
-        let count = c_count("Epoch::accumulate_sum", indices.len())?;
-        if let Some(&bad) = indices.iter().find(|&&i| i as usize >= w.mem.len) {
-            return Err(CommError::Invalid {
-                what: "Epoch::accumulate_sum",
-                detail: format!("index {bad} exceeds the window length {}", w.mem.len),
-            });
-        }
-        debug_assert!(
-            {
-                let mut s = indices.to_vec();
-                s.sort_unstable();
-                s.windows(2).all(|p| p[0] != p[1])
-            },
-            "Epoch::accumulate_sum: indices must be unique"
-        );
-        let mut displs = w.displs.borrow_mut();
-        displs.clear();
-        // Indices are < len, which fits a C int (checked at creation).
-        displs.extend(indices.iter().map(|&i| i as c_int));
-        // SAFETY: reading an extern constant.
-        let mut dt = unsafe { ffi::RSMPI_DATATYPE_NULL };
-        // SAFETY: displs holds `count` displacements; dt is a valid out-pointer.
-        check("MPI_Type_create_indexed_block", unsafe {
-            ffi::MPI_Type_create_indexed_block(count, 1, displs.as_ptr(), ffi::RSMPI_FLOAT, &mut dt)
-        })?;
-        // SAFETY: dt was just created.
-        if let Err(e) = check("MPI_Type_commit", unsafe { ffi::MPI_Type_commit(&mut dt) }) {
-            // SAFETY: dt is ours and unused.
-            unsafe { ffi::MPI_Type_free(&mut dt) };
-            return Err(e);
-        }
-        // Freed after the unlock, when the accumulate is complete.
-        self.types.push(dt);
+        };
+        let count = c_count("Epoch::accumulate_scattered", values.len())?;
         // SAFETY: values outlives the epoch ('b); dt addresses only elements < len at target.
         check("MPI_Accumulate", unsafe {
             ffi::MPI_Accumulate(
@@ -291,7 +311,7 @@ impl<'w, 'b> Epoch<'w, 'b> {
                 1,
                 dt,
                 ffi::RSMPI_SUM,
-                w.win,
+                self.window.win,
             )
         })
     }
@@ -382,16 +402,9 @@ impl<'w, 'b> Epoch<'w, 'b> {
         }
         self.open = false;
         // SAFETY: an epoch on target is open on win.
-        let r = check("MPI_Win_unlock", unsafe {
+        check("MPI_Win_unlock", unsafe {
             ffi::MPI_Win_unlock(self.target, self.window.win)
-        });
-        for mut dt in self.types.drain(..) {
-            // SAFETY: dt is a datatype we created; the operations using it completed at unlock.
-            unsafe {
-                ffi::MPI_Type_free(&mut dt);
-            }
-        }
-        r
+        })
     }
 }
 
@@ -399,6 +412,37 @@ impl Drop for Epoch<'_, '_> {
     fn drop(&mut self) {
         if let Err(e) = self.close() {
             eprintln!("error: rank {}: {e}", self.window.comm.rank);
+        }
+    }
+}
+
+/// Target layout of a sparse accumulate (see [`Window::scatter`]): an indexed-block
+/// datatype over unique indices. Dropping it is allowed while accumulates using it are still
+/// pending: `MPI_Type_free` only marks the type, and MPI frees it once they complete.
+pub struct Scatter {
+    dt: Option<ffi::MPI_Datatype>,
+    len: usize,
+    window: ffi::MPI_Win,
+}
+
+impl Scatter {
+    /// Number of target indices.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for Scatter {
+    fn drop(&mut self) {
+        if let Some(mut dt) = self.dt.take() {
+            if !mpi::environment::is_finalized() {
+                // SAFETY: dt is a datatype created here and freed once.
+                unsafe { ffi::MPI_Type_free(&mut dt) };
+            }
         }
     }
 }

@@ -24,9 +24,13 @@ fn key(x: f32) -> u32 {
 
 /// Below this length the sample is not worth it: every entry is a candidate.
 const SMALL_N: usize = 1 << 14;
-/// Sample size for the threshold estimate, taken as runs of `SAMPLE_RUN` neighbours at
-/// random positions: one cache miss per run instead of one per sampled value.
-const SAMPLE: usize = 1 << 14;
+/// Sample size for the threshold estimate: `n / SAMPLE_DIV` within `SAMPLE_MIN..=SAMPLE_MAX`,
+/// so that sampling stays a small part of the work for models of any size (its selection
+/// costs more per value than the scan). Taken as runs of `SAMPLE_RUN` neighbours at random
+/// positions: one cache miss per run instead of one per sampled value.
+const SAMPLE_MIN: usize = 1 << 10;
+const SAMPLE_MAX: usize = 1 << 14;
+const SAMPLE_DIV: usize = 32;
 const SAMPLE_RUN: usize = 8;
 /// Candidate-scan chunk: a vectorised test per chunk, a scalar scan only of chunks with a hit.
 const CHUNK: usize = 16;
@@ -130,21 +134,22 @@ impl TopK {
         rng: &mut SplitMix64,
     ) -> u32 {
         let n = values.len();
+        let sample = sample_size(n);
         self.sample.clear();
-        for _ in 0..SAMPLE / SAMPLE_RUN {
+        for _ in 0..sample / SAMPLE_RUN {
             let start = rng.below(n - SAMPLE_RUN + 1);
             self.sample
                 .extend(values[start..start + SAMPLE_RUN].iter().map(|&x| key(x)));
         }
-        let expected = k as f64 / n as f64 * SAMPLE as f64 * widen;
+        let expected = k as f64 / n as f64 * sample as f64 * widen;
         // Margin of three standard deviations of the binomial count (an estimate too high
         // costs one more pass, about one time in a thousand), plus a constant for tiny k.
         let rank = (expected + 3.0 * expected.sqrt() + 8.0).ceil() as usize;
-        if rank >= SAMPLE {
+        if rank >= sample {
             return 0;
         }
         // The (rank+1)-th largest sample key.
-        let (_, &mut t, _) = self.sample.select_nth_unstable(SAMPLE - 1 - rank);
+        let (_, &mut t, _) = self.sample.select_nth_unstable(sample - 1 - rank);
         t
     }
 
@@ -200,6 +205,11 @@ impl TopK {
         self.cand.resize(len, 0);
         self.cand_key.resize(len, 0);
     }
+}
+
+/// Values sampled for the threshold estimate over `n` values (a multiple of `SAMPLE_RUN`).
+fn sample_size(n: usize) -> usize {
+    (n / SAMPLE_DIV).clamp(SAMPLE_MIN, SAMPLE_MAX) / SAMPLE_RUN * SAMPLE_RUN
 }
 
 /// Tiny seeded generator for the sample positions (the sample only steers speed).
@@ -305,6 +315,22 @@ impl Residual {
         }
         for (r, d) in self.r.iter_mut().zip(delta) {
             *r += d;
+        }
+        Ok(())
+    }
+
+    /// Accumulates the parameter change `after - before` in one pass (no delta buffer).
+    pub fn add_difference(&mut self, after: &[f32], before: &[f32]) -> Result<(), CompressError> {
+        for got in [after.len(), before.len()] {
+            if got != self.r.len() {
+                return Err(CompressError::LengthMismatch {
+                    expected: self.r.len(),
+                    got,
+                });
+            }
+        }
+        for ((r, a), b) in self.r.iter_mut().zip(after).zip(before) {
+            *r += a - b;
         }
         Ok(())
     }
@@ -430,7 +456,7 @@ mod tests {
         let k = 40_000;
         let mut values = vec![0.0f32; n];
         let mut rng = SplitMix64(SAMPLE_SEED);
-        for _ in 0..2 * SAMPLE / SAMPLE_RUN {
+        for _ in 0..2 * sample_size(n) / SAMPLE_RUN {
             let start = rng.below(n - SAMPLE_RUN + 1);
             for v in &mut values[start..start + SAMPLE_RUN] {
                 *v = -1.0;
@@ -564,6 +590,35 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn add_difference_equals_add_of_delta() {
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let after: Vec<f32> = (0..300).map(|_| rng.gen_range(-2.0..2.0)).collect();
+        let before: Vec<f32> = (0..300).map(|_| rng.gen_range(-2.0..2.0)).collect();
+        let delta: Vec<f32> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+        let (mut a, mut b) = (Residual::new(300), Residual::new(300));
+        for _ in 0..3 {
+            a.add_difference(&after, &before).unwrap();
+            b.add(&delta).unwrap();
+        }
+        assert_eq!(a, b);
+        assert!(a.as_slice().iter().any(|&x| x != 0.0));
+        assert_eq!(
+            a.add_difference(&after[1..], &before),
+            Err(CompressError::LengthMismatch {
+                expected: 300,
+                got: 299
+            })
+        );
+        assert_eq!(
+            a.add_difference(&after, &before[..7]),
+            Err(CompressError::LengthMismatch {
+                expected: 300,
+                got: 7
+            })
+        );
     }
 
     #[test]

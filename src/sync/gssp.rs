@@ -113,8 +113,9 @@ pub struct GroupExchange<'c> {
     last_exchange: std::time::Instant,
     last_pushes: u64,
     bytes_sent: u64,
-    /// Sum of this group's own parameter changes (f64, for the end-of-run check).
-    own_total: Vec<f64>,
+    /// Sum of everything this group sent (f64, for the end-of-run check; sparse exchanges
+    /// add only their k entries).
+    sent_total: Vec<f64>,
     initial: Vec<f32>,
 }
 
@@ -146,7 +147,7 @@ impl<'c> GroupExchange<'c> {
             last_exchange: std::time::Instant::now(),
             last_pushes: 0,
             bytes_sent: 0,
-            own_total: vec![0.0; n],
+            sent_total: vec![0.0; n],
             initial: initial.to_vec(),
         })
     }
@@ -155,14 +156,9 @@ impl<'c> GroupExchange<'c> {
         self.bytes_sent
     }
 
-    /// Moves the own group's change since the last drain into the residual.
+    /// Moves the own group's change since the last drain into the residual (one pass).
     fn collect_own_change(&mut self, weights: &[f32]) -> Result<()> {
-        for ((b, &w), t) in self.base.iter_mut().zip(weights).zip(&mut self.own_total) {
-            let d = w - *b;
-            *t += d as f64;
-            *b = d; // reuse `base` as the delta buffer; it is reset after the drain
-        }
-        self.residual.add(&self.base)?;
+        self.residual.add_difference(weights, &self.base)?;
         Ok(())
     }
 
@@ -170,36 +166,50 @@ impl<'c> GroupExchange<'c> {
     fn send_to_peers(&mut self, sparse: bool, own_pushes: u64) -> Result<()> {
         self.telemetry[0] = self.meter.speed() as f32;
         self.telemetry[1] = own_pushes as f32;
+        // One committed datatype for all peers.
+        let scatter = if sparse {
+            Some(self.window.scatter(&self.idx)?)
+        } else {
+            None
+        };
         for peer in (0..self.groups).filter(|&p| p != self.me) {
             let mut epoch = self.window.lock(peer, LockKind::Shared)?;
-            if sparse {
-                epoch.accumulate_sum(&self.idx, &self.vals)?;
-            } else {
-                epoch.accumulate_sum_dense(0, &self.vals)?;
+            match &scatter {
+                Some(scatter) => epoch.accumulate_scattered(scatter, &self.vals)?,
+                None => epoch.accumulate_sum_dense(0, &self.vals)?,
             }
             epoch.put(self.n + 2 * self.me, &self.telemetry)?;
             epoch.unlock()?;
             let per_value = if sparse { 8 } else { 4 };
             self.bytes_sent += (self.vals.len() * per_value + 8) as u64;
         }
+        if sparse {
+            for (&i, &v) in self.idx.iter().zip(&self.vals) {
+                self.sent_total[i as usize] += v as f64;
+            }
+        } else {
+            for (t, &v) in self.sent_total.iter_mut().zip(&self.vals) {
+                *t += v as f64;
+            }
+        }
         Ok(())
     }
 
-    /// Adds the inbox to the weights, zeroes it, reads the peers' telemetry, and takes
-    /// the new base.
+    /// Adds the inbox to the weights, zeroes it and takes the new base (one pass), and reads
+    /// the peers' telemetry.
     fn drain(&mut self, weights: &mut [f32]) -> Result<()> {
         let mut local = self.window.lock_local()?;
         let (inbox, telemetry) = local.split_at_mut(self.n);
-        for (w, x) in weights.iter_mut().zip(inbox.iter_mut()) {
+        for ((w, x), b) in weights.iter_mut().zip(inbox.iter_mut()).zip(&mut self.base) {
             *w += *x;
             *x = 0.0;
+            *b = *w;
         }
         for g in (0..self.groups).filter(|&g| g != self.me) {
             self.speeds[g] = telemetry[2 * g] as f64;
             self.peer_pushes[g] = telemetry[2 * g + 1] as u64;
         }
         local.unlock()?;
-        self.base.copy_from_slice(weights);
         Ok(())
     }
 
@@ -212,8 +222,10 @@ impl<'c> GroupExchange<'c> {
         self.comm.barrier()?;
         self.drain(ps.weights_mut())?;
         self.comm.barrier()?;
-        // Nothing lost: replica - initial must equal the sum of all groups' own changes.
-        let mut total: Vec<f32> = self.own_total.iter().map(|&x| x as f32).collect();
+        // Nothing lost: replica - initial must equal the sum of everything all groups sent,
+        // final flushes included. A group's own changes reach its replica directly, not
+        // through what it sent, so anything its residual or top-k dropped shows up here.
+        let mut total: Vec<f32> = self.sent_total.iter().map(|&x| x as f32).collect();
         self.comm.allreduce_sum_f32_in_place(&mut total)?;
         let mut max_err = 0.0f64;
         let mut max_ref = 0.0f64;
@@ -222,7 +234,7 @@ impl<'c> GroupExchange<'c> {
             max_ref = max_ref.max((t as f64).abs());
         }
         log::info!(
-            "group {}: replica - initial vs sum of all groups' updates: max abs difference {max_err:.3e} (updates up to {max_ref:.3e})",
+            "group {}: replica - initial vs sum of all groups' sent updates: max abs difference {max_err:.3e} (updates up to {max_ref:.3e})",
             self.me
         );
         Ok(max_err)

@@ -200,7 +200,7 @@ pub struct RoleOutcome {
     pub final_weights: Option<Vec<f32>>,
     pub bytes_sent: u64,
     pub bytes_inter_group: u64,
-    /// gssp: max |replica - initial - sum of all groups' updates| after the final flush.
+    /// gssp: max |replica - initial - sum of all groups' sent updates| after the final flush.
     pub replica_error: Option<f64>,
 }
 
@@ -365,6 +365,7 @@ fn finish(
         dataset: crate::config::dataset_name(cfg.data.dataset).into(),
         ranks: comm.size(),
         workers: worker_waits.len(),
+        seed: cfg.run.seed,
         epochs: epoch,
         iterations: total_iters as u64,
         wall_s,
