@@ -269,6 +269,14 @@ pub struct Summary {
     pub bytes_inter_group: Option<u64>,
     /// gssp: after the final flush, max |replica - initial - sum of all groups' sent updates|.
     pub replica_max_error: Option<f64>,
+    /// Parameter-server modes, one per server (layout order): share of the run it was busy
+    /// (applying pushes, answering workers, exchanging).
+    pub server_busy_fractions: Option<Vec<f64>>,
+    /// gssp, one per group server: share of its busy time spent in the inter-group exchange
+    /// (residual, top-k, accumulates, drain).
+    pub exchange_shares_of_busy: Option<Vec<f64>>,
+    /// gssp, one per group server: mean milliseconds per exchange.
+    pub mean_exchange_ms: Option<Vec<f64>>,
 }
 
 #[cfg(test)]

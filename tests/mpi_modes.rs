@@ -98,13 +98,36 @@ fn assert_summary_sane(run: &Run, mode: &str, workers: usize, min_accuracy: f64)
     let bytes = num(&s, "bytes_sent");
     assert!(bytes >= iterations * 100_000.0, "bytes_sent {bytes}");
     let inter = num(&s, "bytes_inter_group");
+    let servers = run.ranks - workers;
+    let per_server = |key: &str| -> Vec<f64> {
+        s[key]
+            .as_array()
+            .unwrap_or_else(|| panic!("{key} missing: {s}"))
+            .iter()
+            .map(|v| v.as_f64().unwrap_or(f64::NAN))
+            .collect()
+    };
+    if servers > 0 {
+        let busy = per_server("server_busy_fractions");
+        assert_eq!(busy.len(), servers);
+        assert!(busy.iter().all(|b| *b > 0.0 && *b < 1.0), "{busy:?}");
+    } else {
+        assert!(s["server_busy_fractions"].is_null());
+    }
     if mode == "gssp" {
         assert!(inter > 0.0, "gssp sent nothing between groups");
         let err = num(&s, "replica_max_error");
         assert!(err.is_finite() && err <= 1e-4, "replica_max_error {err}");
+        let shares = per_server("exchange_shares_of_busy");
+        assert_eq!(shares.len(), servers);
+        assert!(shares.iter().all(|x| *x > 0.0 && *x < 1.0), "{shares:?}");
+        let ms = per_server("mean_exchange_ms");
+        assert!(ms.iter().all(|x| *x > 0.0 && *x < 1000.0), "{ms:?}");
     } else {
         assert_eq!(inter, 0.0);
         assert!(s["replica_max_error"].is_null());
+        assert!(s["exchange_shares_of_busy"].is_null());
+        assert!(s["mean_exchange_ms"].is_null());
     }
     // The evaluation log ends with the final model.
     let eval = run.eval();
@@ -173,14 +196,20 @@ fn allreduce_converges_on_mnist() {
     converges("allreduce", 5, 1, &[], 0.85);
 }
 
+/// Exchanging every 4 pushes (as the paper config does): 20 runs reached 0.884-0.905, while
+/// every 8 ranged from 0.80 to 0.90 with a rare run below 0.75.
 #[test]
 fn gssp_dense_two_groups_converges_on_mnist() {
     converges(
         "gssp",
         6,
         2,
-        &["sync.groups=2", "compression.kind=dense"],
-        0.75,
+        &[
+            "sync.groups=2",
+            "compression.kind=dense",
+            "sync.inter_group_every=4",
+        ],
+        0.85,
     );
 }
 

@@ -41,10 +41,12 @@ pub struct BenchRow {
     pub wall_s: f64,
     pub images_per_s: f64,
     pub epochs: f64,
-    /// Share of the servers' busy time (apply + send + exchange) spent in the inter-group
-    /// exchange (gssp), from the server logs.
+    /// gssp: share of a group server's busy time (apply + send + exchange) spent in the
+    /// inter-group exchange, mean over the group servers.
     pub exchange_share_of_busy: Option<f64>,
-    /// Share of the run the server(s) are busy (apply + send + exchange), from the logs.
+    /// gssp: the same share on the group server where it was largest.
+    pub max_exchange_share_of_busy: Option<f64>,
+    /// Share of the run the server(s) are busy (apply + send + exchange), mean over servers.
     pub server_busy_fraction: Option<f64>,
     /// gssp: worst |replica - initial - all updates| after the final flush.
     pub replica_max_error: Option<f64>,
@@ -73,11 +75,8 @@ struct SummaryIn {
     bytes_sent: Option<u64>,
     bytes_inter_group: Option<u64>,
     replica_max_error: Option<f64>,
-}
-
-#[derive(Debug, Deserialize)]
-struct LayoutIn {
-    servers: Vec<usize>,
+    server_busy_fractions: Option<Vec<f64>>,
+    exchange_shares_of_busy: Option<Vec<f64>>,
 }
 
 /// Runs every variant of `config` (with `common` overrides) under mpirun, one after the
@@ -158,19 +157,13 @@ pub fn run_all(
 }
 
 fn read_row(name: &str, ranks: usize, dir: &Path) -> Result<BenchRow> {
-    let read = |f: &str| -> Result<String> {
-        std::fs::read_to_string(dir.join(f))
-            .with_context(|| format!("cannot read {}", dir.join(f).display()))
-    };
-    let s: SummaryIn = serde_json::from_str(&read("summary.json")?).context("summary.json")?;
-    let layout: LayoutIn = serde_json::from_str(&read("layout.json")?).context("layout.json")?;
-    let (mut busy, mut exchange) = (0.0, 0.0);
-    for r in &layout.servers {
-        let (b, e) = server_busy(&dir.join(format!("rank-{r}.csv")))?;
-        busy += b;
-        exchange += e;
-    }
-    let servers = layout.servers.len() as f64;
+    let path = dir.join("summary.json");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let s: SummaryIn =
+        serde_json::from_str(&text).with_context(|| format!("{}", path.display()))?;
+    let mean = |v: &Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+    let shares = s.exchange_shares_of_busy.as_ref();
     Ok(BenchRow {
         mode: name.into(),
         ranks,
@@ -183,36 +176,15 @@ fn read_row(name: &str, ranks: usize, dir: &Path) -> Result<BenchRow> {
         wall_s: s.wall_s,
         images_per_s: s.images_per_s,
         epochs: s.epochs,
-        exchange_share_of_busy: (servers > 0.0 && busy > 0.0).then(|| exchange / busy),
-        server_busy_fraction: (servers > 0.0).then(|| busy / servers / s.wall_s.max(1e-9)),
+        exchange_share_of_busy: shares.and_then(mean),
+        max_exchange_share_of_busy: shares.and_then(|v| v.iter().cloned().reduce(f64::max)),
+        server_busy_fraction: s.server_busy_fractions.as_ref().and_then(mean),
         replica_max_error: s.replica_max_error,
         gssp_speedup: None,
         seeds: vec![s.seed],
         time_to_target_s_runs: vec![s.time_to_target_s],
         run_dir: dir.display().to_string(),
     })
-}
-
-/// (busy seconds = apply + send + exchange, exchange seconds) summed over a server log.
-fn server_busy(csv: &Path) -> Result<(f64, f64)> {
-    let text =
-        std::fs::read_to_string(csv).with_context(|| format!("cannot read {}", csv.display()))?;
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
-    let col = |name: &str| {
-        header
-            .iter()
-            .position(|h| *h == name)
-            .with_context(|| format!("{}: no column {name}", csv.display()))
-    };
-    let (a, s, e) = (col("apply_s")?, col("send_s")?, col("exchange_s")?);
-    let (mut busy, mut exchange) = (0.0, 0.0);
-    for line in lines {
-        let f: Vec<f64> = line.split(',').map(|x| x.parse().unwrap_or(0.0)).collect();
-        busy += f[a] + f[s] + f[e];
-        exchange += f[e];
-    }
-    Ok((busy, exchange))
 }
 
 /// Fills `gssp_speedup` (this row's time to target / the reference's, when a reference
@@ -257,15 +229,22 @@ pub fn finish_table(rows: &mut [BenchRow], reference: Option<&str>, out: &Path) 
             }
         );
     }
-    for r in rows
-        .iter()
-        .filter(|r| r.exchange_share_of_busy.is_some() || r.server_busy_fraction.is_some())
-    {
+    for r in rows.iter() {
+        let Some(busy) = r.server_busy_fraction else {
+            continue;
+        };
+        let exchange = match (r.exchange_share_of_busy, r.max_exchange_share_of_busy) {
+            (Some(m), Some(x)) => format!(
+                "; exchange {:.1}% of a group server's busy time (largest {:.1}%)",
+                100.0 * m,
+                100.0 * x
+            ),
+            _ => String::new(),
+        };
         println!(
-            "{}: server busy {:.1}% of the run; exchange {:.1}% of server busy time{}",
+            "{}: server busy {:.1}% of the run{exchange}{}",
             r.mode,
-            100.0 * r.server_busy_fraction.unwrap_or(0.0),
-            100.0 * r.exchange_share_of_busy.unwrap_or(0.0),
+            100.0 * busy,
             r.replica_max_error
                 .map(|e| format!("; replica error {e:.1e}"))
                 .unwrap_or_default()
@@ -378,6 +357,7 @@ pub fn combine_runs(runs: &[Vec<BenchRow>]) -> Result<Vec<BenchRow>> {
             images_per_s: mean(&|r| r.images_per_s),
             epochs: mean(&|r| r.epochs),
             exchange_share_of_busy: mean_opt(&|r| r.exchange_share_of_busy),
+            max_exchange_share_of_busy: mean_opt(&|r| r.max_exchange_share_of_busy),
             server_busy_fraction: mean_opt(&|r| r.server_busy_fraction),
             replica_max_error: same
                 .iter()
@@ -479,6 +459,7 @@ mod tests {
             images_per_s: 1000.0,
             epochs: 1.0,
             exchange_share_of_busy: None,
+            max_exchange_share_of_busy: None,
             server_busy_fraction: Some(0.01),
             replica_max_error: None,
             gssp_speedup: None,

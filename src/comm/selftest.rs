@@ -408,6 +408,17 @@ fn contribution(src: usize, dst: usize, round: u64) -> Contribution {
     }
 }
 
+/// What `src` sends to every peer in `round` through one [`super::rma::Scatter`].
+fn broadcast_contribution(src: usize, round: u64) -> (Vec<u32>, Vec<f32>) {
+    let mut r = rng(4, src as u64, round);
+    let k = r.gen_range(0..=INBOX / 8);
+    let indices: Vec<u32> = sample(&mut r, INBOX, k)
+        .into_iter()
+        .map(|i| i as u32)
+        .collect();
+    (indices, (0..k).map(|_| r.gen_range(1..=2) as f32).collect())
+}
+
 fn speed_of(rank: usize) -> f32 {
     10.0 + rank as f32 * 0.5
 }
@@ -426,6 +437,10 @@ fn rma(comm: &Comm) -> Result<(), String> {
         local.unlock()
     };
     for round in 0..RMA_ROUNDS {
+        // One committed datatype for every peer; dropped while the last accumulate using
+        // it may still be pending, which MPI allows.
+        let (b_idx, b_vals) = broadcast_contribution(me, round);
+        let mut scatter = Some(or_abort(comm, "scatter", win.scatter(&b_idx)));
         for step in 1..size {
             let peer = (me + step) % size;
             let c = contribution(me, peer, round);
@@ -435,6 +450,16 @@ fn rma(comm: &Comm) -> Result<(), String> {
                 "accumulate_sum",
                 ep.accumulate_sum(&c.indices, &c.values),
             );
+            if let Some(sc) = &scatter {
+                or_abort(
+                    comm,
+                    "accumulate_scattered",
+                    ep.accumulate_scattered(sc, &b_vals),
+                );
+            }
+            if step == size - 1 {
+                drop(scatter.take());
+            }
             if let Some((off, d)) = &c.dense {
                 or_abort(
                     comm,
@@ -466,6 +491,10 @@ fn rma(comm: &Comm) -> Result<(), String> {
     let mut want = vec![0.0f32; INBOX];
     for src in (0..size).filter(|&s| s != me) {
         for round in 0..RMA_ROUNDS {
+            let (b_idx, b_vals) = broadcast_contribution(src, round);
+            for (&i, &v) in b_idx.iter().zip(&b_vals) {
+                want[i as usize] += v;
+            }
             let c = contribution(src, me, round);
             for (&i, &v) in c.indices.iter().zip(&c.values) {
                 want[i as usize] += v;
@@ -497,6 +526,42 @@ fn rma(comm: &Comm) -> Result<(), String> {
             format!("telemetry of rank {peer} reads {tele:?}, expected {expected:?}")
         });
     }
+    // Bad input is an error naming the call, not an MPI fault.
+    let out_of_range = win.scatter(&[0, (INBOX + size) as u32]);
+    f.expect(
+        matches!(&out_of_range, Err(e) if e.to_string().contains("exceeds the window length")),
+        || "scatter accepted an index past the window".into(),
+    );
+    let sc = or_abort(comm, "scatter", win.scatter(&[1, 2, 3]));
+    {
+        let mut ep = or_abort(comm, "lock", win.lock((me + 1) % size, LockKind::Shared));
+        let short = [1.0f32; 2];
+        let r = ep.accumulate_scattered(&sc, &short);
+        f.expect(
+            matches!(&r, Err(e) if e.to_string().contains("3 indices but 2 values")),
+            || format!("accumulate_scattered with 2 values for 3 indices gave {r:?}"),
+        );
+        or_abort(comm, "unlock", ep.unlock());
+    }
+    // A scatter checked against one window is refused by another.
+    let mut other = or_abort(comm, "Window::create", Window::create(comm, 8));
+    {
+        let mut ep = or_abort(comm, "lock", other.lock((me + 1) % size, LockKind::Shared));
+        let vals = [1.0f32; 3];
+        let r = ep.accumulate_scattered(&sc, &vals);
+        f.expect(
+            matches!(&r, Err(e) if e.to_string().contains("another window")),
+            || format!("a scatter of another window gave {r:?}"),
+        );
+        or_abort(comm, "unlock", ep.unlock());
+    }
+    let untouched = other.lock_local().map(|l| l.iter().all(|&x| x == 0.0));
+    f.expect(matches!(untouched, Ok(true)), || {
+        "a refused accumulate changed the other window".into()
+    });
+    or_abort(comm, "Window::free", other.free());
+    drop(sc);
+
     // Nobody may still read a window when it is freed (MPI_Win_free also synchronises).
     or_abort(comm, "Window::free", win.free());
     f.into_result()

@@ -294,6 +294,10 @@ fn finish(
     let walls = gather(role.server.map(|s| s.wall_s).unwrap_or(w.wall_s))?;
     let epochs = gather(role.server.map(|s| s.epoch).unwrap_or(0.0))?;
     let replica_error = comm.allreduce_max_f64(role.replica_error.unwrap_or(0.0))?;
+    let serve = role.server.unwrap_or_default();
+    let busy_fractions = gather(serve.busy_s() / serve.wall_s.max(1e-9))?;
+    let exchange_shares = gather(serve.exchange_s / serve.busy_s().max(1e-12))?;
+    let exchange_ms = gather(1e3 * serve.exchange_s / serve.exchanges.max(1) as f64)?;
 
     // The model to evaluate: the single server's, allreduce rank 0's, or the average of
     // the gssp group servers' replicas (snapshot by snapshot).
@@ -314,7 +318,21 @@ fn finish(
         Some(inter),
         Some(walls),
         Some(epochs),
-    ) = (worker_flags, waits, iterations, bytes, inter, walls, epochs)
+        Some(busy_fractions),
+        Some(exchange_shares),
+        Some(exchange_ms),
+    ) = (
+        worker_flags,
+        waits,
+        iterations,
+        bytes,
+        inter,
+        walls,
+        epochs,
+        busy_fractions,
+        exchange_shares,
+        exchange_ms,
+    )
     else {
         anyhow::bail!("rank 0 did not receive the gathered totals");
     };
@@ -359,6 +377,9 @@ fn finish(
         100.0 * test_accuracy
     );
 
+    let per_server = |v: &[f64]| layout.servers.iter().map(|&r| v[r]).collect::<Vec<f64>>();
+    let has_servers = !layout.servers.is_empty();
+    let exchanged = cfg.sync.mode == SyncMode::Gssp && layout.servers.len() > 1;
     let summary = Summary {
         mode: crate::config::mode_name(cfg.sync.mode).into(),
         model: step.net.name().into(),
@@ -381,6 +402,9 @@ fn finish(
         bytes_sent: Some(bytes.iter().sum::<f64>() as u64),
         bytes_inter_group: Some(inter.iter().sum::<f64>() as u64),
         replica_max_error: (cfg.sync.mode == SyncMode::Gssp).then_some(replica_error),
+        server_busy_fractions: has_servers.then(|| per_server(&busy_fractions)),
+        exchange_shares_of_busy: exchanged.then(|| per_server(&exchange_shares)),
+        mean_exchange_ms: exchanged.then(|| per_server(&exchange_ms)),
     };
     run.write_json("summary.json", &summary)?;
     Ok(Some(summary))

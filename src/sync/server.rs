@@ -48,6 +48,15 @@ pub struct ServeStats {
     pub apply_s: f64,
     pub send_s: f64,
     pub exchange_s: f64,
+    /// Pushes after which the server exchanged with its peers (gssp).
+    pub exchanges: u64,
+}
+
+impl ServeStats {
+    /// Seconds the server worked: applying pushes, answering workers, exchanging.
+    pub fn busy_s(&self) -> f64 {
+        self.apply_s + self.send_s + self.exchange_s
+    }
 }
 
 /// Everything the loop needs besides the link and the update rule.
@@ -130,6 +139,7 @@ pub fn serve(
         stats.apply_s += apply_s;
         stats.send_s += send_s;
         stats.exchange_s += exchange_s;
+        stats.exchanges += u64::from(ratio > 0.0);
         if stats.pushes.is_multiple_of(cfg.run.log_every as u64) {
             log.push(&ServerRow {
                 time_s,
