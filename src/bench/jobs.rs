@@ -162,8 +162,7 @@ fn read_row(name: &str, ranks: usize, dir: &Path) -> Result<BenchRow> {
         .with_context(|| format!("cannot read {}", path.display()))?;
     let s: SummaryIn =
         serde_json::from_str(&text).with_context(|| format!("{}", path.display()))?;
-    let mean = |v: &Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
-    let shares = s.exchange_shares_of_busy.as_ref();
+    let shares = s.exchange_shares_of_busy.as_deref();
     Ok(BenchRow {
         mode: name.into(),
         ranks,
@@ -178,7 +177,7 @@ fn read_row(name: &str, ranks: usize, dir: &Path) -> Result<BenchRow> {
         epochs: s.epochs,
         exchange_share_of_busy: shares.and_then(mean),
         max_exchange_share_of_busy: shares.and_then(|v| v.iter().cloned().reduce(f64::max)),
-        server_busy_fraction: s.server_busy_fractions.as_ref().and_then(mean),
+        server_busy_fraction: s.server_busy_fractions.as_deref().and_then(mean),
         replica_max_error: s.replica_max_error,
         gssp_speedup: None,
         seeds: vec![s.seed],
@@ -333,12 +332,11 @@ pub fn combine_runs(runs: &[Vec<BenchRow>]) -> Result<Vec<BenchRow>> {
                     .with_context(|| format!("runs disagree on mode {}", base.mode))
             })
             .collect::<Result<_>>()?;
-        let mean = |f: &dyn Fn(&BenchRow) -> f64| {
+        let mean_of = |f: &dyn Fn(&BenchRow) -> f64| {
             same.iter().map(|r| f(r)).sum::<f64>() / same.len() as f64
         };
         let mean_opt = |f: &dyn Fn(&BenchRow) -> Option<f64>| {
-            let v: Vec<f64> = same.iter().filter_map(|r| f(r)).collect();
-            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+            mean(&same.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
         };
         let times: Vec<Option<f64>> = same
             .iter()
@@ -348,14 +346,14 @@ pub fn combine_runs(runs: &[Vec<BenchRow>]) -> Result<Vec<BenchRow>> {
             mode: base.mode.clone(),
             ranks: base.ranks,
             time_to_target_s: median_time(&times),
-            accuracy_at_budget: mean(&|r| r.accuracy_at_budget),
-            final_test_loss: mean(&|r| r.final_test_loss),
-            mean_wait_fraction: mean(&|r| r.mean_wait_fraction),
-            bytes_inter_group: mean(&|r| r.bytes_inter_group as f64).round() as u64,
-            bytes_sent: mean(&|r| r.bytes_sent as f64).round() as u64,
-            wall_s: mean(&|r| r.wall_s),
-            images_per_s: mean(&|r| r.images_per_s),
-            epochs: mean(&|r| r.epochs),
+            accuracy_at_budget: mean_of(&|r| r.accuracy_at_budget),
+            final_test_loss: mean_of(&|r| r.final_test_loss),
+            mean_wait_fraction: mean_of(&|r| r.mean_wait_fraction),
+            bytes_inter_group: mean_of(&|r| r.bytes_inter_group as f64).round() as u64,
+            bytes_sent: mean_of(&|r| r.bytes_sent as f64).round() as u64,
+            wall_s: mean_of(&|r| r.wall_s),
+            images_per_s: mean_of(&|r| r.images_per_s),
+            epochs: mean_of(&|r| r.epochs),
             exchange_share_of_busy: mean_opt(&|r| r.exchange_share_of_busy),
             max_exchange_share_of_busy: mean_opt(&|r| r.max_exchange_share_of_busy),
             server_busy_fraction: mean_opt(&|r| r.server_busy_fraction),
@@ -374,6 +372,11 @@ pub fn combine_runs(runs: &[Vec<BenchRow>]) -> Result<Vec<BenchRow>> {
         });
     }
     Ok(rows)
+}
+
+/// Mean of `v`; `None` when it is empty.
+fn mean(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
 /// Median of run times where `None` (never reached) ranks above every time; `None` when the

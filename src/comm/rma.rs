@@ -420,20 +420,11 @@ impl Drop for Epoch<'_, '_> {
 /// datatype over unique indices. Dropping it is allowed while accumulates using it are still
 /// pending: `MPI_Type_free` only marks the type, and MPI frees it once they complete.
 pub struct Scatter {
+    /// None for no indices (nothing to send).
     dt: Option<ffi::MPI_Datatype>,
+    /// Number of target indices.
     len: usize,
     window: ffi::MPI_Win,
-}
-
-impl Scatter {
-    /// Number of target indices.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 impl Drop for Scatter {
