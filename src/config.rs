@@ -174,6 +174,9 @@ pub struct SyncConfig {
     pub static_groups: Vec<Vec<usize>>,
     /// gssp: a group server exchanges with its peers every this many applied pushes.
     pub inter_group_every: usize,
+    /// gssp with top-k: each peer's mailbox holds this many messages of the target ratio's
+    /// size; a sender whose message does not fit keeps it unsent until the peer drains.
+    pub mailbox_messages: usize,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -303,6 +306,7 @@ impl Default for SyncConfig {
             profile_iters: 5,
             static_groups: Vec::new(),
             inter_group_every: 8,
+            mailbox_messages: 8,
         }
     }
 }
@@ -470,6 +474,12 @@ impl Config {
             "sync.inter_group_every",
             ">= 1",
             s.inter_group_every,
+        )?;
+        ensure(
+            s.mailbox_messages >= 1,
+            "sync.mailbox_messages",
+            ">= 1",
+            s.mailbox_messages,
         )?;
         self.validate_compression()?;
         self.validate_heterogeneity()
@@ -1244,6 +1254,7 @@ mod tests {
             (&["sync.groups=0"], "sync.groups: must be >= 1, got 0"),
             (&["sync.profile_iters=0"], "sync.profile_iters: must be >= 1, got 0"),
             (&["sync.inter_group_every=0"], "sync.inter_group_every: must be >= 1, got 0"),
+            (&["sync.mailbox_messages=0"], "sync.mailbox_messages: must be >= 1, got 0"),
             (&["compression.ratio=0"], "compression.ratio: must be in (0, 1], got 0"),
             (&["compression.ratio=1.01"], "compression.ratio: must be in (0, 1], got 1.01"),
             (&["compression.ratio_min=0.5"], "compression.ratio_min: must be in (0, compression.ratio = 0.01], got 0.5"),

@@ -10,6 +10,22 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+/// CPU seconds this thread has run (`CLOCK_THREAD_CPUTIME_ID`): busy time without the
+/// time the OS gave other processes meanwhile (many ranks share few cores in tests and
+/// benchmarks). NaN if the clock is unavailable.
+pub fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer; the clock id is a constant.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return f64::NAN;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
 /// The run directory (`runs/<name>` unless `--out` says otherwise).
 #[derive(Debug, Clone)]
 pub struct RunDir {
@@ -269,12 +285,17 @@ pub struct Summary {
     pub bytes_inter_group: Option<u64>,
     /// gssp: after the final flush, max |replica - initial - sum of all groups' sent updates|.
     pub replica_max_error: Option<f64>,
+    /// gssp: exchanges (all servers) that sent nothing because a peer's mailbox was full.
+    pub exchanges_deferred: Option<u64>,
     /// Parameter-server modes, one per server (layout order): share of the run it was busy
     /// (applying pushes, answering workers, exchanging).
     pub server_busy_fractions: Option<Vec<f64>>,
     /// gssp, one per group server: share of its busy time spent in the inter-group exchange
     /// (residual, top-k, accumulates, drain).
     pub exchange_shares_of_busy: Option<Vec<f64>>,
+    /// The same share in thread CPU time (what the server computed, without the time the
+    /// OS ran other processes in the middle of it).
+    pub exchange_shares_of_busy_cpu: Option<Vec<f64>>,
     /// gssp, one per group server: mean milliseconds per exchange.
     pub mean_exchange_ms: Option<Vec<f64>>,
 }

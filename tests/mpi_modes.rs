@@ -394,36 +394,49 @@ fn allreduce_workers_take_the_same_steps() {
 fn gssp_sparse_exchange_loses_nothing() {
     let _lock = job_lock();
     let scratch = Scratch::new();
-    let run = scratch.train_ok(
-        "gssp-lossless",
-        7,
-        &[
-            "sync.mode=gssp",
-            "sync.groups=3",
-            "run.epochs=2",
-            "compression.kind=topk",
-            "compression.ratio=0.01",
-            "heterogeneity.slowdown=[1.0,1.7,2.6,1.2]",
-            "heterogeneity.unit_s=0.004",
-            "heterogeneity.straggler_prob=0.3",
-            "heterogeneity.straggler_factor=3.0",
-        ],
-        DEADLINE,
-    );
-    let s = run.summary();
-    let err = s["replica_max_error"]
-        .as_f64()
-        .unwrap_or_else(|| panic!("replica_max_error missing: {s}"));
-    eprintln!("gssp topk 0.01, stragglers: replica_max_error {err:e}");
-    assert!(err.is_finite() && err <= 1e-4, "replica_max_error {err}");
-    assert!(num(&s, "bytes_inter_group") > 0.0);
-    // Three servers each sent something: every one logged sparse exchanges.
-    for g in 0..3 {
-        let ratios = run.rank_csv(g).col("ratio");
+    let base = [
+        "sync.mode=gssp",
+        "sync.groups=3",
+        "run.epochs=2",
+        "compression.kind=topk",
+        "compression.ratio=0.01",
+        "heterogeneity.slowdown=[1.0,1.7,2.6,1.2]",
+        "heterogeneity.unit_s=0.004",
+        "heterogeneity.straggler_prob=0.3",
+        "heterogeneity.straggler_factor=3.0",
+    ];
+    // Roomy mailboxes, then mailboxes of one message each, which fill whenever a faster
+    // group sends twice before a slower one drains: values then wait in the sender's
+    // error feedback, and still none may be lost.
+    let full = ["compression.policy=\"uniform\"", "sync.mailbox_messages=1"];
+    for (name, extra) in [
+        ("gssp-lossless", &[][..]),
+        ("gssp-lossless-full", &full[..]),
+    ] {
+        let sets: Vec<&str> = base.iter().chain(extra).copied().collect();
+        let run = scratch.train_ok(name, 7, &sets, DEADLINE);
+        let s = run.summary();
+        let err = s["replica_max_error"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("replica_max_error missing: {s}"));
+        let deferred = num(&s, "exchanges_deferred");
+        eprintln!("{name}: replica_max_error {err:e}, {deferred} exchanges deferred");
         assert!(
-            ratios.iter().any(|&r| r > 0.0),
-            "server {g} never exchanged"
+            err.is_finite() && err <= 1e-4,
+            "{name}: replica_max_error {err}"
         );
+        assert!(num(&s, "bytes_inter_group") > 0.0);
+        if !extra.is_empty() {
+            assert!(deferred > 0.0, "{name}: one-message mailboxes never filled");
+        }
+        // Three servers each sent something: every one logged sparse exchanges.
+        for g in 0..3 {
+            let ratios = run.rank_csv(g).col("ratio");
+            assert!(
+                ratios.iter().any(|&r| r > 0.0),
+                "{name}: server {g} never exchanged"
+            );
+        }
     }
 }
 

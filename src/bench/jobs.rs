@@ -46,6 +46,8 @@ pub struct BenchRow {
     pub exchange_share_of_busy: Option<f64>,
     /// gssp: the same share on the group server where it was largest.
     pub max_exchange_share_of_busy: Option<f64>,
+    /// gssp: the mean share in thread CPU time (without time the OS ran other ranks).
+    pub exchange_share_of_busy_cpu: Option<f64>,
     /// Share of the run the server(s) are busy (apply + send + exchange), mean over servers.
     pub server_busy_fraction: Option<f64>,
     /// gssp: worst |replica - initial - all updates| after the final flush.
@@ -77,6 +79,7 @@ struct SummaryIn {
     replica_max_error: Option<f64>,
     server_busy_fractions: Option<Vec<f64>>,
     exchange_shares_of_busy: Option<Vec<f64>>,
+    exchange_shares_of_busy_cpu: Option<Vec<f64>>,
 }
 
 /// Runs every variant of `config` (with `common` overrides) under mpirun, one after the
@@ -177,6 +180,7 @@ fn read_row(name: &str, ranks: usize, dir: &Path) -> Result<BenchRow> {
         epochs: s.epochs,
         exchange_share_of_busy: shares.and_then(mean),
         max_exchange_share_of_busy: shares.and_then(|v| v.iter().cloned().reduce(f64::max)),
+        exchange_share_of_busy_cpu: s.exchange_shares_of_busy_cpu.as_deref().and_then(mean),
         server_busy_fraction: s.server_busy_fractions.as_deref().and_then(mean),
         replica_max_error: s.replica_max_error,
         gssp_speedup: None,
@@ -234,9 +238,12 @@ pub fn finish_table(rows: &mut [BenchRow], reference: Option<&str>, out: &Path) 
         };
         let exchange = match (r.exchange_share_of_busy, r.max_exchange_share_of_busy) {
             (Some(m), Some(x)) => format!(
-                "; exchange {:.1}% of a group server's busy time (largest {:.1}%)",
+                "; exchange {:.1}% of a group server's busy time (largest {:.1}%; {} in CPU time)",
                 100.0 * m,
-                100.0 * x
+                100.0 * x,
+                r.exchange_share_of_busy_cpu
+                    .map(|c| format!("{:.1}%", 100.0 * c))
+                    .unwrap_or_else(|| "-".into())
             ),
             _ => String::new(),
         };
@@ -356,6 +363,7 @@ pub fn combine_runs(runs: &[Vec<BenchRow>]) -> Result<Vec<BenchRow>> {
             epochs: mean_of(&|r| r.epochs),
             exchange_share_of_busy: mean_opt(&|r| r.exchange_share_of_busy),
             max_exchange_share_of_busy: mean_opt(&|r| r.max_exchange_share_of_busy),
+            exchange_share_of_busy_cpu: mean_opt(&|r| r.exchange_share_of_busy_cpu),
             server_busy_fraction: mean_opt(&|r| r.server_busy_fraction),
             replica_max_error: same
                 .iter()
@@ -463,6 +471,7 @@ mod tests {
             epochs: 1.0,
             exchange_share_of_busy: None,
             max_exchange_share_of_busy: None,
+            exchange_share_of_busy_cpu: None,
             server_busy_fraction: Some(0.01),
             replica_max_error: None,
             gssp_speedup: None,

@@ -1,4 +1,4 @@
-//! One-sided communication: an `f32` window per rank with passive-target epochs.
+//! One-sided communication: a window of `f32` or `u32` per rank with passive-target epochs.
 //!
 //! The borrow checker enforces MPI's rules:
 //! * An [`Epoch`] (`MPI_Win_lock` .. `MPI_Win_unlock` on one target) borrows every origin buffer
@@ -20,7 +20,31 @@ use std::marker::PhantomData;
 use std::os::raw::c_int;
 use std::rc::Rc;
 
-const F32_BYTES: usize = std::mem::size_of::<f32>();
+/// What a window holds: 4-byte numbers MPI can move and sum (`MPI_FLOAT`, `MPI_UINT32_T`).
+pub trait Element: Copy + Default + sealed_element::Sealed + 'static {
+    /// The MPI datatype of one element.
+    fn datatype() -> ffi::MPI_Datatype;
+}
+
+mod sealed_element {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for u32 {}
+}
+
+impl Element for f32 {
+    fn datatype() -> ffi::MPI_Datatype {
+        // SAFETY: reading an extern constant.
+        unsafe { ffi::RSMPI_FLOAT }
+    }
+}
+
+impl Element for u32 {
+    fn datatype() -> ffi::MPI_Datatype {
+        // SAFETY: reading an extern constant.
+        unsafe { ffi::RSMPI_UINT32_T }
+    }
+}
 
 /// Lock type of a passive-target epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,28 +67,29 @@ impl LockKind {
 /// The window's memory, allocated by MPI (`MPI_Win_allocate`) and freed by `MPI_Win_free`.
 /// A raw pointer, because MPI may write it at any time and no Rust reference to it may exist
 /// outside a [`LocalEpoch`].
-struct WinMemory {
-    base: *mut f32,
+struct WinMemory<T> {
+    base: *mut T,
     len: usize,
 }
 
-/// An RMA window over `len` `f32` owned by this rank (same `len` on every rank), zero at start.
+/// An RMA window over `len` elements owned by this rank (same `len` on every rank), zero at
+/// start.
 ///
 /// Creating and dropping are collective over the communicator (`MPI_Win_allocate`/`MPI_Win_free`):
 /// all ranks must create and drop their windows together.
-pub struct Window {
+pub struct Window<T: Element = f32> {
     win: ffi::MPI_Win,
     comm: Rc<CommHandle>,
     /// Displacements for the indexed datatype, reused between calls.
     displs: RefCell<Vec<c_int>>,
     /// Valid until `MPI_Win_free`.
-    mem: WinMemory,
+    mem: WinMemory<T>,
 }
 
-impl Window {
+impl<T: Element> Window<T> {
     /// Collectively creates a window of `n` zeros on every rank of `comm` (displacement unit 4
     /// bytes). Fails on every rank if the ranks disagree on `n`.
-    pub fn create<C: Collectives>(comm: &C, n: usize) -> Result<Window, CommError> {
+    pub fn create<C: Collectives>(comm: &C, n: usize) -> Result<Window<T>, CommError> {
         let comm = Rc::clone(comm.handle());
         // SAFETY: reading extern constants.
         let (u64t, max, min) = unsafe { (ffi::RSMPI_UINT64_T, ffi::RSMPI_MAX, ffi::RSMPI_MIN) };
@@ -77,16 +102,16 @@ impl Window {
             });
         }
         let bytes = n
-            .checked_mul(F32_BYTES)
+            .checked_mul(std::mem::size_of::<T>())
             .and_then(|b| ffi::MPI_Aint::try_from(b).ok())
             .ok_or(CommError::Invalid {
                 what: "Window::create",
-                detail: format!("window of {n} f32 is too large"),
+                detail: format!("window of {n} elements is too large"),
             })?;
         c_count("Window::create length", n)?;
         // SAFETY: reading extern constants.
         let mut win = unsafe { ffi::RSMPI_WIN_NULL };
-        let mut base: *mut f32 = std::ptr::null_mut();
+        let mut base: *mut T = std::ptr::null_mut();
         // MPI allocates the memory (rather than MPI_Win_create over ours) so that it can place
         // it where peers reach it fastest: shared memory for ranks on one node (osc/sm does an
         // accumulate as a plain memory operation, no message to the target), registered
@@ -95,10 +120,10 @@ impl Window {
         check("MPI_Win_allocate", unsafe {
             ffi::MPI_Win_allocate(
                 bytes,
-                F32_BYTES as c_int,
+                std::mem::size_of::<T>() as c_int,
                 ffi::RSMPI_INFO_NULL,
                 comm.raw,
-                (&mut base as *mut *mut f32).cast(),
+                (&mut base as *mut *mut T).cast(),
                 &mut win,
             )
         })?;
@@ -115,14 +140,14 @@ impl Window {
         // MPI does not zero the allocation: zero it, then let no rank use the window before
         // every rank has.
         let mut own = window.lock_local()?;
-        own.fill(0.0);
+        own.fill(T::default());
         own.unlock()?;
         // SAFETY: live communicator.
         check("MPI_Barrier", unsafe { ffi::MPI_Barrier(window.comm.raw) })?;
         Ok(window)
     }
 
-    /// Number of `f32` in every rank's window.
+    /// Number of elements in every rank's window.
     pub fn len(&self) -> usize {
         self.mem.len
     }
@@ -144,7 +169,7 @@ impl Window {
 
     /// Opens a passive-target epoch on `target` (`MPI_Win_lock`); it ends when the returned
     /// guard is dropped or [`Epoch::unlock`]ed. Several epochs on different targets may be open.
-    pub fn lock<'b>(&self, target: usize, kind: LockKind) -> Result<Epoch<'_, 'b>, CommError> {
+    pub fn lock<'b>(&self, target: usize, kind: LockKind) -> Result<Epoch<'_, 'b, T>, CommError> {
         let t = c_rank("Window::lock target", target, self.comm.size)?;
         // SAFETY: win is live.
         check("MPI_Win_lock", unsafe {
@@ -159,7 +184,7 @@ impl Window {
     }
 
     /// Locks this rank's own window exclusively and gives access to its memory.
-    pub fn lock_local(&mut self) -> Result<LocalEpoch<'_>, CommError> {
+    pub fn lock_local(&mut self) -> Result<LocalEpoch<'_, T>, CommError> {
         let me = c_count("Window::lock_local", self.comm.rank)?;
         // SAFETY: win is live.
         check("MPI_Win_lock", unsafe {
@@ -206,7 +231,7 @@ impl Window {
         let mut dt = unsafe { ffi::RSMPI_DATATYPE_NULL };
         // SAFETY: displs holds `count` displacements; dt is a valid out-pointer.
         check("MPI_Type_create_indexed_block", unsafe {
-            ffi::MPI_Type_create_indexed_block(count, 1, displs.as_ptr(), ffi::RSMPI_FLOAT, &mut dt)
+            ffi::MPI_Type_create_indexed_block(count, 1, displs.as_ptr(), T::datatype(), &mut dt)
         })?;
         // Owned from here: freed on drop, also if the commit fails.
         scatter.dt = Some(dt);
@@ -248,7 +273,7 @@ impl Window {
     }
 }
 
-impl Drop for Window {
+impl<T: Element> Drop for Window<T> {
     fn drop(&mut self) {
         if let Err(e) = self.free_win() {
             eprintln!("error: rank {}: {e}", self.comm.rank);
@@ -258,19 +283,19 @@ impl Drop for Window {
 
 /// A passive-target access epoch on one target. `'b` is the lifetime of every origin buffer
 /// used in it: they stay borrowed until the epoch ends, when MPI has completed the operations.
-pub struct Epoch<'w, 'b> {
-    window: &'w Window,
+pub struct Epoch<'w, 'b, T: Element = f32> {
+    window: &'w Window<T>,
     target: c_int,
     open: bool,
-    _origin: PhantomData<&'b mut [f32]>,
+    _origin: PhantomData<&'b mut [T]>,
 }
 
-impl<'w, 'b> Epoch<'w, 'b> {
+impl<'w, 'b, T: Element> Epoch<'w, 'b, T> {
     /// Adds `values[i]` to the target's element `indices[i]` with ONE `MPI_Accumulate(SUM)`
     /// whose target datatype is an indexed block (block length 1) over `indices`, which must be
     /// unique. To send the same indices to several targets, build the [`Scatter`] once with
     /// [`Window::scatter`] and use [`Epoch::accumulate_scattered`].
-    pub fn accumulate_sum(&mut self, indices: &[u32], values: &'b [f32]) -> Result<(), CommError> {
+    pub fn accumulate_sum(&mut self, indices: &[u32], values: &'b [T]) -> Result<(), CommError> {
         let scatter = self.window.scatter(indices)?;
         // Dropping `scatter` right after is fine: MPI frees a datatype only once the
         // operations using it are complete.
@@ -282,7 +307,7 @@ impl<'w, 'b> Epoch<'w, 'b> {
     pub fn accumulate_scattered(
         &mut self,
         scatter: &Scatter,
-        values: &'b [f32],
+        values: &'b [T],
     ) -> Result<(), CommError> {
         if scatter.window != self.window.win {
             return Err(CommError::Invalid {
@@ -305,7 +330,7 @@ impl<'w, 'b> Epoch<'w, 'b> {
             ffi::MPI_Accumulate(
                 values.as_ptr().cast(),
                 count,
-                ffi::RSMPI_FLOAT,
+                T::datatype(),
                 self.target,
                 0,
                 1,
@@ -320,7 +345,7 @@ impl<'w, 'b> Epoch<'w, 'b> {
     pub fn accumulate_sum_dense(
         &mut self,
         offset: usize,
-        values: &'b [f32],
+        values: &'b [T],
     ) -> Result<(), CommError> {
         self.window
             .check_range("Epoch::accumulate_sum_dense", offset, values.len())?;
@@ -333,11 +358,11 @@ impl<'w, 'b> Epoch<'w, 'b> {
             ffi::MPI_Accumulate(
                 values.as_ptr().cast(),
                 count,
-                ffi::RSMPI_FLOAT,
+                T::datatype(),
                 self.target,
                 offset as ffi::MPI_Aint,
                 count,
-                ffi::RSMPI_FLOAT,
+                T::datatype(),
                 ffi::RSMPI_SUM,
                 self.window.win,
             )
@@ -345,7 +370,7 @@ impl<'w, 'b> Epoch<'w, 'b> {
     }
 
     /// Writes `values` to the target's elements `offset..offset + values.len()`.
-    pub fn put(&mut self, offset: usize, values: &'b [f32]) -> Result<(), CommError> {
+    pub fn put(&mut self, offset: usize, values: &'b [T]) -> Result<(), CommError> {
         self.window
             .check_range("Epoch::put", offset, values.len())?;
         if values.is_empty() {
@@ -357,11 +382,11 @@ impl<'w, 'b> Epoch<'w, 'b> {
             ffi::MPI_Put(
                 values.as_ptr().cast(),
                 count,
-                ffi::RSMPI_FLOAT,
+                T::datatype(),
                 self.target,
                 offset as ffi::MPI_Aint,
                 count,
-                ffi::RSMPI_FLOAT,
+                T::datatype(),
                 self.window.win,
             )
         })
@@ -369,7 +394,7 @@ impl<'w, 'b> Epoch<'w, 'b> {
 
     /// Reads the target's elements `offset..offset + out.len()` into `out`, which is filled when
     /// the epoch ends (it stays mutably borrowed until then).
-    pub fn get(&mut self, offset: usize, out: &'b mut [f32]) -> Result<(), CommError> {
+    pub fn get(&mut self, offset: usize, out: &'b mut [T]) -> Result<(), CommError> {
         self.window.check_range("Epoch::get", offset, out.len())?;
         if out.is_empty() {
             return Ok(());
@@ -380,11 +405,11 @@ impl<'w, 'b> Epoch<'w, 'b> {
             ffi::MPI_Get(
                 out.as_mut_ptr().cast(),
                 count,
-                ffi::RSMPI_FLOAT,
+                T::datatype(),
                 self.target,
                 offset as ffi::MPI_Aint,
                 count,
-                ffi::RSMPI_FLOAT,
+                T::datatype(),
                 self.window.win,
             )
         })
@@ -408,7 +433,7 @@ impl<'w, 'b> Epoch<'w, 'b> {
     }
 }
 
-impl Drop for Epoch<'_, '_> {
+impl<T: Element> Drop for Epoch<'_, '_, T> {
     fn drop(&mut self) {
         if let Err(e) = self.close() {
             eprintln!("error: rank {}: {e}", self.window.comm.rank);
@@ -438,14 +463,14 @@ impl Drop for Scatter {
     }
 }
 
-/// Exclusive access to this rank's own window memory (derefs to `[f32]`); unlocks on drop.
-pub struct LocalEpoch<'w> {
-    window: &'w mut Window,
+/// Exclusive access to this rank's own window memory (derefs to `[T]`); unlocks on drop.
+pub struct LocalEpoch<'w, T: Element = f32> {
+    window: &'w mut Window<T>,
     me: c_int,
     open: bool,
 }
 
-impl LocalEpoch<'_> {
+impl<T: Element> LocalEpoch<'_, T> {
     /// Ends the exclusive epoch, reporting an MPI error (dropping ignores it).
     pub fn unlock(mut self) -> Result<(), CommError> {
         self.close()
@@ -463,23 +488,23 @@ impl LocalEpoch<'_> {
     }
 }
 
-impl std::ops::Deref for LocalEpoch<'_> {
-    type Target = [f32];
-    fn deref(&self) -> &[f32] {
+impl<T: Element> std::ops::Deref for LocalEpoch<'_, T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
         // SAFETY: the exclusive lock on this rank keeps other ranks out of this memory, and the
         // window is mutably borrowed, so this is the only view.
         unsafe { std::slice::from_raw_parts(self.window.mem.base, self.window.mem.len) }
     }
 }
 
-impl std::ops::DerefMut for LocalEpoch<'_> {
-    fn deref_mut(&mut self) -> &mut [f32] {
+impl<T: Element> std::ops::DerefMut for LocalEpoch<'_, T> {
+    fn deref_mut(&mut self) -> &mut [T] {
         // SAFETY: as for Deref.
         unsafe { std::slice::from_raw_parts_mut(self.window.mem.base, self.window.mem.len) }
     }
 }
 
-impl Drop for LocalEpoch<'_> {
+impl<T: Element> Drop for LocalEpoch<'_, T> {
     fn drop(&mut self) {
         if let Err(e) = self.close() {
             eprintln!("error: rank {}: {e}", self.window.comm.rank);

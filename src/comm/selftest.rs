@@ -526,6 +526,33 @@ fn rma(comm: &Comm) -> Result<(), String> {
             format!("telemetry of rank {peer} reads {tele:?}, expected {expected:?}")
         });
     }
+    // A u32 window moves bit patterns exactly (also ones that as f32 would be NaN): every
+    // rank puts its words into its slot at every peer, then reads every peer's slots.
+    let words = |r: usize| [r as u32, 0x7fc0_0001 ^ r as u32, u32::MAX - r as u32];
+    let bits: Window<u32> = or_abort(comm, "Window::create", Window::create(comm, 3 * size));
+    let mine = words(me);
+    for step in 1..size {
+        let peer = (me + step) % size;
+        let mut ep = or_abort(comm, "lock", bits.lock(peer, LockKind::Shared));
+        or_abort(comm, "put", ep.put(3 * me, &mine));
+        or_abort(comm, "unlock", ep.unlock());
+    }
+    or_abort(comm, "barrier", comm.barrier());
+    for step in 1..size {
+        let peer = (me + step) % size;
+        let mut got = vec![0u32; 3 * size];
+        let mut ep = or_abort(comm, "lock", bits.lock(peer, LockKind::Shared));
+        or_abort(comm, "get", ep.get(0, &mut got));
+        or_abort(comm, "unlock", ep.unlock());
+        let want: Vec<u32> = (0..size)
+            .flat_map(|r| if r == peer { [0; 3] } else { words(r) })
+            .collect();
+        f.expect(got == want, || {
+            format!("u32 window of rank {peer} reads {got:x?}, expected {want:x?}")
+        });
+    }
+    or_abort(comm, "Window::free", bits.free());
+
     // Bad input is an error naming the call, not an MPI fault.
     let out_of_range = win.scatter(&[0, (INBOX + size) as u32]);
     f.expect(

@@ -1,14 +1,16 @@
-//! Update compression between group servers: exact top-k selection with error feedback
-//! ([`topk`]) and the per-group upload ratio of GDTopK ([`ratio`]).
+//! Update compression between group servers: exact top-k selection ([`topk`]), error
+//! feedback ([`feedback`]) and the per-group upload ratio of GDTopK ([`ratio`]).
 //!
 //! Everything here is pure: the RMA exchange in `comm` only moves the index/value pairs this
 //! module produces.
 
+pub mod feedback;
 pub mod ratio;
 pub mod topk;
 
+pub use feedback::PeerView;
 pub use ratio::{k_for_ratio, upload_ratio, RatioError, SpeedMeter};
-pub use topk::{sum_pass, topk_vs_sum_bench, Residual, TopK};
+pub use topk::{sum_pass, topk_vs_sum_bench, TopK};
 
 use thiserror::Error;
 

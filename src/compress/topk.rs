@@ -1,4 +1,5 @@
-//! Exact top-k by magnitude in linear time, and the error-feedback residual that feeds it.
+//! Exact top-k by magnitude in linear time, over a buffer or over the difference of two
+//! (the unsent part of a group's change, see [`super::feedback`]).
 //!
 //! Sparse exchange sends the k largest entries of a group's residual at every inter-group
 //! exchange, over models of tens of millions of parameters, so selection must cost about as
@@ -13,13 +14,66 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::ratio::k_for_ratio;
-use super::{find_non_finite, CompressError};
 
 /// Magnitude key: the bits of |x|. For non-negative floats the bit order is the numeric
 /// order, so keys compare as magnitudes; +0 and -0 share key 0, and NaN ranks above infinity.
 #[inline(always)]
 fn key(x: f32) -> u32 {
     x.to_bits() & 0x7fff_ffff
+}
+
+/// Values top-k selects from: a slice, or the element-wise difference of two slices computed
+/// on the fly (no buffer and no pass to fill one).
+pub trait Magnitudes {
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Value `i`.
+    fn value(&self, i: usize) -> f32;
+    /// Keys of values `start..start + CHUNK` (in bounds), in a form that vectorises.
+    fn chunk_keys(&self, start: usize, out: &mut [u32; CHUNK]);
+}
+
+impl Magnitudes for [f32] {
+    fn len(&self) -> usize {
+        <[f32]>::len(self)
+    }
+    #[inline(always)]
+    fn value(&self, i: usize) -> f32 {
+        self[i]
+    }
+    #[inline(always)]
+    fn chunk_keys(&self, start: usize, out: &mut [u32; CHUNK]) {
+        let c = &self[start..start + CHUNK];
+        for j in 0..CHUNK {
+            out[j] = key(c[j]);
+        }
+    }
+}
+
+/// `after - before`, element-wise (equal lengths).
+pub struct Difference<'a> {
+    pub after: &'a [f32],
+    pub before: &'a [f32],
+}
+
+impl Magnitudes for Difference<'_> {
+    fn len(&self) -> usize {
+        self.after.len()
+    }
+    #[inline(always)]
+    fn value(&self, i: usize) -> f32 {
+        self.after[i] - self.before[i]
+    }
+    #[inline(always)]
+    fn chunk_keys(&self, start: usize, out: &mut [u32; CHUNK]) {
+        let a = &self.after[start..start + CHUNK];
+        let b = &self.before[start..start + CHUNK];
+        for j in 0..CHUNK {
+            out[j] = key(a[j] - b[j]);
+        }
+    }
 }
 
 /// Below this length the sample is not worth it: every entry is a candidate.
@@ -33,7 +87,7 @@ const SAMPLE_MAX: usize = 1 << 14;
 const SAMPLE_DIV: usize = 32;
 const SAMPLE_RUN: usize = 8;
 /// Candidate-scan chunk: a vectorised test per chunk, a scalar scan only of chunks with a hit.
-const CHUNK: usize = 16;
+pub const CHUNK: usize = 16;
 /// Fixed seed: the sample only affects speed, never the result, and a fixed seed keeps the
 /// timing reproducible.
 const SAMPLE_SEED: u64 = 0x2545_f491_4f6c_dd1d;
@@ -62,11 +116,22 @@ impl TopK {
     /// Writes into `out_indices` the indices of the `min(k, n)` entries of largest magnitude,
     /// ascending and unique. Every selected |value| is >= every unselected one; among equal
     /// magnitudes the lower index is selected first. NaN counts as larger than infinity
-    /// (callers that must not send NaN check with [`super::find_non_finite`] first).
+    /// (so if any value is not finite, some selected one is not: callers that must not send
+    /// NaN check only the k selected values).
     ///
     /// # Panics
     /// If `values.len()` does not fit in `u32` (indices are sent as `u32`).
     pub fn select(&mut self, values: &[f32], k: usize, out_indices: &mut Vec<u32>) {
+        self.select_from(values, k, out_indices)
+    }
+
+    /// [`TopK::select`] over any [`Magnitudes`].
+    pub fn select_from<M: Magnitudes + ?Sized>(
+        &mut self,
+        values: &M,
+        k: usize,
+        out_indices: &mut Vec<u32>,
+    ) {
         out_indices.clear();
         let n = values.len();
         assert!(
@@ -126,9 +191,9 @@ impl TopK {
 
     /// A key threshold such that, by a sample, somewhat more than k entries have a key >= it.
     /// `widen` multiplies the expected count (used after an estimate turned out too high).
-    fn estimate_threshold(
+    fn estimate_threshold<M: Magnitudes + ?Sized>(
         &mut self,
-        values: &[f32],
+        values: &M,
         k: usize,
         widen: f64,
         rng: &mut SplitMix64,
@@ -139,7 +204,7 @@ impl TopK {
         for _ in 0..sample / SAMPLE_RUN {
             let start = rng.below(n - SAMPLE_RUN + 1);
             self.sample
-                .extend(values[start..start + SAMPLE_RUN].iter().map(|&x| key(x)));
+                .extend((start..start + SAMPLE_RUN).map(|i| key(values.value(i))));
         }
         let expected = k as f64 / n as f64 * sample as f64 * widen;
         // Margin of three standard deviations of the binomial count (an estimate too high
@@ -154,44 +219,39 @@ impl TopK {
     }
 
     /// Collects the index and key of every entry with key >= `thr`, in index order, into
-    /// `cand[..cand_len]` and `cand_key[..cand_len]`. Chunks without a hit cost one vectorised test; inside a chunk with
-    /// a hit every index is written and the count advances only on hits, so no branch depends
-    /// on the data there.
-    fn collect(&mut self, values: &[f32], thr: u32) {
+    /// `cand[..cand_len]` and `cand_key[..cand_len]`. Each chunk costs one vectorised
+    /// compare and a bit mask; only its set bits (a few percent of entries) are visited.
+    fn collect<M: Magnitudes + ?Sized>(&mut self, values: &M, thr: u32) {
         // Keys are < 2^31, so signed compares (native on every SIMD level) are exact.
         let thr_i = thr as i32;
+        let n = values.len();
         let mut len = 0usize;
-        let mut chunks = values.chunks_exact(CHUNK);
-        for (c, chunk) in chunks.by_ref().enumerate() {
-            let mut hit = 0i32;
-            for &x in chunk {
-                hit |= -((key(x) as i32 >= thr_i) as i32);
-            }
-            if hit != 0 {
+        let mut keys = [0u32; CHUNK];
+        let full = n - n % CHUNK;
+        for start in (0..full).step_by(CHUNK) {
+            values.chunk_keys(start, &mut keys);
+            let mut hits = hit_mask(&keys, thr_i);
+            if hits != 0 {
                 if self.cand.len() < len + CHUNK {
-                    self.grow(len + CHUNK, values.len());
+                    self.grow(len + CHUNK, n);
                 }
-                let dst_i = &mut self.cand[len..len + CHUNK];
-                let dst_k = &mut self.cand_key[len..len + CHUNK];
-                let base = (c * CHUNK) as u32;
-                let mut cnt = 0usize;
-                for (j, &x) in chunk.iter().enumerate() {
-                    let kx = key(x);
-                    dst_i[cnt & (CHUNK - 1)] = base + j as u32;
-                    dst_k[cnt & (CHUNK - 1)] = kx;
-                    cnt += (kx >= thr) as usize;
+                // Hits are sparse (a few percent of entries): visit only the set bits.
+                while hits != 0 {
+                    let j = hits.trailing_zeros() as usize;
+                    self.cand[len] = (start + j) as u32;
+                    self.cand_key[len] = keys[j];
+                    len += 1;
+                    hits &= hits - 1;
                 }
-                len += cnt;
             }
         }
-        let base = values.len() - chunks.remainder().len();
-        for (j, &x) in chunks.remainder().iter().enumerate() {
-            let kx = key(x);
+        for i in full..n {
+            let kx = key(values.value(i));
             if kx >= thr {
                 if self.cand.len() <= len {
-                    self.grow(len + 1, values.len());
+                    self.grow(len + 1, n);
                 }
-                self.cand[len] = (base + j) as u32;
+                self.cand[len] = i as u32;
                 self.cand_key[len] = kx;
                 len += 1;
             }
@@ -205,6 +265,38 @@ impl TopK {
         self.cand.resize(len, 0);
         self.cand_key.resize(len, 0);
     }
+}
+
+/// Bit j set when `keys[j] >= thr` (keys < 2^31, so signed compares are exact): four SSE2
+/// compares and movemasks on x86-64, where SSE2 is always present.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn hit_mask(keys: &[u32; CHUNK], thr: i32) -> u32 {
+    use std::arch::x86_64::{
+        _mm_castsi128_ps, _mm_cmpgt_epi32, _mm_loadu_si128, _mm_movemask_ps, _mm_set1_epi32,
+    };
+    // SAFETY: SSE2 is part of x86-64; the loads read 4 u32 each inside `keys`.
+    unsafe {
+        let below = _mm_set1_epi32(thr.wrapping_sub(1));
+        let mut mask = 0u32;
+        for q in 0..CHUNK / 4 {
+            let v = _mm_loadu_si128(keys.as_ptr().add(4 * q).cast());
+            let ge = _mm_castsi128_ps(_mm_cmpgt_epi32(v, below));
+            mask |= (_mm_movemask_ps(ge) as u32) << (4 * q);
+        }
+        mask
+    }
+}
+
+/// Bit j set when `keys[j] >= thr` (portable form).
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn hit_mask(keys: &[u32; CHUNK], thr: i32) -> u32 {
+    let mut mask = 0u32;
+    for (j, &kx) in keys.iter().enumerate() {
+        mask |= ((kx as i32 >= thr) as u32) << j;
+    }
+    mask
 }
 
 /// Values sampled for the threshold estimate over `n` values (a multiple of `SAMPLE_RUN`).
@@ -281,101 +373,6 @@ pub fn topk_vs_sum_bench(n: usize, ratio: f64, reps: usize, seed: u64) -> (f64, 
 fn median(xs: &mut [f64]) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs[xs.len() / 2]
-}
-
-/// Error-feedback residual of one group server: parameter change not yet sent to the other
-/// groups. Whatever a sparse exchange does not send stays here and is sent later, so nothing
-/// is lost, only delayed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Residual {
-    r: Vec<f32>,
-}
-
-impl Residual {
-    /// A zero residual for a model of `n` parameters.
-    pub fn new(n: usize) -> Self {
-        Self { r: vec![0.0; n] }
-    }
-
-    pub fn len(&self) -> usize {
-        self.r.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.r.is_empty()
-    }
-
-    /// Accumulates a parameter change.
-    pub fn add(&mut self, delta: &[f32]) -> Result<(), CompressError> {
-        if delta.len() != self.r.len() {
-            return Err(CompressError::LengthMismatch {
-                expected: self.r.len(),
-                got: delta.len(),
-            });
-        }
-        for (r, d) in self.r.iter_mut().zip(delta) {
-            *r += d;
-        }
-        Ok(())
-    }
-
-    /// Accumulates the parameter change `after - before` in one pass (no delta buffer).
-    pub fn add_difference(&mut self, after: &[f32], before: &[f32]) -> Result<(), CompressError> {
-        for got in [after.len(), before.len()] {
-            if got != self.r.len() {
-                return Err(CompressError::LengthMismatch {
-                    expected: self.r.len(),
-                    got,
-                });
-            }
-        }
-        for ((r, a), b) in self.r.iter_mut().zip(after).zip(before) {
-            *r += a - b;
-        }
-        Ok(())
-    }
-
-    /// Moves the top-`k` entries by magnitude out of the residual: their indices (ascending)
-    /// into `idx`, their values into `vals`, and zeroes them here. Fails, leaving everything
-    /// unchanged, if the residual holds a NaN or infinity.
-    pub fn take_sparse(
-        &mut self,
-        k: usize,
-        topk: &mut TopK,
-        idx: &mut Vec<u32>,
-        vals: &mut Vec<f32>,
-    ) -> Result<(), CompressError> {
-        if let Some((index, value)) = find_non_finite(&self.r) {
-            idx.clear();
-            vals.clear();
-            return Err(CompressError::NonFinite { index, value });
-        }
-        topk.select(&self.r, k, idx);
-        vals.clear();
-        vals.reserve(idx.len());
-        for &i in idx.iter() {
-            let slot = &mut self.r[i as usize];
-            vals.push(*slot);
-            *slot = 0.0;
-        }
-        Ok(())
-    }
-
-    /// Moves the whole residual into `vals` (dense exchange and the final flush) and zeroes
-    /// it. Fails, leaving everything unchanged, if it holds a NaN or infinity.
-    pub fn take_dense(&mut self, vals: &mut Vec<f32>) -> Result<(), CompressError> {
-        vals.clear();
-        if let Some((index, value)) = find_non_finite(&self.r) {
-            return Err(CompressError::NonFinite { index, value });
-        }
-        vals.extend_from_slice(&self.r);
-        self.r.fill(0.0);
-        Ok(())
-    }
-
-    pub fn as_slice(&self) -> &[f32] {
-        &self.r
-    }
 }
 
 #[cfg(test)]
@@ -542,119 +539,6 @@ mod tests {
             let plain: f32 = v.iter().sum();
             assert_eq!(sum_pass(&v), plain, "n={n}");
         }
-    }
-
-    #[test]
-    fn residual_loses_nothing() {
-        let mut rng = ChaCha8Rng::seed_from_u64(21);
-        let n = 5_000;
-        let mut res = Residual::new(n);
-        let mut topk = TopK::new();
-        let mut added = vec![0.0f32; n];
-        let mut sent = vec![0.0f32; n];
-        let (mut idx, mut vals) = (Vec::new(), Vec::new());
-        for step in 0..40 {
-            // Multiples of 1/8 in a small range: all sums below are exact in f32, so the
-            // identity sent + residual == added must hold bit for bit.
-            let delta: Vec<f32> = (0..n)
-                .map(|_| rng.gen_range(-16i32..=16) as f32 / 8.0)
-                .collect();
-            res.add(&delta).unwrap();
-            for (a, d) in added.iter_mut().zip(&delta) {
-                *a += d;
-            }
-            if step % 10 == 9 {
-                res.take_dense(&mut vals).unwrap();
-                assert_eq!(vals.len(), n);
-                for (s, v) in sent.iter_mut().zip(&vals) {
-                    *s += v;
-                }
-                assert!(res.as_slice().iter().all(|&x| x == 0.0));
-            } else {
-                let k = rng.gen_range(0..=n / 20);
-                let before = res.as_slice().to_vec();
-                res.take_sparse(k, &mut topk, &mut idx, &mut vals).unwrap();
-                assert_eq!(idx, reference(&before, k));
-                assert_eq!(vals.len(), idx.len());
-                for (&i, &v) in idx.iter().zip(&vals) {
-                    assert_eq!(v, before[i as usize]);
-                    assert_eq!(res.as_slice()[i as usize], 0.0);
-                    sent[i as usize] += v;
-                }
-            }
-            for i in 0..n {
-                assert_eq!(
-                    sent[i] + res.as_slice()[i],
-                    added[i],
-                    "step {step} index {i}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn add_difference_equals_add_of_delta() {
-        let mut rng = ChaCha8Rng::seed_from_u64(5);
-        let after: Vec<f32> = (0..300).map(|_| rng.gen_range(-2.0..2.0)).collect();
-        let before: Vec<f32> = (0..300).map(|_| rng.gen_range(-2.0..2.0)).collect();
-        let delta: Vec<f32> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
-        let (mut a, mut b) = (Residual::new(300), Residual::new(300));
-        for _ in 0..3 {
-            a.add_difference(&after, &before).unwrap();
-            b.add(&delta).unwrap();
-        }
-        assert_eq!(a, b);
-        assert!(a.as_slice().iter().any(|&x| x != 0.0));
-        assert_eq!(
-            a.add_difference(&after[1..], &before),
-            Err(CompressError::LengthMismatch {
-                expected: 300,
-                got: 299
-            })
-        );
-        assert_eq!(
-            a.add_difference(&after, &before[..7]),
-            Err(CompressError::LengthMismatch {
-                expected: 300,
-                got: 7
-            })
-        );
-    }
-
-    #[test]
-    fn residual_rejects_non_finite_and_bad_length() {
-        let mut res = Residual::new(10);
-        assert_eq!(
-            res.add(&[1.0; 9]),
-            Err(CompressError::LengthMismatch {
-                expected: 10,
-                got: 9
-            })
-        );
-        let mut d = [0.5f32; 10];
-        d[7] = f32::INFINITY;
-        res.add(&d).unwrap();
-        let mut topk = TopK::new();
-        let (mut idx, mut vals) = (vec![1], vec![1.0]);
-        let err = res
-            .take_sparse(3, &mut topk, &mut idx, &mut vals)
-            .unwrap_err();
-        assert_eq!(
-            err,
-            CompressError::NonFinite {
-                index: 7,
-                value: f32::INFINITY
-            }
-        );
-        assert!(idx.is_empty() && vals.is_empty());
-        // Left unchanged: the caller can report it with context.
-        assert_eq!(res.as_slice()[0], 0.5);
-        assert!(res.take_dense(&mut vals).is_err());
-        assert_eq!(res.as_slice()[7], f32::INFINITY);
-        let ctx = err.in_context(1, 300).to_string();
-        assert!(
-            ctx.contains("group 1") && ctx.contains("iteration 300") && ctx.contains("index 7")
-        );
     }
 
     /// The performance target: top-k of 11.2M floats at 1% within 3x one summing pass.

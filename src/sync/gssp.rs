@@ -2,33 +2,40 @@
 //! (sparsified) updates between group servers through one-sided RMA, with GDTopK's
 //! per-group upload ratio.
 //!
-//! Each server's window holds an inbox the size of the model and a telemetry area with
-//! two slots per group (its speed in pushes/s and its applied-push count). Every
+//! Each server has two windows: a dense inbox the size of the model (`f32`), and a
+//! mailbox (`u32`) with one slot per peer group: that group's speed, push count, dense
+//! flush count, and a ring of sparse messages (format in [`crate::sync::mailbox`]). Every
 //! `inter_group_every` applied pushes a server:
-//! 1. adds the parameter change its own group caused since the last exchange to its
-//!    residual (the weights minus a copy taken right after the last drain: between
-//!    exchanges only the own group's steps touch the weights),
-//! 2. takes all of the residual (dense) or its top-k entries (sparse; the rest stays:
-//!    error feedback),
-//! 3. accumulates them into every peer's inbox under a shared lock and puts its speed and
-//!    push count into every peer's telemetry,
-//! 4. drains its own inbox into its weights under an exclusive lock on itself.
+//! 1. takes its unsent change: the weights minus [`PeerView`] (the replica as the peers
+//!    know it), all of it (dense) or its top-k entries (sparse; the rest stays unsent:
+//!    error feedback without a residual buffer),
+//! 2. sends it: sparse, as one message put into its ring at every peer (when a peer's ring
+//!    is full, it sends nothing this time and keeps it all unsent, rather than wait);
+//!    dense, accumulated into every peer's inbox. Its telemetry goes with it;
+//! 3. drains its own mailbox (applying each message's k values) and, when a peer flushed
+//!    densely, its inbox, into its weights and its view, under exclusive locks on itself.
 //!
-//! No server waits for another group. At the end every server flushes its residual
-//! densely, the servers meet at a barrier, drain their inboxes, and the replicas (now equal
-//! up to float rounding) are averaged.
+//! A sparse exchange thus reads the weights and the view once (the top-k scan) and writes
+//! only k values, instead of a residual pass, a datatype walk per value and per peer in
+//! MPI's indexed accumulate, and a dense drain.
+//!
+//! No server waits for another group. At the end every server flushes its unsent change
+//! densely, the servers meet at a barrier, drain, and the replicas (now equal up to float
+//! rounding) are averaged.
 
 use anyhow::{Context, Result};
 
 use crate::comm::rma::{LockKind, Window};
 use crate::comm::{Collectives, Comm, SubComm};
+use crate::compress::feedback::PeerView;
 use crate::compress::ratio::{k_for_ratio, upload_ratio, SpeedMeter};
-use crate::compress::topk::{Residual, TopK};
+use crate::compress::topk::TopK;
 use crate::config::{CompressionKind, Config, Grouping};
 use crate::data::Dataset;
 use crate::grouping::partition_by_speed;
 use crate::hetero::Pacer;
 use crate::metrics::{EvalRow, Snapshots};
+use crate::sync::mailbox::{self, MailboxLayout, CONSUMED, DENSE_FLUSHES, PUSHES, SPEED, WRITTEN};
 use crate::sync::ps::ParamServer;
 use crate::sync::run::Layout;
 use crate::sync::server::Exchange;
@@ -93,62 +100,89 @@ pub fn form_groups(
 /// The inter-group exchange of one group server (an [`Exchange`] for the server loop).
 pub struct GroupExchange<'c> {
     comm: &'c SubComm,
-    window: Window,
+    /// Dense updates from peers: dense exchanges, messages too large for a mailbox, and the
+    /// final flush.
+    inbox: Window<f32>,
+    /// Sparse messages and telemetry from peers (format in [`crate::sync::mailbox`]).
+    mail: Window<u32>,
+    layout: MailboxLayout,
     n: usize,
     groups: usize,
     me: usize,
     every: u64,
     dense: bool,
     cfg_ratio: (crate::config::RatioPolicy, f64, f64, f64),
-    /// Weights right after the last drain.
-    base: Vec<f32>,
-    residual: Residual,
+    /// The replica as the peers know it; the weights minus it is the unsent change.
+    view: PeerView,
     topk: TopK,
     idx: Vec<u32>,
     vals: Vec<f32>,
-    telemetry: Vec<f32>,
+    msg: Vec<u32>,
+    /// Words written into each peer's ring, and its consumed count when last read.
+    written: Vec<u32>,
+    peer_consumed: Vec<u32>,
+    /// Words consumed from each peer's ring, and the dense flushes seen from each peer.
+    consumed: Vec<u32>,
+    dense_seen: Vec<u32>,
+    dense_sent: u32,
     speeds: Vec<f64>,
     peer_pushes: Vec<u64>,
     meter: SpeedMeter,
     last_exchange: std::time::Instant,
     last_pushes: u64,
     bytes_sent: u64,
+    /// Exchanges that sent nothing because a peer's mailbox was full.
+    deferred: u64,
     /// Sum of everything this group sent (f64, for the end-of-run check; sparse exchanges
     /// add only their k entries).
     sent_total: Vec<f64>,
     initial: Vec<f32>,
+    /// Seconds spent taking updates (top-k), sending and draining.
+    phase_s: [f64; 3],
 }
 
 impl<'c> GroupExchange<'c> {
-    /// Collective over the servers' communicator (creates the window).
+    /// Collective over the servers' communicator (creates the windows).
     pub fn new(comm: &'c SubComm, cfg: &Config, initial: &[f32]) -> Result<Self> {
         let n = initial.len();
         let groups = comm.size();
-        let window = Window::create(comm, n + 2 * groups)?;
         let c = &cfg.compression;
+        let dense = c.kind == CompressionKind::Dense;
+        let k_target = if dense { 0 } else { k_for_ratio(n, c.ratio) };
+        let layout = MailboxLayout::new(groups, k_target, cfg.sync.mailbox_messages);
+        let inbox = Window::create(comm, n)?;
+        let mail = Window::create(comm, layout.window_len())?;
         Ok(GroupExchange {
             comm,
-            window,
+            inbox,
+            mail,
+            layout,
             n,
             groups,
             me: comm.rank(),
             every: cfg.sync.inter_group_every as u64,
-            dense: c.kind == CompressionKind::Dense,
+            dense,
             cfg_ratio: (c.policy, c.ratio, c.ratio_min, c.warmup_epochs),
-            base: initial.to_vec(),
-            residual: Residual::new(n),
+            view: PeerView::new(initial),
             topk: TopK::new(),
-            idx: Vec::with_capacity(n),
-            vals: Vec::with_capacity(n),
-            telemetry: vec![0.0; 2],
+            idx: Vec::with_capacity(k_target),
+            vals: Vec::with_capacity(if dense { n } else { k_target }),
+            msg: Vec::new(),
+            written: vec![0; groups],
+            peer_consumed: vec![0; groups],
+            consumed: vec![0; groups],
+            dense_seen: vec![0; groups],
+            dense_sent: 0,
             speeds: vec![0.0; groups],
             peer_pushes: vec![0; groups],
             meter: SpeedMeter::new(c.speed_ema)?,
             last_exchange: std::time::Instant::now(),
             last_pushes: 0,
             bytes_sent: 0,
+            deferred: 0,
             sent_total: vec![0.0; n],
             initial: initial.to_vec(),
+            phase_s: [0.0; 3],
         })
     }
 
@@ -156,75 +190,154 @@ impl<'c> GroupExchange<'c> {
         self.bytes_sent
     }
 
-    /// Moves the own group's change since the last drain into the residual (one pass).
-    fn collect_own_change(&mut self, weights: &[f32]) -> Result<()> {
-        self.residual.add_difference(weights, &self.base)?;
-        Ok(())
+    /// Exchanges that sent nothing because a peer's mailbox was full.
+    pub fn deferred(&self) -> u64 {
+        self.deferred
     }
 
-    /// Sends `idx`/`vals` (sparse) or `vals` (dense) plus telemetry to every peer.
-    fn send_to_peers(&mut self, sparse: bool, own_pushes: u64) -> Result<()> {
-        self.telemetry[0] = self.meter.speed() as f32;
-        self.telemetry[1] = own_pushes as f32;
-        // One committed datatype for all peers.
-        let scatter = if sparse {
-            Some(self.window.scatter(&self.idx)?)
-        } else {
-            None
-        };
-        for peer in (0..self.groups).filter(|&p| p != self.me) {
-            let mut epoch = self.window.lock(peer, LockKind::Shared)?;
-            match &scatter {
-                Some(scatter) => epoch.accumulate_scattered(scatter, &self.vals)?,
-                None => epoch.accumulate_sum_dense(0, &self.vals)?,
+    fn peers(&self) -> impl Iterator<Item = usize> {
+        let me = self.me;
+        (0..self.groups).filter(move |&p| p != me)
+    }
+
+    /// Header words this server writes into its slot at every peer.
+    fn header(&self, written: u32, own_pushes: u64) -> [u32; 4] {
+        [
+            written,
+            (self.meter.speed() as f32).to_bits(),
+            own_pushes as u32,
+            self.dense_sent,
+        ]
+    }
+
+    /// Whether every peer's ring has room for `words` (re-reading the consumed count of a
+    /// peer that looks full: the cached one only underestimates).
+    fn peers_have_room(&mut self, words: usize) -> Result<bool> {
+        for peer in self.peers().collect::<Vec<_>>() {
+            if self
+                .layout
+                .room(self.written[peer], self.peer_consumed[peer])
+                >= words
+            {
+                continue;
             }
-            epoch.put(self.n + 2 * self.me, &self.telemetry)?;
+            let at = self.layout.slot(self.me) + CONSUMED;
+            let mut epoch = self.mail.lock(peer, LockKind::Shared)?;
+            epoch.get(at, &mut self.peer_consumed[peer..peer + 1])?;
             epoch.unlock()?;
-            let per_value = if sparse { 8 } else { 4 };
-            self.bytes_sent += (self.vals.len() * per_value + 8) as u64;
+            if self
+                .layout
+                .room(self.written[peer], self.peer_consumed[peer])
+                < words
+            {
+                return Ok(false);
+            }
         }
-        if sparse {
-            for (&i, &v) in self.idx.iter().zip(&self.vals) {
-                self.sent_total[i as usize] += v as f64;
+        Ok(true)
+    }
+
+    /// Writes `idx`/`vals` as one message into every peer's ring (room checked), with this
+    /// server's telemetry, and reads back how far each peer has consumed.
+    fn send_sparse(&mut self, own_pushes: u64) -> Result<()> {
+        mailbox::encode(&self.idx, &self.vals, &mut self.msg);
+        let (ring, slot) = (self.layout.ring(self.me), self.layout.slot(self.me));
+        for peer in self.peers().collect::<Vec<_>>() {
+            let pos = self.written[peer];
+            let written = pos.wrapping_add(self.msg.len() as u32);
+            let header = self.header(written, own_pushes);
+            let mut epoch = self.mail.lock(peer, LockKind::Shared)?;
+            for (at, from, len) in self.layout.pieces(pos, self.msg.len()) {
+                epoch.put(ring + at, &self.msg[from..from + len])?;
             }
-        } else {
-            for (t, &v) in self.sent_total.iter_mut().zip(&self.vals) {
-                *t += v as f64;
-            }
+            epoch.put(slot + WRITTEN, &header)?;
+            epoch.get(slot + CONSUMED, &mut self.peer_consumed[peer..peer + 1])?;
+            epoch.unlock()?;
+            self.written[peer] = written;
+            self.bytes_sent += (4 * (self.msg.len() + header.len())) as u64;
+        }
+        for (&i, &v) in self.idx.iter().zip(&self.vals) {
+            self.sent_total[i as usize] += v as f64;
         }
         Ok(())
     }
 
-    /// Adds the inbox to the weights, zeroes it and takes the new base (one pass), and reads
-    /// the peers' telemetry.
-    fn drain(&mut self, weights: &mut [f32]) -> Result<()> {
-        let mut local = self.window.lock_local()?;
-        let (inbox, telemetry) = local.split_at_mut(self.n);
-        for ((w, x), b) in weights.iter_mut().zip(inbox.iter_mut()).zip(&mut self.base) {
-            *w += *x;
-            *x = 0.0;
-            *b = *w;
+    /// Adds `vals` (the whole model) to every peer's inbox, then tells it so (dense flush
+    /// count and telemetry in its mailbox).
+    fn send_dense(&mut self, own_pushes: u64) -> Result<()> {
+        self.dense_sent = self.dense_sent.wrapping_add(1);
+        let slot = self.layout.slot(self.me);
+        for peer in self.peers().collect::<Vec<_>>() {
+            let mut epoch = self.inbox.lock(peer, LockKind::Shared)?;
+            epoch.accumulate_sum_dense(0, &self.vals)?;
+            epoch.unlock()?;
+            // After the inbox epoch has completed: a peer that sees the new count finds the
+            // values there.
+            let header = self.header(self.written[peer], own_pushes);
+            let mut epoch = self.mail.lock(peer, LockKind::Shared)?;
+            epoch.put(slot + WRITTEN, &header)?;
+            epoch.unlock()?;
+            self.bytes_sent += (4 * (self.vals.len() + header.len())) as u64;
         }
-        for g in (0..self.groups).filter(|&g| g != self.me) {
-            self.speeds[g] = telemetry[2 * g] as f64;
-            self.peer_pushes[g] = telemetry[2 * g + 1] as u64;
+        for (t, &v) in self.sent_total.iter_mut().zip(&self.vals) {
+            *t += v as f64;
+        }
+        Ok(())
+    }
+
+    /// Applies every message the peers wrote into this server's mailbox, reads their
+    /// telemetry, and drains the dense inbox when a peer flushed into it (or `force`).
+    fn drain(&mut self, weights: &mut [f32], force: bool) -> Result<()> {
+        let mut dense_new = force;
+        let peers: Vec<usize> = self.peers().collect();
+        let mut local = self.mail.lock_local()?;
+        for s in peers {
+            let slot = self.layout.slot(s);
+            let ring = self.layout.ring(s);
+            let view = &mut self.view;
+            self.consumed[s] = self.layout.decode(
+                s,
+                &local[ring..ring + self.layout.cap],
+                self.consumed[s],
+                local[slot + WRITTEN],
+                self.n,
+                |i, v| view.receive(weights, i, v),
+            )?;
+            local[slot + CONSUMED] = self.consumed[s];
+            self.speeds[s] = f32::from_bits(local[slot + SPEED]) as f64;
+            self.peer_pushes[s] = local[slot + PUSHES] as u64;
+            if local[slot + DENSE_FLUSHES] != self.dense_seen[s] {
+                self.dense_seen[s] = local[slot + DENSE_FLUSHES];
+                dense_new = true;
+            }
         }
         local.unlock()?;
+        if dense_new {
+            let mut inbox = self.inbox.lock_local()?;
+            self.view.receive_dense(weights, &mut inbox)?;
+            inbox.unlock()?;
+        }
         Ok(())
     }
 
-    /// End of training: flush the residual densely, meet the other servers, drain, and
+    /// End of training: flush the unsent change densely, meet the other servers, drain, and
     /// check that the replica equals the initial weights plus every group's updates.
     pub fn finish(&mut self, ps: &mut ParamServer) -> Result<f64> {
-        self.collect_own_change(ps.weights())?;
-        self.residual.take_dense(&mut self.vals)?;
-        self.send_to_peers(false, self.last_pushes)?;
+        let [take, send, drain] = self.phase_s;
+        log::info!(
+            "group {}: exchange phases (s): top-k {take:.4} send {send:.4} drain {drain:.4}; {} exchanges deferred by a full mailbox",
+            self.me,
+            self.deferred
+        );
+        self.view
+            .take_dense(ps.weights(), &mut self.vals)
+            .map_err(|e| e.in_context(self.me, self.last_pushes))?;
+        self.send_dense(self.last_pushes)?;
         self.comm.barrier()?;
-        self.drain(ps.weights_mut())?;
+        self.drain(ps.weights_mut(), true)?;
         self.comm.barrier()?;
         // Nothing lost: replica - initial must equal the sum of everything all groups sent,
         // final flushes included. A group's own changes reach its replica directly, not
-        // through what it sent, so anything its residual or top-k dropped shows up here.
+        // through what it sent, so anything its feedback or top-k dropped shows up here.
         let mut total: Vec<f32> = self.sent_total.iter().map(|&x| x as f32).collect();
         self.comm.allreduce_sum_f32_in_place(&mut total)?;
         let mut max_err = 0.0f64;
@@ -252,15 +365,11 @@ impl Exchange for GroupExchange<'_> {
         self.last_pushes = own_pushes;
         self.speeds[self.me] = self.meter.speed();
 
-        self.collect_own_change(ps.weights())?;
         let ratio = if self.dense {
-            self.residual
-                .take_dense(&mut self.vals)
-                .map_err(|e| e.in_context(self.me, own_pushes))?;
             1.0
         } else {
             let (policy, target, min, warmup) = self.cfg_ratio;
-            let ratio = upload_ratio(
+            upload_ratio(
                 policy,
                 target,
                 min,
@@ -268,15 +377,42 @@ impl Exchange for GroupExchange<'_> {
                 epoch,
                 self.speeds[self.me],
                 &self.speeds,
-            );
-            let k = k_for_ratio(self.n, ratio);
-            self.residual
-                .take_sparse(k, &mut self.topk, &mut self.idx, &mut self.vals)
-                .map_err(|e| e.in_context(self.me, own_pushes))?;
-            ratio
+            )
         };
-        self.send_to_peers(!self.dense, own_pushes)?;
-        self.drain(ps.weights_mut())?;
+        let k = k_for_ratio(self.n, ratio);
+        let t = std::time::Instant::now();
+        let words = mailbox::message_words(k);
+        let me = self.me;
+        let context = |e: crate::compress::CompressError| e.in_context(me, own_pushes);
+        if self.dense || words > self.layout.cap {
+            self.view
+                .take_dense(ps.weights(), &mut self.vals)
+                .map_err(context)?;
+            self.phase_s[0] += t.elapsed().as_secs_f64();
+            let t = std::time::Instant::now();
+            self.send_dense(own_pushes)?;
+            self.phase_s[1] += t.elapsed().as_secs_f64();
+        } else if self.peers_have_room(words)? {
+            self.view
+                .take_sparse(
+                    ps.weights(),
+                    k,
+                    &mut self.topk,
+                    &mut self.idx,
+                    &mut self.vals,
+                )
+                .map_err(context)?;
+            self.phase_s[0] += t.elapsed().as_secs_f64();
+            let t = std::time::Instant::now();
+            self.send_sparse(own_pushes)?;
+            self.phase_s[1] += t.elapsed().as_secs_f64();
+        } else {
+            // A peer has not drained yet: keep everything unsent rather than wait for it.
+            self.deferred += 1;
+        }
+        let t = std::time::Instant::now();
+        self.drain(ps.weights_mut(), false)?;
+        self.phase_s[2] += t.elapsed().as_secs_f64();
         Ok(ratio)
     }
 

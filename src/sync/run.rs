@@ -202,6 +202,8 @@ pub struct RoleOutcome {
     pub bytes_inter_group: u64,
     /// gssp: max |replica - initial - sum of all groups' sent updates| after the final flush.
     pub replica_error: Option<f64>,
+    /// gssp: exchanges that sent nothing because a peer's mailbox was full.
+    pub exchanges_deferred: u64,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -251,6 +253,7 @@ fn serve_group(
         let stats = server::serve(&mut link, &mut ps, &ctx, &mut ex, &mut log, snapshots)?;
         outcome.replica_error = Some(ex.finish(&mut ps)?);
         outcome.bytes_inter_group = ex.bytes_sent();
+        outcome.exchanges_deferred = ex.deferred();
         stats
     } else {
         server::serve(
@@ -291,6 +294,7 @@ fn finish(
     let iterations = gather(w.iterations as f64)?;
     let bytes = gather((w.bytes_sent + role.bytes_sent) as f64)?;
     let inter = gather(role.bytes_inter_group as f64)?;
+    let deferred = comm.allreduce_sum_u64(role.exchanges_deferred)?;
     let walls = gather(role.server.map(|s| s.wall_s).unwrap_or(w.wall_s))?;
     let epochs = gather(role.server.map(|s| s.epoch).unwrap_or(0.0))?;
     let replica_error = comm.allreduce_max_f64(role.replica_error.unwrap_or(0.0))?;
@@ -298,6 +302,7 @@ fn finish(
     let busy_fractions = gather(serve.busy_s() / serve.wall_s.max(1e-9))?;
     let exchange_shares = gather(serve.exchange_s / serve.busy_s().max(1e-12))?;
     let exchange_ms = gather(1e3 * serve.exchange_s / serve.exchanges.max(1) as f64)?;
+    let exchange_cpu_shares = gather(serve.exchange_cpu_s / serve.busy_cpu_s.max(1e-12))?;
 
     // The model to evaluate: the single server's, allreduce rank 0's, or the average of
     // the gssp group servers' replicas (snapshot by snapshot).
@@ -321,6 +326,7 @@ fn finish(
         Some(busy_fractions),
         Some(exchange_shares),
         Some(exchange_ms),
+        Some(exchange_cpu_shares),
     ) = (
         worker_flags,
         waits,
@@ -332,6 +338,7 @@ fn finish(
         busy_fractions,
         exchange_shares,
         exchange_ms,
+        exchange_cpu_shares,
     )
     else {
         anyhow::bail!("rank 0 did not receive the gathered totals");
@@ -402,8 +409,10 @@ fn finish(
         bytes_sent: Some(bytes.iter().sum::<f64>() as u64),
         bytes_inter_group: Some(inter.iter().sum::<f64>() as u64),
         replica_max_error: (cfg.sync.mode == SyncMode::Gssp).then_some(replica_error),
+        exchanges_deferred: (cfg.sync.mode == SyncMode::Gssp).then_some(deferred),
         server_busy_fractions: has_servers.then(|| per_server(&busy_fractions)),
         exchange_shares_of_busy: exchanged.then(|| per_server(&exchange_shares)),
+        exchange_shares_of_busy_cpu: exchanged.then(|| per_server(&exchange_cpu_shares)),
         mean_exchange_ms: exchanged.then(|| per_server(&exchange_ms)),
     };
     run.write_json("summary.json", &summary)?;

@@ -11,7 +11,7 @@ use anyhow::Result;
 
 use crate::comm::p2p::ServerLink;
 use crate::config::Config;
-use crate::metrics::{CsvLog, ServerRow, Snapshots};
+use crate::metrics::{thread_cpu_s, CsvLog, ServerRow, Snapshots};
 use crate::optim;
 use crate::sync::ps::ParamServer;
 use crate::train::should_stop;
@@ -50,6 +50,10 @@ pub struct ServeStats {
     pub exchange_s: f64,
     /// Pushes after which the server exchanged with its peers (gssp).
     pub exchanges: u64,
+    /// Thread CPU seconds from applying each push to answering the workers (exchange and
+    /// snapshots included), and of the exchange alone.
+    pub busy_cpu_s: f64,
+    pub exchange_cpu_s: f64,
 }
 
 impl ServeStats {
@@ -102,15 +106,18 @@ pub fn serve(
         // Every push is applied, also one that arrives after the stop decision (the
         // worker computed it and counts it), so no work is lost.
         let lr = optim::lr_at(&cfg.optim, cfg.run.epochs, epoch);
+        let cpu_start = thread_cpu_s();
         let t_apply = Instant::now();
         let version_before = ps.version();
         let staleness = ps.on_push(w, push.payload, lr);
         let apply_s = t_apply.elapsed().as_secs_f64();
         stats.pushes += 1;
 
+        let cpu_exchange = thread_cpu_s();
         let t_exchange = Instant::now();
         let ratio = exchange.after_push(ps, stats.pushes, epoch)?;
         let exchange_s = t_exchange.elapsed().as_secs_f64();
+        stats.exchange_cpu_s += thread_cpu_s() - cpu_exchange;
         epoch = exchange.global_pushes(stats.pushes) as f64 * samples_per_push;
         let time_s = ctx.start.elapsed().as_secs_f64();
         snapshots.maybe_take(time_s, epoch, stats.pushes, ps.weights());
@@ -135,6 +142,7 @@ pub fn serve(
             }
         }
         let send_s = t_send.elapsed().as_secs_f64();
+        stats.busy_cpu_s += thread_cpu_s() - cpu_start;
         stats.recv_wait_s += recv_wait_s;
         stats.apply_s += apply_s;
         stats.send_s += send_s;

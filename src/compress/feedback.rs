@@ -1,0 +1,279 @@
+//! Error feedback without a residual buffer.
+//!
+//! A group server keeps [`PeerView`]: its replica as the other groups know it, i.e. the
+//! initial weights plus everything received from them plus everything sent to them. The
+//! weights minus this view is exactly the error-feedback residual (the group's own change
+//! not yet sent), so the residual is never stored: a sparse exchange reads the weights and
+//! the view once, selecting the top-k of their difference on the fly, and writes only the k
+//! sent entries. Received updates go into both the weights and the view, so they never look
+//! like the group's own change.
+
+use super::topk::{Difference, TopK};
+use super::{find_non_finite, CompressError};
+
+/// What the other groups know of one group server's replica (see the module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeerView {
+    view: Vec<f32>,
+}
+
+impl PeerView {
+    /// Starts from the weights every group starts from.
+    pub fn new(initial: &[f32]) -> Self {
+        Self {
+            view: initial.to_vec(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.view.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.view.is_empty()
+    }
+
+    fn check_len(&self, got: usize) -> Result<(), CompressError> {
+        if got == self.view.len() {
+            Ok(())
+        } else {
+            Err(CompressError::LengthMismatch {
+                expected: self.view.len(),
+                got,
+            })
+        }
+    }
+
+    /// The unsent change at every index (`weights - view`), for checks and tests.
+    pub fn unsent(&self, weights: &[f32]) -> Vec<f32> {
+        weights.iter().zip(&self.view).map(|(w, v)| w - v).collect()
+    }
+
+    /// Takes the `k` largest unsent entries by magnitude: their indices (ascending) into
+    /// `idx`, their values into `vals`, and counts them as sent. Fails, leaving everything
+    /// unchanged, if the unsent change holds a NaN or infinity (NaN and infinity rank above
+    /// every finite value, so checking the selected values is enough). With `k = 0` nothing
+    /// is read, sent or checked.
+    pub fn take_sparse(
+        &mut self,
+        weights: &[f32],
+        k: usize,
+        topk: &mut TopK,
+        idx: &mut Vec<u32>,
+        vals: &mut Vec<f32>,
+    ) -> Result<(), CompressError> {
+        self.check_len(weights.len())?;
+        let unsent = Difference {
+            after: weights,
+            before: &self.view,
+        };
+        topk.select_from(&unsent, k, idx);
+        vals.clear();
+        vals.extend(
+            idx.iter()
+                .map(|&i| weights[i as usize] - self.view[i as usize]),
+        );
+        if let Some((j, value)) = find_non_finite(vals) {
+            let index = idx[j] as usize;
+            idx.clear();
+            vals.clear();
+            return Err(CompressError::NonFinite { index, value });
+        }
+        for (&i, &v) in idx.iter().zip(vals.iter()) {
+            self.view[i as usize] += v;
+        }
+        Ok(())
+    }
+
+    /// Takes the whole unsent change into `vals` (dense exchange and the final flush) and
+    /// counts it as sent. Fails, leaving everything unchanged, on a NaN or infinity.
+    pub fn take_dense(
+        &mut self,
+        weights: &[f32],
+        vals: &mut Vec<f32>,
+    ) -> Result<(), CompressError> {
+        self.check_len(weights.len())?;
+        vals.clear();
+        vals.extend(weights.iter().zip(&self.view).map(|(w, v)| w - v));
+        if let Some((index, value)) = find_non_finite(vals) {
+            vals.clear();
+            return Err(CompressError::NonFinite { index, value });
+        }
+        for (v, d) in self.view.iter_mut().zip(vals.iter()) {
+            *v += d;
+        }
+        Ok(())
+    }
+
+    /// Adds another group's update `value` at `index` to the weights and to the view.
+    #[inline]
+    pub fn receive(&mut self, weights: &mut [f32], index: usize, value: f32) {
+        weights[index] += value;
+        self.view[index] += value;
+    }
+
+    /// Adds a dense inbox of other groups' updates to the weights and the view, and zeroes
+    /// it (one pass).
+    pub fn receive_dense(
+        &mut self,
+        weights: &mut [f32],
+        inbox: &mut [f32],
+    ) -> Result<(), CompressError> {
+        self.check_len(weights.len())?;
+        self.check_len(inbox.len())?;
+        for ((w, v), x) in weights.iter_mut().zip(&mut self.view).zip(inbox) {
+            *w += *x;
+            *v += *x;
+            *x = 0.0;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// Sort-based reference top-k of `values` (magnitude descending, lower index first).
+    fn reference(values: &[f32], k: usize) -> Vec<u32> {
+        let mut order: Vec<u32> = (0..values.len() as u32).collect();
+        order.sort_by(|&a, &b| {
+            let (x, y) = (values[a as usize].abs(), values[b as usize].abs());
+            y.total_cmp(&x).then(a.cmp(&b))
+        });
+        order.truncate(k.min(values.len()));
+        order.sort_unstable();
+        order
+    }
+
+    /// Multiples of 1/8 in a small range: every sum below is exact in f32, so the identities
+    /// must hold bit for bit.
+    fn exact_delta(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| rng.gen_range(-16i32..=16) as f32 / 8.0)
+            .collect()
+    }
+
+    #[test]
+    fn loses_nothing_and_selects_the_unsent_top_k() {
+        let mut rng = ChaCha8Rng::seed_from_u64(21);
+        let n = 20_000; // above the sampling threshold, so the sampled path runs too
+        let initial = exact_delta(&mut rng, n);
+        let mut weights = initial.clone();
+        let mut view = PeerView::new(&initial);
+        let mut topk = TopK::new();
+        let (mut own, mut sent, mut received) = (vec![0.0f32; n], vec![0.0f32; n], vec![0.0; n]);
+        let (mut idx, mut vals) = (Vec::new(), Vec::new());
+        for step in 0..30 {
+            let delta = exact_delta(&mut rng, n);
+            for ((w, o), d) in weights.iter_mut().zip(&mut own).zip(&delta) {
+                *w += d;
+                *o += d;
+            }
+            // Another group's sparse update arrives.
+            for _ in 0..50 {
+                let i = rng.gen_range(0..n);
+                let v = rng.gen_range(-8i32..=8) as f32 / 8.0;
+                view.receive(&mut weights, i, v);
+                received[i] += v;
+            }
+            let before = view.unsent(&weights);
+            if step % 10 == 9 {
+                view.take_dense(&weights, &mut vals).unwrap();
+                assert_eq!(vals, before);
+                for (s, v) in sent.iter_mut().zip(&vals) {
+                    *s += v;
+                }
+                assert!(view.unsent(&weights).iter().all(|&x| x == 0.0));
+            } else {
+                let k = rng.gen_range(0..=n / 20);
+                view.take_sparse(&weights, k, &mut topk, &mut idx, &mut vals)
+                    .unwrap();
+                assert_eq!(idx, reference(&before, k));
+                let after = view.unsent(&weights);
+                for (&i, &v) in idx.iter().zip(&vals) {
+                    assert_eq!(v, before[i as usize]);
+                    assert_eq!(after[i as usize], 0.0);
+                    sent[i as usize] += v;
+                }
+            }
+            // Own change = sent + unsent; weights = initial + own + received.
+            let unsent = view.unsent(&weights);
+            for i in 0..n {
+                assert_eq!(sent[i] + unsent[i], own[i], "step {step} index {i}");
+                assert_eq!(weights[i], initial[i] + own[i] + received[i]);
+            }
+        }
+    }
+
+    #[test]
+    fn receive_dense_adds_to_both_and_zeroes_the_inbox() {
+        let initial = vec![1.0f32, 2.0, 3.0];
+        let mut weights = vec![1.5f32, 2.0, 2.0];
+        let mut view = PeerView::new(&initial);
+        let mut inbox = vec![0.25f32, -1.0, 0.0];
+        view.receive_dense(&mut weights, &mut inbox).unwrap();
+        assert_eq!(weights, vec![1.75, 1.0, 2.0]);
+        assert_eq!(inbox, vec![0.0; 3]);
+        assert_eq!(
+            view.unsent(&weights),
+            vec![0.5, 0.0, -1.0],
+            "unsent unchanged"
+        );
+        assert_eq!(
+            view.receive_dense(&mut weights, &mut [0.0; 2]),
+            Err(CompressError::LengthMismatch {
+                expected: 3,
+                got: 2
+            })
+        );
+    }
+
+    #[test]
+    fn rejects_non_finite_and_bad_length_leaving_everything_unchanged() {
+        let initial = vec![0.0f32; 10];
+        let mut weights = vec![0.5f32; 10];
+        weights[7] = f32::INFINITY;
+        let mut view = PeerView::new(&initial);
+        let mut topk = TopK::new();
+        let (mut idx, mut vals) = (vec![1], vec![1.0]);
+        let err = view
+            .take_sparse(&weights, 3, &mut topk, &mut idx, &mut vals)
+            .unwrap_err();
+        assert_eq!(
+            err,
+            CompressError::NonFinite {
+                index: 7,
+                value: f32::INFINITY
+            }
+        );
+        assert!(idx.is_empty() && vals.is_empty());
+        assert_eq!(view, PeerView::new(&initial), "nothing counted as sent");
+        assert!(view.take_dense(&weights, &mut vals).is_err());
+        assert_eq!(view, PeerView::new(&initial));
+        let ctx = err.in_context(1, 300).to_string();
+        assert!(
+            ctx.contains("group 1") && ctx.contains("iteration 300") && ctx.contains("index 7")
+        );
+        // A NaN among many finite values is caught by the sparse take too.
+        let mut weights = vec![0.5f32; 30_000];
+        weights[12_345] = f32::NAN;
+        let mut view = PeerView::new(&vec![0.0; 30_000]);
+        let err = view
+            .take_sparse(&weights, 10, &mut topk, &mut idx, &mut vals)
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            CompressError::NonFinite { index: 12_345, .. }
+        ));
+        assert_eq!(
+            view.take_sparse(&weights[1..], 3, &mut topk, &mut idx, &mut vals),
+            Err(CompressError::LengthMismatch {
+                expected: 30_000,
+                got: 29_999
+            })
+        );
+    }
+}

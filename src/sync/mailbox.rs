@@ -1,0 +1,229 @@
+//! Mailboxes for the sparse updates between group servers, laid out in each server's `u32`
+//! RMA window: one slot per sending group, a header and a ring of messages.
+//!
+//! An indexed accumulate costs MPI a datatype walk per value; a sparse message written as
+//! one contiguous put costs a copy, and the receiver applies its k values directly, without
+//! a dense pass over an inbox. The price is flow control: a sender writes a message only
+//! when the receiver's ring has room, and otherwise keeps the values unsent (they stay in
+//! its error feedback) until the receiver has drained.
+//!
+//! Slot of sender `s`: `[written, speed bits, pushes, dense flushes, consumed | ring]`. The
+//! sender alone writes the first four words and the ring; the receiver alone writes
+//! `consumed`. `written` and `consumed` count words and wrap; the ring's length is a power
+//! of two, so a counter modulo it stays continuous across the wrap. A message is
+//! `[k, k indices, k value bits]`.
+//!
+//! Everything here is pure; the RMA epochs are in `sync::gssp` over `comm::rma`.
+
+use thiserror::Error;
+
+/// Header words of a slot.
+pub const WRITTEN: usize = 0;
+pub const SPEED: usize = 1;
+pub const PUSHES: usize = 2;
+pub const DENSE_FLUSHES: usize = 3;
+pub const CONSUMED: usize = 4;
+pub const HEADER: usize = 5;
+
+/// A message that breaks the format: a bug or memory corruption, never a user error.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum MailboxError {
+    #[error("corrupt mailbox message from group {sender}: {detail}")]
+    Corrupt { sender: usize, detail: String },
+}
+
+/// Where each sender's slot lies in a server's mailbox window (the same on every server).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MailboxLayout {
+    pub groups: usize,
+    /// Ring length in words (a power of two, or 0: header only, every update goes dense).
+    pub cap: usize,
+}
+
+/// Words of a message of `k` values.
+pub fn message_words(k: usize) -> usize {
+    1 + 2 * k
+}
+
+impl MailboxLayout {
+    /// Rings that hold `messages` messages of `k` values each (rounded up to a power of two);
+    /// `k = 0` gives header-only slots.
+    pub fn new(groups: usize, k: usize, messages: usize) -> Self {
+        let cap = if k == 0 || messages == 0 {
+            0
+        } else {
+            (messages * message_words(k)).next_power_of_two()
+        };
+        Self { groups, cap }
+    }
+
+    pub fn window_len(&self) -> usize {
+        self.groups * (HEADER + self.cap)
+    }
+
+    /// Offset of sender `s`'s slot (its header).
+    pub fn slot(&self, s: usize) -> usize {
+        s * (HEADER + self.cap)
+    }
+
+    /// Offset of sender `s`'s ring.
+    pub fn ring(&self, s: usize) -> usize {
+        self.slot(s) + HEADER
+    }
+
+    /// Free words in a ring whose sender wrote `written` and whose receiver consumed
+    /// `consumed` (as far as the sender knows: a stale `consumed` only underestimates).
+    pub fn room(&self, written: u32, consumed: u32) -> usize {
+        self.cap
+            .saturating_sub(written.wrapping_sub(consumed) as usize)
+    }
+
+    /// Where `len` words written at counter `pos` go in the ring: (ring offset, offset in
+    /// the message, length) of at most two contiguous pieces (the second empty unless the
+    /// message wraps).
+    pub fn pieces(&self, pos: u32, len: usize) -> [(usize, usize, usize); 2] {
+        let start = pos as usize % self.cap.max(1);
+        let first = len.min(self.cap - start);
+        [(start, 0, first), (0, first, len - first)]
+    }
+
+    /// Calls `apply(index, value)` for every value of the messages in `ring` between the
+    /// counters `from` and `to`, and returns `to`. Indices must be below `n`.
+    pub fn decode(
+        &self,
+        sender: usize,
+        ring: &[u32],
+        from: u32,
+        to: u32,
+        n: usize,
+        mut apply: impl FnMut(usize, f32),
+    ) -> Result<u32, MailboxError> {
+        let corrupt = |detail: String| MailboxError::Corrupt { sender, detail };
+        if ring.len() != self.cap || (to.wrapping_sub(from) as usize) > self.cap {
+            return Err(corrupt(format!(
+                "{} words pending in a ring of {}",
+                to.wrapping_sub(from),
+                self.cap
+            )));
+        }
+        let at = |pos: u32| ring[pos as usize % self.cap];
+        let mut pos = from;
+        while pos != to {
+            let k = at(pos) as usize;
+            let left = to.wrapping_sub(pos) as usize;
+            if message_words(k) > left {
+                return Err(corrupt(format!(
+                    "a message of {k} values in {left} pending words"
+                )));
+            }
+            let idx = pos.wrapping_add(1);
+            let val = idx.wrapping_add(k as u32);
+            for j in 0..k as u32 {
+                let i = at(idx.wrapping_add(j)) as usize;
+                if i >= n {
+                    return Err(corrupt(format!("index {i} in a model of {n}")));
+                }
+                apply(i, f32::from_bits(at(val.wrapping_add(j))));
+            }
+            pos = val.wrapping_add(k as u32);
+        }
+        Ok(to)
+    }
+}
+
+/// Appends the message `[k, indices, value bits]` to `out` (cleared first).
+pub fn encode(indices: &[u32], values: &[f32], out: &mut Vec<u32>) {
+    debug_assert_eq!(indices.len(), values.len());
+    out.clear();
+    out.push(indices.len() as u32);
+    out.extend_from_slice(indices);
+    out.extend(values.iter().map(|v| v.to_bits()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes `msg` into `ring` at counter `pos` the way the sender does.
+    fn write(layout: &MailboxLayout, ring: &mut [u32], pos: u32, msg: &[u32]) -> u32 {
+        for (at, from, len) in layout.pieces(pos, msg.len()) {
+            ring[at..at + len].copy_from_slice(&msg[from..from + len]);
+        }
+        pos.wrapping_add(msg.len() as u32)
+    }
+
+    #[test]
+    fn sizes_are_powers_of_two_and_slots_do_not_overlap() {
+        let l = MailboxLayout::new(4, 925, 8);
+        assert_eq!(l.cap, 16_384); // 8 * 1851 = 14808, rounded up
+        assert_eq!(l.window_len(), 4 * (HEADER + 16_384));
+        assert_eq!(l.ring(1), l.slot(1) + HEADER);
+        assert_eq!(l.slot(2), l.ring(1) + l.cap);
+        assert_eq!(MailboxLayout::new(3, 0, 8).cap, 0);
+        assert_eq!(MailboxLayout::new(3, 0, 8).window_len(), 3 * HEADER);
+    }
+
+    #[test]
+    fn room_counts_across_the_counter_wrap() {
+        let l = MailboxLayout::new(2, 3, 2); // cap 16
+        assert_eq!(l.cap, 16);
+        assert_eq!(l.room(0, 0), 16);
+        assert_eq!(l.room(10, 3), 9);
+        assert_eq!(
+            l.room(5, u32::MAX - 2),
+            8,
+            "8 words pending across the wrap"
+        );
+        assert_eq!(l.room(16, 0), 0);
+        assert_eq!(MailboxLayout::new(2, 0, 1).room(0, 0), 0);
+    }
+
+    #[test]
+    fn messages_round_trip_through_wrapping_rings_and_counters() {
+        let l = MailboxLayout::new(2, 5, 2); // 2 * 11 = 22 -> cap 32
+        let mut ring = vec![0u32; l.cap];
+        let mut msg = Vec::new();
+        // Start near the u32 wrap so both the ring and the counter wrap.
+        let start = u32::MAX - 40;
+        let (mut written, mut consumed) = (start, start);
+        let mut expected = Vec::new();
+        for round in 0..20u32 {
+            let k = (round % 5 + 1) as usize;
+            let idx: Vec<u32> = (0..k as u32).map(|j| (round * 7 + j * 3) % 100).collect();
+            let vals: Vec<f32> = (0..k).map(|j| round as f32 - j as f32 * 0.5).collect();
+            encode(&idx, &vals, &mut msg);
+            assert_eq!(msg.len(), message_words(k));
+            assert!(l.room(written, consumed) >= msg.len());
+            written = write(&l, &mut ring, written, &msg);
+            expected.extend(idx.iter().map(|&i| i as usize).zip(vals));
+            if round % 2 == 1 {
+                let mut got = Vec::new();
+                consumed = l
+                    .decode(1, &ring, consumed, written, 100, |i, v| got.push((i, v)))
+                    .unwrap();
+                assert_eq!(got, expected, "round {round}");
+                expected.clear();
+            }
+        }
+        assert_eq!(consumed, written);
+        assert!(written < start, "the counter wrapped");
+    }
+
+    #[test]
+    fn corrupt_messages_are_errors_not_panics() {
+        let l = MailboxLayout::new(2, 2, 2); // cap 16
+        let mut ring = vec![0u32; 16];
+        let mut msg = Vec::new();
+        encode(&[1, 200], &[1.0, 2.0], &mut msg);
+        let w = write(&l, &mut ring, 0, &msg);
+        let err = l.decode(3, &ring, 0, w, 100, |_, _| {}).unwrap_err();
+        assert!(err.to_string().contains("group 3") && err.to_string().contains("index 200"));
+        ring[0] = 1000; // claims more values than pending
+        assert!(l.decode(0, &ring, 0, w, 1000, |_, _| {}).is_err());
+        assert!(
+            l.decode(0, &ring, 0, 17, 1000, |_, _| {}).is_err(),
+            "over capacity"
+        );
+        assert!(l.decode(0, &ring[..8], 0, 0, 1000, |_, _| {}).is_err());
+    }
+}
