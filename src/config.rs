@@ -159,6 +159,17 @@ pub enum Grouping {
     Static,
 }
 
+/// How a gssp server sends sparse (top-k) updates to its peers.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum SparseTransport {
+    /// One contiguous put per peer into a ring in its mailbox window; k values to apply.
+    Mailbox,
+    /// `MPI_Accumulate(SUM)` through an indexed-block datatype into the peer's dense inbox,
+    /// which the peer then drains densely (the scheme of DESIGN.md).
+    Accumulate,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct SyncConfig {
@@ -177,6 +188,8 @@ pub struct SyncConfig {
     /// gssp with top-k: each peer's mailbox holds this many messages of the target ratio's
     /// size; a sender whose message does not fit keeps it unsent until the peer drains.
     pub mailbox_messages: usize,
+    /// gssp with top-k: how sparse updates travel (see [`SparseTransport`]).
+    pub sparse_transport: SparseTransport,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -307,6 +320,7 @@ impl Default for SyncConfig {
             static_groups: Vec::new(),
             inter_group_every: 8,
             mailbox_messages: 8,
+            sparse_transport: SparseTransport::Mailbox,
         }
     }
 }
@@ -1096,6 +1110,18 @@ mod tests {
         let msg = with(&["sync.mode=sspp"]).unwrap_err().to_string();
         assert!(msg.contains("sync.mode: unknown variant `sspp`"), "{msg}");
         assert!(msg.contains("`gssp`"), "{msg}");
+
+        let msg = with(&["sync.sparse_transport=put"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("sync.sparse_transport: unknown variant `put`"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("`mailbox`") && msg.contains("`accumulate`"),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -409,9 +409,13 @@ fn gssp_sparse_exchange_loses_nothing() {
     // group sends twice before a slower one drains: values then wait in the sender's
     // error feedback, and still none may be lost.
     let full = ["compression.policy=\"uniform\"", "sync.mailbox_messages=1"];
+    // DESIGN.md's transport: indexed accumulates into the dense inbox.
+    let indexed = ["sync.sparse_transport=\"accumulate\""];
+    let mut first_bytes = None;
     for (name, extra) in [
         ("gssp-lossless", &[][..]),
         ("gssp-lossless-full", &full[..]),
+        ("gssp-lossless-indexed", &indexed[..]),
     ] {
         let sets: Vec<&str> = base.iter().chain(extra).copied().collect();
         let run = scratch.train_ok(name, 7, &sets, DEADLINE);
@@ -425,8 +429,16 @@ fn gssp_sparse_exchange_loses_nothing() {
             err.is_finite() && err <= 1e-4,
             "{name}: replica_max_error {err}"
         );
-        assert!(num(&s, "bytes_inter_group") > 0.0);
-        if !extra.is_empty() {
+        let bytes = num(&s, "bytes_inter_group");
+        assert!(bytes > 0.0);
+        // Sparse all the way: within a small factor of the first run's traffic (the final
+        // dense flush is in both; dense exchanges would send about 100x more).
+        let first = *first_bytes.get_or_insert(bytes);
+        assert!(
+            bytes < 3.0 * first,
+            "{name}: {bytes} bytes, first run {first}"
+        );
+        if extra == full {
             assert!(deferred > 0.0, "{name}: one-message mailboxes never filled");
         }
         // Three servers each sent something: every one logged sparse exchanges.

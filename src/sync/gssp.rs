@@ -30,7 +30,7 @@ use crate::comm::{Collectives, Comm, SubComm};
 use crate::compress::feedback::PeerView;
 use crate::compress::ratio::{k_for_ratio, upload_ratio, SpeedMeter};
 use crate::compress::topk::TopK;
-use crate::config::{CompressionKind, Config, Grouping};
+use crate::config::{CompressionKind, Config, Grouping, SparseTransport};
 use crate::data::Dataset;
 use crate::grouping::partition_by_speed;
 use crate::hetero::Pacer;
@@ -97,6 +97,19 @@ pub fn form_groups(
     Ok((groups, Some(times)))
 }
 
+/// Where one exchange's values go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// The whole unsent change, accumulated into every peer's inbox.
+    DenseInbox,
+    /// Top-k, accumulated into every peer's inbox through an indexed datatype.
+    IndexedInbox,
+    /// Top-k, one message into every peer's mailbox ring.
+    Mailbox,
+    /// Nothing: a peer's ring is full.
+    Defer,
+}
+
 /// The inter-group exchange of one group server (an [`Exchange`] for the server loop).
 pub struct GroupExchange<'c> {
     comm: &'c SubComm,
@@ -111,6 +124,7 @@ pub struct GroupExchange<'c> {
     me: usize,
     every: u64,
     dense: bool,
+    transport: SparseTransport,
     cfg_ratio: (crate::config::RatioPolicy, f64, f64, f64),
     /// The replica as the peers know it; the weights minus it is the unsent change.
     view: PeerView,
@@ -148,7 +162,8 @@ impl<'c> GroupExchange<'c> {
         let groups = comm.size();
         let c = &cfg.compression;
         let dense = c.kind == CompressionKind::Dense;
-        let k_target = if dense { 0 } else { k_for_ratio(n, c.ratio) };
+        let rings = !dense && cfg.sync.sparse_transport == SparseTransport::Mailbox;
+        let k_target = if rings { k_for_ratio(n, c.ratio) } else { 0 };
         let layout = MailboxLayout::new(groups, k_target, cfg.sync.mailbox_messages);
         let inbox = Window::create(comm, n)?;
         let mail = Window::create(comm, layout.window_len())?;
@@ -162,6 +177,7 @@ impl<'c> GroupExchange<'c> {
             me: comm.rank(),
             every: cfg.sync.inter_group_every as u64,
             dense,
+            transport: cfg.sync.sparse_transport,
             cfg_ratio: (c.policy, c.ratio, c.ratio_min, c.warmup_epochs),
             view: PeerView::new(initial),
             topk: TopK::new(),
@@ -261,14 +277,23 @@ impl<'c> GroupExchange<'c> {
         Ok(())
     }
 
-    /// Adds `vals` (the whole model) to every peer's inbox, then tells it so (dense flush
-    /// count and telemetry in its mailbox).
-    fn send_dense(&mut self, own_pushes: u64) -> Result<()> {
+    /// Adds `vals` to every peer's inbox (the whole model, or with `sparse` at `idx` through
+    /// one indexed datatype), then tells it so (dense flush count and telemetry in its
+    /// mailbox), so that it drains the inbox.
+    fn send_to_inboxes(&mut self, sparse: bool, own_pushes: u64) -> Result<()> {
         self.dense_sent = self.dense_sent.wrapping_add(1);
         let slot = self.layout.slot(self.me);
+        let scatter = if sparse {
+            Some(self.inbox.scatter(&self.idx)?)
+        } else {
+            None
+        };
         for peer in self.peers().collect::<Vec<_>>() {
             let mut epoch = self.inbox.lock(peer, LockKind::Shared)?;
-            epoch.accumulate_sum_dense(0, &self.vals)?;
+            match &scatter {
+                Some(scatter) => epoch.accumulate_scattered(scatter, &self.vals)?,
+                None => epoch.accumulate_sum_dense(0, &self.vals)?,
+            }
             epoch.unlock()?;
             // After the inbox epoch has completed: a peer that sees the new count finds the
             // values there.
@@ -276,10 +301,17 @@ impl<'c> GroupExchange<'c> {
             let mut epoch = self.mail.lock(peer, LockKind::Shared)?;
             epoch.put(slot + WRITTEN, &header)?;
             epoch.unlock()?;
-            self.bytes_sent += (4 * (self.vals.len() + header.len())) as u64;
+            let per_value = if sparse { 8 } else { 4 };
+            self.bytes_sent += (per_value * self.vals.len() + 4 * header.len()) as u64;
         }
-        for (t, &v) in self.sent_total.iter_mut().zip(&self.vals) {
-            *t += v as f64;
+        if sparse {
+            for (&i, &v) in self.idx.iter().zip(&self.vals) {
+                self.sent_total[i as usize] += v as f64;
+            }
+        } else {
+            for (t, &v) in self.sent_total.iter_mut().zip(&self.vals) {
+                *t += v as f64;
+            }
         }
         Ok(())
     }
@@ -331,7 +363,7 @@ impl<'c> GroupExchange<'c> {
         self.view
             .take_dense(ps.weights(), &mut self.vals)
             .map_err(|e| e.in_context(self.me, self.last_pushes))?;
-        self.send_dense(self.last_pushes)?;
+        self.send_to_inboxes(false, self.last_pushes)?;
         self.comm.barrier()?;
         self.drain(ps.weights_mut(), true)?;
         self.comm.barrier()?;
@@ -384,32 +416,38 @@ impl Exchange for GroupExchange<'_> {
         let words = mailbox::message_words(k);
         let me = self.me;
         let context = |e: crate::compress::CompressError| e.in_context(me, own_pushes);
-        if self.dense || words > self.layout.cap {
-            self.view
-                .take_dense(ps.weights(), &mut self.vals)
-                .map_err(context)?;
-            self.phase_s[0] += t.elapsed().as_secs_f64();
-            let t = std::time::Instant::now();
-            self.send_dense(own_pushes)?;
-            self.phase_s[1] += t.elapsed().as_secs_f64();
+        let mailbox = self.transport == SparseTransport::Mailbox;
+        let route = if self.dense || (mailbox && words > self.layout.cap) {
+            Route::DenseInbox
+        } else if !mailbox {
+            Route::IndexedInbox
         } else if self.peers_have_room(words)? {
-            self.view
-                .take_sparse(
-                    ps.weights(),
-                    k,
-                    &mut self.topk,
-                    &mut self.idx,
-                    &mut self.vals,
-                )
-                .map_err(context)?;
-            self.phase_s[0] += t.elapsed().as_secs_f64();
-            let t = std::time::Instant::now();
-            self.send_sparse(own_pushes)?;
-            self.phase_s[1] += t.elapsed().as_secs_f64();
+            Route::Mailbox
         } else {
             // A peer has not drained yet: keep everything unsent rather than wait for it.
-            self.deferred += 1;
+            Route::Defer
+        };
+        let taken = match route {
+            Route::Defer => {
+                self.deferred += 1;
+                Ok(())
+            }
+            Route::DenseInbox => self.view.take_dense(ps.weights(), &mut self.vals),
+            Route::IndexedInbox | Route::Mailbox => {
+                let (topk, idx, vals) = (&mut self.topk, &mut self.idx, &mut self.vals);
+                self.view.take_sparse(ps.weights(), k, topk, idx, vals)
+            }
+        };
+        taken.map_err(context)?;
+        self.phase_s[0] += t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        match route {
+            Route::Defer => {}
+            Route::DenseInbox => self.send_to_inboxes(false, own_pushes)?,
+            Route::IndexedInbox => self.send_to_inboxes(true, own_pushes)?,
+            Route::Mailbox => self.send_sparse(own_pushes)?,
         }
+        self.phase_s[1] += t.elapsed().as_secs_f64();
         let t = std::time::Instant::now();
         self.drain(ps.weights_mut(), false)?;
         self.phase_s[2] += t.elapsed().as_secs_f64();
