@@ -15,6 +15,10 @@
 //! 3. drains its own mailbox (applying each message's k values) and, when a peer flushed
 //!    densely, its inbox, into its weights and its view, under exclusive locks on itself.
 //!
+//! With `sync.sparse_transport = "accumulate"` (DESIGN.md's scheme) sparse updates instead
+//! go into the peers' inboxes through one indexed-block `MPI_Accumulate` each, and count as
+//! a dense flush, so the peer drains its inbox densely.
+//!
 //! A sparse exchange thus reads the weights and the view once (the top-k scan) and writes
 //! only k values, instead of a residual pass, a datatype walk per value and per peer in
 //! MPI's indexed accumulate, and a dense drain.
