@@ -96,6 +96,10 @@ pub fn run_all(
         bail!("--config: no such file {}", config.display());
     }
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let osc = one_sided_components(
+        std::env::var("OMPI_MCA_osc").ok().as_deref(),
+        &ompi_info_text(),
+    );
     let mut rows = Vec::new();
     for v in variants {
         let dir = out.join(&v.name);
@@ -121,6 +125,9 @@ pub fn run_all(
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
             .env("OPENBLAS_NUM_THREADS", "1");
         cmd.env("RUST_LOG", "warn");
+        if let Some(osc) = osc {
+            cmd.env("OMPI_MCA_osc", osc);
+        }
         eprintln!("bench: {} on {} ranks ...", v.name, v.ranks);
         let t = Instant::now();
         let output = cmd
@@ -157,6 +164,23 @@ pub fn run_all(
         rows.push(row);
     }
     Ok(rows)
+}
+
+/// `ompi_info`'s output, or empty when it cannot run.
+fn ompi_info_text() -> String {
+    Command::new("ompi_info")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+/// The one-sided components for the jobs, as `scripts/env.sh` chooses them, so that the
+/// bench measures the same exchange with or without it: OpenMPI 4's `sm,pt2pt` where it has
+/// pt2pt (its default `osc/rdma` is an order of magnitude slower for the gssp exchange on
+/// one node), unless the caller chose (`OMPI_MCA_osc` set: `None`, the jobs inherit it).
+fn one_sided_components(chosen: Option<&str>, ompi_info: &str) -> Option<&'static str> {
+    let has_pt2pt = ompi_info.lines().any(|l| l.contains("MCA osc: pt2pt"));
+    (chosen.is_none() && has_pt2pt).then_some("sm,pt2pt")
 }
 
 fn read_row(name: &str, ranks: usize, dir: &Path) -> Result<BenchRow> {
@@ -454,6 +478,25 @@ fn paper_once(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn jobs_get_the_one_sided_components_of_env_sh() {
+        let ompi4 = "  MCA osc: sm (MCA v2.1.0)\n  MCA osc: pt2pt (MCA v2.1.0)\n";
+        let ompi5 = "  MCA osc: sm (MCA v2.1.0)\n  MCA osc: rdma (MCA v2.1.0)\n";
+        assert_eq!(one_sided_components(None, ompi4), Some("sm,pt2pt"));
+        assert_eq!(
+            one_sided_components(Some("rdma"), ompi4),
+            None,
+            "caller's choice"
+        );
+        assert_eq!(
+            one_sided_components(None, ompi5),
+            None,
+            "no pt2pt: MPI's default"
+        );
+        assert_eq!(one_sided_components(None, ""), None, "no ompi_info");
+    }
+
     use super::*;
 
     fn row(mode: &str, seed: u64, t: Option<f64>, acc: f64) -> BenchRow {
