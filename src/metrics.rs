@@ -291,7 +291,7 @@ pub struct Summary {
     /// (applying pushes, answering workers, exchanging).
     pub server_busy_fractions: Option<Vec<f64>>,
     /// gssp, one per group server: share of its busy time spent in the inter-group exchange
-    /// (residual, top-k, accumulates, drain).
+    /// (top-k, sends, drain).
     pub exchange_shares_of_busy: Option<Vec<f64>>,
     /// The same share in thread CPU time (what the server computed, without the time the
     /// OS ran other processes in the middle of it).

@@ -34,7 +34,7 @@ pub enum CompressError {
         value: f32,
     },
     /// A delta whose length differs from the model's.
-    #[error("length mismatch: the residual holds {expected} values but the update has {got}")]
+    #[error("length mismatch: the model has {expected} values but the buffer has {got}")]
     LengthMismatch { expected: usize, got: usize },
 }
 

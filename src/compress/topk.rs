@@ -1,7 +1,7 @@
 //! Exact top-k by magnitude in linear time, over a buffer or over the difference of two
 //! (the unsent part of a group's change, see [`super::feedback`]).
 //!
-//! Sparse exchange sends the k largest entries of a group's residual at every inter-group
+//! Sparse exchange sends the k largest entries of a group's unsent change at every inter-group
 //! exchange, over models of tens of millions of parameters, so selection must cost about as
 //! much as reading the buffer, not a sort. [`TopK::select`] estimates a threshold from a
 //! small seeded sample, collects the entries at or above it in one vectorised pass, and does
