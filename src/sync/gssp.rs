@@ -101,6 +101,11 @@ pub fn form_groups(
     Ok((groups, Some(times)))
 }
 
+/// Every group but `me` (owns nothing, so loops over it may borrow the exchange mutably).
+fn peers_of(me: usize, groups: usize) -> impl Iterator<Item = usize> {
+    (0..groups).filter(move |&p| p != me)
+}
+
 /// Where one exchange's values go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
@@ -215,11 +220,6 @@ impl<'c> GroupExchange<'c> {
         self.deferred
     }
 
-    fn peers(&self) -> impl Iterator<Item = usize> {
-        let me = self.me;
-        (0..self.groups).filter(move |&p| p != me)
-    }
-
     /// Header words this server writes into its slot at every peer.
     fn header(&self, written: u32, own_pushes: u64) -> [u32; 4] {
         [
@@ -233,7 +233,7 @@ impl<'c> GroupExchange<'c> {
     /// Whether every peer's ring has room for `words` (re-reading the consumed count of a
     /// peer that looks full: the cached one only underestimates).
     fn peers_have_room(&mut self, words: usize) -> Result<bool> {
-        for peer in self.peers().collect::<Vec<_>>() {
+        for peer in peers_of(self.me, self.groups) {
             if self
                 .layout
                 .room(self.written[peer], self.peer_consumed[peer])
@@ -261,7 +261,7 @@ impl<'c> GroupExchange<'c> {
     fn send_sparse(&mut self, own_pushes: u64) -> Result<()> {
         mailbox::encode(&self.idx, &self.vals, &mut self.msg);
         let (ring, slot) = (self.layout.ring(self.me), self.layout.slot(self.me));
-        for peer in self.peers().collect::<Vec<_>>() {
+        for peer in peers_of(self.me, self.groups) {
             let pos = self.written[peer];
             let written = pos.wrapping_add(self.msg.len() as u32);
             let header = self.header(written, own_pushes);
@@ -292,7 +292,7 @@ impl<'c> GroupExchange<'c> {
         } else {
             None
         };
-        for peer in self.peers().collect::<Vec<_>>() {
+        for peer in peers_of(self.me, self.groups) {
             let mut epoch = self.inbox.lock(peer, LockKind::Shared)?;
             match &scatter {
                 Some(scatter) => epoch.accumulate_scattered(scatter, &self.vals)?,
@@ -324,9 +324,8 @@ impl<'c> GroupExchange<'c> {
     /// telemetry, and drains the dense inbox when a peer flushed into it (or `force`).
     fn drain(&mut self, weights: &mut [f32], force: bool) -> Result<()> {
         let mut dense_new = force;
-        let peers: Vec<usize> = self.peers().collect();
         let mut local = self.mail.lock_local()?;
-        for s in peers {
+        for s in peers_of(self.me, self.groups) {
             let slot = self.layout.slot(s);
             let ring = self.layout.ring(s);
             let view = &mut self.view;
