@@ -190,6 +190,9 @@ pub struct SyncConfig {
     pub mailbox_messages: usize,
     /// gssp with top-k: how sparse updates travel (see [`SparseTransport`]).
     pub sparse_transport: SparseTransport,
+    /// gssp: also apply peers' updates between this server's own exchanges, at the first
+    /// push after they arrive (fresher replicas; costs a drain per arrival).
+    pub drain_on_arrival: bool,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -321,6 +324,7 @@ impl Default for SyncConfig {
             inter_group_every: 8,
             mailbox_messages: 8,
             sparse_transport: SparseTransport::Mailbox,
+            drain_on_arrival: false,
         }
     }
 }

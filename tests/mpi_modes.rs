@@ -409,11 +409,17 @@ fn gssp_sparse_exchange_loses_nothing() {
     // group sends twice before a slower one drains: values then wait in the sender's
     // error feedback, and still none may be lost.
     let full = ["compression.policy=\"uniform\"", "sync.mailbox_messages=1"];
-    // DESIGN.md's transport: indexed accumulates into the dense inbox.
-    let indexed = ["sync.sparse_transport=\"accumulate\""];
+    // DESIGN.md's transport: indexed accumulates into the dense inbox. This case and the
+    // first also drain between exchanges, as soon as mail arrives (mailbox messages here,
+    // dense inbox flushes there).
+    let arrival = ["sync.drain_on_arrival=true"];
+    let indexed = [
+        "sync.sparse_transport=\"accumulate\"",
+        "sync.drain_on_arrival=true",
+    ];
     let mut first_bytes = None;
     for (name, extra) in [
-        ("gssp-lossless", &[][..]),
+        ("gssp-lossless", &arrival[..]),
         ("gssp-lossless-full", &full[..]),
         ("gssp-lossless-indexed", &indexed[..]),
     ] {
@@ -424,7 +430,7 @@ fn gssp_sparse_exchange_loses_nothing() {
             .as_f64()
             .unwrap_or_else(|| panic!("replica_max_error missing: {s}"));
         let deferred = num(&s, "exchanges_deferred");
-        eprintln!("{name}: replica_max_error {err:e}, {deferred} exchanges deferred");
+        eprintln!("{name}: replica_max_error {err:e}, {deferred} exchanges deferred, {} drains on arrival", num(&s, "arrival_drains"));
         assert!(
             err.is_finite() && err <= 1e-4,
             "{name}: replica_max_error {err}"
@@ -440,6 +446,12 @@ fn gssp_sparse_exchange_loses_nothing() {
         );
         if extra == full {
             assert!(deferred > 0.0, "{name}: one-message mailboxes never filled");
+        }
+        let arrival_drains = num(&s, "arrival_drains");
+        if extra.contains(&"sync.drain_on_arrival=true") {
+            assert!(arrival_drains > 0.0, "{name}: never drained on arrival");
+        } else {
+            assert_eq!(arrival_drains, 0.0, "{name}: drained on arrival unasked");
         }
         // Three servers each sent something: every one logged sparse exchanges.
         for g in 0..3 {

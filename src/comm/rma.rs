@@ -197,6 +197,20 @@ impl<T: Element> Window<T> {
         })
     }
 
+    /// Element `at` of this rank's own window, read without an epoch: only a hint that peers
+    /// wrote something, for deciding whether to lock at all. It may be stale (a remote write
+    /// becomes visible to plain loads eventually in MPI's unified memory model, e.g. osc/sm,
+    /// and perhaps only at the next synchronisation otherwise), so act on values only after
+    /// reading them again under [`Window::lock_local`]. `None` when `at` is out of range.
+    pub fn peek_local(&self, at: usize) -> Option<T> {
+        if at >= self.mem.len {
+            return None;
+        }
+        // SAFETY: `at` is inside the live allocation; a volatile read of memory that another
+        // process may be writing yields some value of it and creates no reference to it.
+        Some(unsafe { std::ptr::read_volatile(self.mem.base.add(at)) })
+    }
+
     /// The target layout of a sparse accumulate over `indices` (unique, each below
     /// [`Window::len`]): an indexed-block datatype, committed once and usable on every target.
     pub fn scatter(&self, indices: &[u32]) -> Result<Scatter, CommError> {

@@ -529,7 +529,7 @@ fn rma(comm: &Comm) -> Result<(), String> {
     // A u32 window moves bit patterns exactly (also ones that as f32 would be NaN): every
     // rank puts its words into its slot at every peer, then reads every peer's slots.
     let words = |r: usize| [r as u32, 0x7fc0_0001 ^ r as u32, u32::MAX - r as u32];
-    let bits: Window<u32> = or_abort(comm, "Window::create", Window::create(comm, 3 * size));
+    let mut bits: Window<u32> = or_abort(comm, "Window::create", Window::create(comm, 3 * size));
     let mine = words(me);
     for step in 1..size {
         let peer = (me + step) % size;
@@ -538,6 +538,21 @@ fn rma(comm: &Comm) -> Result<(), String> {
         or_abort(comm, "unlock", ep.unlock());
     }
     or_abort(comm, "barrier", comm.barrier());
+    // The unlocked peek reads the own window once a local epoch has synchronised it.
+    or_abort(
+        comm,
+        "lock_local",
+        bits.lock_local().and_then(|l| l.unlock()),
+    );
+    let peeked: Vec<Option<u32>> = (0..3 * size + 1).map(|i| bits.peek_local(i)).collect();
+    let want: Vec<Option<u32>> = (0..size)
+        .flat_map(|r| if r == me { [0; 3] } else { words(r) })
+        .map(Some)
+        .chain([None])
+        .collect();
+    f.expect(peeked == want, || {
+        format!("peek of rank {me}'s own u32 window reads {peeked:x?}, expected {want:x?}")
+    });
     for step in 1..size {
         let peer = (me + step) % size;
         let mut got = vec![0u32; 3 * size];

@@ -15,6 +15,9 @@
 //! 3. drains its own mailbox (applying each message's k values) and, when a peer flushed
 //!    densely, its inbox, into its weights and its view, under exclusive locks on itself.
 //!
+//! With `sync.drain_on_arrival` a server also drains between its own exchanges, at the first
+//! push after an unlocked peek at its mailbox headers shows new mail.
+//!
 //! With `sync.sparse_transport = "accumulate"` (DESIGN.md's scheme) sparse updates instead
 //! go into the peers' inboxes through one indexed-block `MPI_Accumulate` each, and count as
 //! a dense flush, so the peer drains its inbox densely.
@@ -134,6 +137,7 @@ pub struct GroupExchange<'c> {
     every: u64,
     dense: bool,
     transport: SparseTransport,
+    drain_on_arrival: bool,
     cfg_ratio: (crate::config::RatioPolicy, f64, f64, f64),
     /// The replica as the peers know it; the weights minus it is the unsent change.
     view: PeerView,
@@ -156,6 +160,8 @@ pub struct GroupExchange<'c> {
     bytes_sent: u64,
     /// Exchanges that sent nothing because a peer's mailbox was full.
     deferred: u64,
+    /// Drains between this server's own exchanges (`drain_on_arrival`).
+    arrival_drains: u64,
     /// Sum of everything this group sent (f64, for the end-of-run check; sparse exchanges
     /// add only their k entries).
     sent_total: Vec<f64>,
@@ -187,6 +193,7 @@ impl<'c> GroupExchange<'c> {
             every: cfg.sync.inter_group_every as u64,
             dense,
             transport: cfg.sync.sparse_transport,
+            drain_on_arrival: cfg.sync.drain_on_arrival,
             cfg_ratio: (c.policy, c.ratio, c.ratio_min, c.warmup_epochs),
             view: PeerView::new(initial),
             topk: TopK::new(),
@@ -205,6 +212,7 @@ impl<'c> GroupExchange<'c> {
             last_pushes: 0,
             bytes_sent: 0,
             deferred: 0,
+            arrival_drains: 0,
             sent_total: vec![0.0; n],
             initial: initial.to_vec(),
             phase_s: [0.0; 3],
@@ -218,6 +226,11 @@ impl<'c> GroupExchange<'c> {
     /// Exchanges that sent nothing because a peer's mailbox was full.
     pub fn deferred(&self) -> u64 {
         self.deferred
+    }
+
+    /// Drains between this server's own exchanges (`sync.drain_on_arrival`).
+    pub fn arrival_drains(&self) -> u64 {
+        self.arrival_drains
     }
 
     /// Header words this server writes into its slot at every peer.
@@ -320,6 +333,16 @@ impl<'c> GroupExchange<'c> {
         Ok(())
     }
 
+    /// Whether a peer seems to have written a message or flushed densely since the last
+    /// drain (an unlocked peek, confirmed by [`GroupExchange::drain`]).
+    fn mail_waiting(&self) -> bool {
+        peers_of(self.me, self.groups).any(|s| {
+            let slot = self.layout.slot(s);
+            self.mail.peek_local(slot + WRITTEN) != Some(self.consumed[s])
+                || self.mail.peek_local(slot + DENSE_FLUSHES) != Some(self.dense_seen[s])
+        })
+    }
+
     /// Applies every message the peers wrote into this server's mailbox, reads their
     /// telemetry, and drains the dense inbox when a peer flushed into it (or `force`).
     fn drain(&mut self, weights: &mut [f32], force: bool) -> Result<()> {
@@ -359,9 +382,10 @@ impl<'c> GroupExchange<'c> {
     pub fn finish(&mut self, ps: &mut ParamServer) -> Result<f64> {
         let [take, send, drain] = self.phase_s;
         log::info!(
-            "group {}: exchange phases (s): top-k {take:.4} send {send:.4} drain {drain:.4}; {} exchanges deferred by a full mailbox",
+            "group {}: exchange phases (s): top-k {take:.4} send {send:.4} drain {drain:.4}; {} exchanges deferred by a full mailbox; {} drains on arrival",
             self.me,
-            self.deferred
+            self.deferred,
+            self.arrival_drains
         );
         self.view
             .take_dense(ps.weights(), &mut self.vals)
@@ -392,6 +416,14 @@ impl<'c> GroupExchange<'c> {
 impl Exchange for GroupExchange<'_> {
     fn after_push(&mut self, ps: &mut ParamServer, own_pushes: u64, epoch: f64) -> Result<f64> {
         if !own_pushes.is_multiple_of(self.every) {
+            // With `drain_on_arrival`, apply what peers sent as soon as it is seen: the
+            // workers then compute on fresher weights. A peek at a few words decides.
+            if self.drain_on_arrival && self.mail_waiting() {
+                let t = std::time::Instant::now();
+                self.drain(ps.weights_mut(), false)?;
+                self.phase_s[2] += t.elapsed().as_secs_f64();
+                self.arrival_drains += 1;
+            }
             return Ok(0.0);
         }
         let dt = self.last_exchange.elapsed().as_secs_f64();

@@ -204,6 +204,8 @@ pub struct RoleOutcome {
     pub replica_error: Option<f64>,
     /// gssp: exchanges that sent nothing because a peer's mailbox was full.
     pub exchanges_deferred: u64,
+    /// gssp: drains between the server's own exchanges (`sync.drain_on_arrival`).
+    pub arrival_drains: u64,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -254,6 +256,7 @@ fn serve_group(
         outcome.replica_error = Some(ex.finish(&mut ps)?);
         outcome.bytes_inter_group = ex.bytes_sent();
         outcome.exchanges_deferred = ex.deferred();
+        outcome.arrival_drains = ex.arrival_drains();
         stats
     } else {
         server::serve(
@@ -295,6 +298,7 @@ fn finish(
     let bytes = gather((w.bytes_sent + role.bytes_sent) as f64)?;
     let inter = gather(role.bytes_inter_group as f64)?;
     let deferred = comm.allreduce_sum_u64(role.exchanges_deferred)?;
+    let arrival_drains = comm.allreduce_sum_u64(role.arrival_drains)?;
     let walls = gather(role.server.map(|s| s.wall_s).unwrap_or(w.wall_s))?;
     let epochs = gather(role.server.map(|s| s.epoch).unwrap_or(0.0))?;
     let replica_error = comm.allreduce_max_f64(role.replica_error.unwrap_or(0.0))?;
@@ -410,6 +414,7 @@ fn finish(
         bytes_inter_group: Some(inter.iter().sum::<f64>() as u64),
         replica_max_error: (cfg.sync.mode == SyncMode::Gssp).then_some(replica_error),
         exchanges_deferred: (cfg.sync.mode == SyncMode::Gssp).then_some(deferred),
+        arrival_drains: (cfg.sync.mode == SyncMode::Gssp).then_some(arrival_drains),
         server_busy_fractions: has_servers.then(|| per_server(&busy_fractions)),
         exchange_shares_of_busy: exchanged.then(|| per_server(&exchange_shares)),
         exchange_shares_of_busy_cpu: exchanged.then(|| per_server(&exchange_cpu_shares)),
