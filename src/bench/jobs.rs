@@ -478,6 +478,7 @@ fn paper_once(
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn jobs_get_the_one_sided_components_of_env_sh() {
@@ -496,8 +497,6 @@ mod tests {
         );
         assert_eq!(one_sided_components(None, ""), None, "no ompi_info");
     }
-
-    use super::*;
 
     fn row(mode: &str, seed: u64, t: Option<f64>, acc: f64) -> BenchRow {
         BenchRow {

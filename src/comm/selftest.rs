@@ -529,6 +529,9 @@ fn rma(comm: &Comm) -> Result<(), String> {
     // A u32 window moves bit patterns exactly (also ones that as f32 would be NaN): every
     // rank puts its words into its slot at every peer, then reads every peer's slots.
     let words = |r: usize| [r as u32, 0x7fc0_0001 ^ r as u32, u32::MAX - r as u32];
+    // What rank `owner`'s window holds once every other rank has put its words there.
+    let slots_of =
+        |owner: usize| (0..size).flat_map(move |r| if r == owner { [0; 3] } else { words(r) });
     let mut bits: Window<u32> = or_abort(comm, "Window::create", Window::create(comm, 3 * size));
     let mine = words(me);
     for step in 1..size {
@@ -545,11 +548,7 @@ fn rma(comm: &Comm) -> Result<(), String> {
         bits.lock_local().and_then(|l| l.unlock()),
     );
     let peeked: Vec<Option<u32>> = (0..3 * size + 1).map(|i| bits.peek_local(i)).collect();
-    let want: Vec<Option<u32>> = (0..size)
-        .flat_map(|r| if r == me { [0; 3] } else { words(r) })
-        .map(Some)
-        .chain([None])
-        .collect();
+    let want: Vec<Option<u32>> = slots_of(me).map(Some).chain([None]).collect();
     f.expect(peeked == want, || {
         format!("peek of rank {me}'s own u32 window reads {peeked:x?}, expected {want:x?}")
     });
@@ -559,9 +558,7 @@ fn rma(comm: &Comm) -> Result<(), String> {
         let mut ep = or_abort(comm, "lock", bits.lock(peer, LockKind::Shared));
         or_abort(comm, "get", ep.get(0, &mut got));
         or_abort(comm, "unlock", ep.unlock());
-        let want: Vec<u32> = (0..size)
-            .flat_map(|r| if r == peer { [0; 3] } else { words(r) })
-            .collect();
+        let want: Vec<u32> = slots_of(peer).collect();
         f.expect(got == want, || {
             format!("u32 window of rank {peer} reads {got:x?}, expected {want:x?}")
         });

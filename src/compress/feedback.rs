@@ -25,14 +25,6 @@ impl PeerView {
         }
     }
 
-    pub fn len(&self) -> usize {
-        self.view.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.view.is_empty()
-    }
-
     fn check_len(&self, got: usize) -> Result<(), CompressError> {
         if got == self.view.len() {
             Ok(())

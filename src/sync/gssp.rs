@@ -288,10 +288,21 @@ impl<'c> GroupExchange<'c> {
             self.written[peer] = written;
             self.bytes_sent += (4 * (self.msg.len() + header.len())) as u64;
         }
-        for (&i, &v) in self.idx.iter().zip(&self.vals) {
-            self.sent_total[i as usize] += v as f64;
-        }
+        self.record_sent(true);
         Ok(())
+    }
+
+    /// Adds what was just sent (`vals`, at `idx` when `sparse`) to the end-of-run ledger.
+    fn record_sent(&mut self, sparse: bool) {
+        if sparse {
+            for (&i, &v) in self.idx.iter().zip(&self.vals) {
+                self.sent_total[i as usize] += v as f64;
+            }
+        } else {
+            for (t, &v) in self.sent_total.iter_mut().zip(&self.vals) {
+                *t += v as f64;
+            }
+        }
     }
 
     /// Adds `vals` to every peer's inbox (the whole model, or with `sparse` at `idx` through
@@ -321,15 +332,7 @@ impl<'c> GroupExchange<'c> {
             let per_value = if sparse { 8 } else { 4 };
             self.bytes_sent += (per_value * self.vals.len() + 4 * header.len()) as u64;
         }
-        if sparse {
-            for (&i, &v) in self.idx.iter().zip(&self.vals) {
-                self.sent_total[i as usize] += v as f64;
-            }
-        } else {
-            for (t, &v) in self.sent_total.iter_mut().zip(&self.vals) {
-                *t += v as f64;
-            }
-        }
+        self.record_sent(sparse);
         Ok(())
     }
 
