@@ -154,8 +154,10 @@ pub struct ServerRow {
     pub staleness: u64,
     /// Max minus min worker clock after this push.
     pub clock_spread: u64,
-    /// Seconds blocked waiting for this push.
+    /// Seconds blocked waiting for this push to arrive.
     pub recv_wait_s: f64,
+    /// Seconds copying it into the server's buffer (`MPI_Mrecv`).
+    pub receive_s: f64,
     /// Seconds applying it (optimizer step or round accumulation).
     pub apply_s: f64,
     /// Seconds answering workers (copies into send buffers, Isend).
@@ -169,11 +171,11 @@ pub struct ServerRow {
 }
 
 impl CsvRow for ServerRow {
-    const HEADER: &'static str = "time_s,epoch,pushes,version,worker,staleness,clock_spread,recv_wait_s,apply_s,send_s,exchange_s,loss,lr,ratio";
+    const HEADER: &'static str = "time_s,epoch,pushes,version,worker,staleness,clock_spread,recv_wait_s,receive_s,apply_s,send_s,exchange_s,loss,lr,ratio";
     fn write(&self, w: &mut dyn Write) -> std::io::Result<()> {
         writeln!(
             w,
-            "{:.6},{:.5},{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6e},{:.6}",
+            "{:.6},{:.5},{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6e},{:.6}",
             self.time_s,
             self.epoch,
             self.pushes,
@@ -182,6 +184,7 @@ impl CsvRow for ServerRow {
             self.staleness,
             self.clock_spread,
             self.recv_wait_s,
+            self.receive_s,
             self.apply_s,
             self.send_s,
             self.exchange_s,

@@ -111,6 +111,22 @@ fn assert_summary_sane(run: &Run, mode: &str, workers: usize, min_accuracy: f64)
         let busy = per_server("server_busy_fractions");
         assert_eq!(busy.len(), servers);
         assert!(busy.iter().all(|b| *b > 0.0 && *b < 1.0), "{busy:?}");
+        // Servers are ranks 0..servers (every mode here). Copying a pushed gradient into
+        // the server's buffer is timed apart from waiting for it, and it takes time.
+        for rank in 0..servers {
+            let csv = run.rank_csv(rank);
+            let (wait, receive) = (csv.col("recv_wait_s"), csv.col("receive_s"));
+            assert!(!receive.is_empty(), "server rank {rank}: no rows");
+            assert!(
+                wait.iter().chain(&receive).all(|x| *x >= 0.0),
+                "server rank {rank}: negative wait or receive time"
+            );
+            assert!(
+                receive.iter().sum::<f64>() > 0.0,
+                "server rank {rank}: receiving {} pushes took no time",
+                receive.len()
+            );
+        }
     } else {
         assert!(s["server_busy_fractions"].is_null());
     }

@@ -25,12 +25,13 @@
 //!   send weights first (e.g. the initial model).
 //! * The server sends `stop = true` to a worker only in answer to that worker's push (the worker
 //!   is then waiting, with nothing in flight). The worker sends nothing afterwards
-//!   ([`WorkerLink::push`] refuses). The server then retires the worker: its receive is cancelled
+//!   ([`WorkerLink::push`] refuses). The server then retires the worker: a later push from it is an error,
 //!   and [`ServerLink::wait_push`] returns `None` once every worker is retired.
 
 use super::sealed::CommHandle;
 use super::Collectives;
 use super::{c_count, c_rank, check, empty_status, CommError};
+use crate::metrics::thread_cpu_s;
 use mpi::ffi;
 use std::os::raw::c_int;
 use std::rc::Rc;
@@ -74,7 +75,7 @@ pub struct WeightsHeader {
 }
 
 /// A push handed out by [`ServerLink::poll_push`]/[`ServerLink::wait_push`]; borrows the
-/// receive buffer, which is reposted on the next poll/wait.
+/// worker's receive buffer until the next poll/wait.
 #[derive(Debug)]
 pub struct PushRef<'a> {
     /// Index of the worker in the `workers` slice given to [`ServerLink::new`].
@@ -85,6 +86,10 @@ pub struct PushRef<'a> {
     pub loss: f32,
     /// The payload (gradient), `len <= capacity`.
     pub payload: &'a [f32],
+    /// Wall and thread CPU seconds of copying the push into the server's buffer
+    /// (`MPI_Mrecv`); see [`ServerLink`].
+    pub receive_s: f64,
+    pub receive_cpu_s: f64,
 }
 
 fn null_request() -> ffi::MPI_Request {
@@ -408,26 +413,35 @@ impl Drop for WorkerLink {
     }
 }
 
-/// The server's end of the links to its workers: one receive posted per worker at all times
-/// (except while its push is handed out or after it is retired), one reusable send buffer each.
+/// The server's end of the links to its workers: pushes are taken with matched probes
+/// (`MPI_Mprobe`/`MPI_Improbe`, then `MPI_Mrecv`), one reusable receive and send buffer per
+/// worker.
+///
+/// Why matched probes rather than a receive posted per worker: a large push travels by
+/// rendezvous, and with shared memory the receiver itself copies it (OpenMPI's CMA
+/// single copy). With posted receives that copy happens somewhere inside `MPI_Waitany`'s
+/// polling, indistinguishable from idle waiting. With a matched probe the wait ends when the
+/// push's header is there, and the copy is the `MPI_Mrecv` that follows, timed on its own
+/// ([`PushRef::receive_s`]) and counted as server work.
 pub struct ServerLink {
     comm: Rc<CommHandle>,
     capacity: usize,
     workers: Vec<c_int>,
+    /// Worker index of each rank of the communicator (`None`: not a worker of this server).
+    worker_of_rank: Vec<Option<usize>>,
     recv_bufs: Vec<Vec<f32>>,
-    recv_reqs: Vec<ffi::MPI_Request>,
     send_bufs: Vec<Vec<f32>>,
     send_reqs: Vec<ffi::MPI_Request>,
     retired: Vec<bool>,
-    /// Worker whose push was handed out last; reposted on the next poll/wait.
-    handed_out: Option<usize>,
+    /// Workers not yet sent `stop`.
+    active: usize,
     stats: LinkStats,
 }
 
 impl ServerLink {
     /// Server `server_rank` (must be this rank) of `comm`, serving `workers` (distinct ranks of
-    /// `comm`, not the server) with payloads of at most `n` values. Posts a receive per worker.
-    /// Not collective. Workers are referred to by their index in `workers`.
+    /// `comm`, not the server) with payloads of at most `n` values. Not collective. Workers are
+    /// referred to by their index in `workers`.
     pub fn new<C: Collectives>(
         comm: &C,
         server_rank: usize,
@@ -445,66 +459,70 @@ impl ServerLink {
                 ),
             });
         }
-        let mut seen = vec![false; comm.size];
+        let mut worker_of_rank = vec![None; comm.size];
         let mut ranks = Vec::with_capacity(workers.len());
-        for &w in workers {
+        for (i, &w) in workers.iter().enumerate() {
             let r = c_rank("ServerLink worker", w, comm.size)?;
-            if w == server_rank || seen[w] {
+            if w == server_rank || worker_of_rank[w].is_some() {
                 return Err(CommError::Invalid {
                     what: "ServerLink::new",
                     detail: format!("worker rank {w} is the server or listed twice"),
                 });
             }
-            seen[w] = true;
+            worker_of_rank[w] = Some(i);
             ranks.push(r);
         }
         c_count("ServerLink capacity", n + HEADER_WORDS)?;
         let k = workers.len();
-        let mut link = ServerLink {
+        Ok(ServerLink {
             comm,
             capacity: n,
             workers: ranks,
+            worker_of_rank,
             recv_bufs: (0..k).map(|_| vec![0.0; n + HEADER_WORDS]).collect(),
-            recv_reqs: vec![null_request(); k],
             send_bufs: (0..k).map(|_| vec![0.0; n + HEADER_WORDS]).collect(),
             send_reqs: vec![null_request(); k],
             retired: vec![false; k],
-            handed_out: None,
+            active: k,
             stats: LinkStats::default(),
-        };
-        for w in 0..k {
-            link.post(w)?;
-        }
-        Ok(link)
+        })
     }
 
-    fn post(&mut self, w: usize) -> Result<(), CommError> {
-        if self.retired[w] || is_active(self.recv_reqs[w]) {
-            return Ok(());
-        }
-        // SAFETY: recv_bufs[w] is owned by self, never resized, and only read after completion.
-        unsafe {
-            irecv(
-                &self.comm,
-                &mut self.recv_bufs[w],
-                self.workers[w],
-                TAG_PUSH,
-                &mut self.recv_reqs[w],
+    /// Receives the probed push `message` from the rank in `status` into that worker's buffer.
+    fn receive(
+        &mut self,
+        mut message: ffi::MPI_Message,
+        status: &ffi::MPI_Status,
+    ) -> Result<PushRef<'_>, CommError> {
+        let source = status.MPI_SOURCE;
+        let w = usize::try_from(source)
+            .ok()
+            .and_then(|r| self.worker_of_rank.get(r).copied().flatten())
+            .filter(|&w| !self.retired[w])
+            .ok_or(CommError::Invalid {
+                what: "ServerLink receive",
+                detail: format!("a push from rank {source}, which is not an active worker"),
+            })?;
+        let buf = &mut self.recv_bufs[w];
+        let count = c_count("MPI_Mrecv", buf.len())?;
+        let mut received = empty_status();
+        let cpu0 = thread_cpu_s();
+        let t0 = mpi::time();
+        // SAFETY: `message` came from a matched probe on this link's communicator and is
+        // received exactly once; buf is owned by self and large enough for `count` floats.
+        check("MPI_Mrecv", unsafe {
+            ffi::MPI_Mrecv(
+                buf.as_mut_ptr().cast(),
+                count,
+                ffi::RSMPI_FLOAT,
+                &mut message,
+                &mut received,
             )
-        }
-    }
-
-    fn repost_handed_out(&mut self) -> Result<(), CommError> {
-        if let Some(w) = self.handed_out.take() {
-            self.post(w)?;
-        }
-        Ok(())
-    }
-
-    fn completed(&mut self, w: usize, status: &ffi::MPI_Status) -> Result<PushRef<'_>, CommError> {
-        self.handed_out = Some(w);
-        let words = received_words(status)?;
-        let _ = payload_len(words, self.workers[w])?;
+        })?;
+        let receive_s = mpi::time() - t0;
+        let receive_cpu_s = thread_cpu_s() - cpu0;
+        let words = received_words(&received)?;
+        let _ = payload_len(words, source)?;
         self.stats.bytes_received += bytes_of(words);
         self.stats.messages_received += 1;
         let buf = &self.recv_bufs[w];
@@ -513,59 +531,66 @@ impl ServerLink {
             clock: get_u64(&buf[0..2]),
             loss: buf[2],
             payload: &buf[HEADER_WORDS..words],
+            receive_s,
+            receive_cpu_s,
         })
     }
 
-    /// Returns a push that has arrived, without blocking (`MPI_Testany`); `None` if none has.
-    /// The previously handed-out worker's receive is reposted first.
+    /// Returns a push that has arrived, without blocking (`MPI_Improbe`); `None` if none has
+    /// or every worker is retired.
     pub fn poll_push(&mut self) -> Result<Option<PushRef<'_>>, CommError> {
-        self.repost_handed_out()?;
-        let count = c_count("MPI_Testany", self.recv_reqs.len())?;
-        let mut index: c_int = 0;
+        if self.active == 0 {
+            return Ok(None);
+        }
         let mut flag: c_int = 0;
+        // SAFETY: reading an extern constant.
+        let mut message = unsafe { ffi::RSMPI_MESSAGE_NULL };
         let mut status = empty_status();
-        // SAFETY: recv_reqs holds `count` request handles owned by self.
-        check("MPI_Testany", unsafe {
-            ffi::MPI_Testany(
-                count,
-                self.recv_reqs.as_mut_ptr(),
-                &mut index,
+        // SAFETY: the communicator is alive (held by self); out-pointers are valid.
+        check("MPI_Improbe", unsafe {
+            ffi::MPI_Improbe(
+                ffi::RSMPI_ANY_SOURCE,
+                TAG_PUSH,
+                self.comm.raw,
                 &mut flag,
+                &mut message,
                 &mut status,
             )
         })?;
         if flag == 0 {
             return Ok(None);
         }
-        match usize::try_from(index) {
-            Ok(w) if w < self.workers.len() => self.completed(w, &status).map(Some),
-            _ => Ok(None), // MPI_UNDEFINED: no active receive (all workers retired)
-        }
+        self.receive(message, &status).map(Some)
     }
 
-    /// Blocks until a push arrives (`MPI_Waitany`); `None` when every worker is retired.
-    /// The previously handed-out worker's receive is reposted first.
+    /// Blocks until a push arrives (`MPI_Mprobe`, the time counted as waiting) and receives it;
+    /// `None` when every worker is retired.
     pub fn wait_push(&mut self) -> Result<Option<PushRef<'_>>, CommError> {
-        self.repost_handed_out()?;
-        let count = c_count("MPI_Waitany", self.recv_reqs.len())?;
-        let mut index: c_int = 0;
+        if self.active == 0 {
+            return Ok(None);
+        }
+        // SAFETY: reading an extern constant.
+        let mut message = unsafe { ffi::RSMPI_MESSAGE_NULL };
         let mut status = empty_status();
         let t0 = mpi::time();
-        // SAFETY: recv_reqs holds `count` request handles owned by self.
+        // SAFETY: the communicator is alive (held by self); out-pointers are valid.
         let rc = unsafe {
-            ffi::MPI_Waitany(count, self.recv_reqs.as_mut_ptr(), &mut index, &mut status)
+            ffi::MPI_Mprobe(
+                ffi::RSMPI_ANY_SOURCE,
+                TAG_PUSH,
+                self.comm.raw,
+                &mut message,
+                &mut status,
+            )
         };
         self.stats.wait_seconds += mpi::time() - t0;
-        check("MPI_Waitany", rc)?;
-        match usize::try_from(index) {
-            Ok(w) if w < self.workers.len() => self.completed(w, &status).map(Some),
-            _ => Ok(None),
-        }
+        check("MPI_Mprobe", rc)?;
+        self.receive(message, &status).map(Some)
     }
 
     /// Sends Weights{version, stop, staleness, weights} to worker index `worker`, first waiting for that
-    /// worker's previous Weights to leave its buffer. `stop = true` retires the worker (its
-    /// receive is cancelled; see the protocol rules in the module docs).
+    /// worker's previous Weights to leave its buffer. `stop = true` retires the worker (see
+    /// the protocol rules in the module docs).
     pub fn send_weights(
         &mut self,
         worker: usize,
@@ -608,12 +633,9 @@ impl ServerLink {
         }
         self.stats.bytes_sent += bytes_of(words);
         self.stats.messages_sent += 1;
-        if stop {
+        if stop && !self.retired[worker] {
             self.retired[worker] = true;
-            if self.handed_out == Some(worker) {
-                self.handed_out = None;
-            }
-            cancel_recv(&mut self.recv_reqs[worker])?;
+            self.active -= 1;
         }
         Ok(())
     }
@@ -638,12 +660,8 @@ impl ServerLink {
         self.stats
     }
 
-    /// Cancels every posted receive and waits until every Weights message has been delivered.
+    /// Waits until every Weights message has been delivered.
     pub fn finish(&mut self) -> Result<(), CommError> {
-        self.handed_out = None;
-        for req in &mut self.recv_reqs {
-            cancel_recv(req)?;
-        }
         for req in &mut self.send_reqs {
             wait(req, &mut self.stats.wait_seconds)?;
         }
@@ -655,9 +673,6 @@ impl Drop for ServerLink {
     fn drop(&mut self) {
         if mpi::environment::is_finalized() {
             return;
-        }
-        for req in &mut self.recv_reqs {
-            let _ = cancel_recv(req);
         }
         for (req, buf) in self.send_reqs.iter_mut().zip(self.send_bufs.iter_mut()) {
             release_send(req, buf);

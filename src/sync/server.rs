@@ -44,22 +44,26 @@ pub struct ServeStats {
     pub pushes: u64,
     pub epoch: f64,
     pub wall_s: f64,
+    /// Waiting for a push to arrive (`MPI_Mprobe`).
     pub recv_wait_s: f64,
+    /// Copying arrived pushes into the server's buffers (`MPI_Mrecv`).
+    pub receive_s: f64,
     pub apply_s: f64,
     pub send_s: f64,
     pub exchange_s: f64,
     /// Pushes after which the server exchanged with its peers (gssp).
     pub exchanges: u64,
-    /// Thread CPU seconds from applying each push to answering the workers (exchange and
+    /// Thread CPU seconds from receiving each push to answering the workers (exchange and
     /// snapshots included), and of the exchange alone.
     pub busy_cpu_s: f64,
     pub exchange_cpu_s: f64,
 }
 
 impl ServeStats {
-    /// Seconds the server worked: applying pushes, answering workers, exchanging.
+    /// Seconds the server worked: receiving and applying pushes, answering workers,
+    /// exchanging.
     pub fn busy_s(&self) -> f64 {
-        self.apply_s + self.send_s + self.exchange_s
+        self.receive_s + self.apply_s + self.send_s + self.exchange_s
     }
 }
 
@@ -94,7 +98,8 @@ pub fn serve(
     loop {
         let t_wait = Instant::now();
         let Some(push) = link.wait_push()? else { break };
-        let recv_wait_s = t_wait.elapsed().as_secs_f64();
+        let (receive_s, receive_cpu_s) = (push.receive_s, push.receive_cpu_s);
+        let recv_wait_s = (t_wait.elapsed().as_secs_f64() - receive_s).max(0.0);
         let (w, loss) = (push.worker, push.loss);
         if !loss.is_finite() {
             anyhow::bail!(
@@ -142,8 +147,9 @@ pub fn serve(
             }
         }
         let send_s = t_send.elapsed().as_secs_f64();
-        stats.busy_cpu_s += thread_cpu_s() - cpu_start;
+        stats.busy_cpu_s += receive_cpu_s + (thread_cpu_s() - cpu_start);
         stats.recv_wait_s += recv_wait_s;
+        stats.receive_s += receive_s;
         stats.apply_s += apply_s;
         stats.send_s += send_s;
         stats.exchange_s += exchange_s;
@@ -158,6 +164,7 @@ pub fn serve(
                 staleness,
                 clock_spread: ps.clock().spread(),
                 recv_wait_s,
+                receive_s,
                 apply_s,
                 send_s,
                 exchange_s,
