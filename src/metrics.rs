@@ -293,7 +293,7 @@ pub struct Summary {
     /// gssp: drains (all servers) between a server's own exchanges (`sync.drain_on_arrival`).
     pub arrival_drains: Option<u64>,
     /// Parameter-server modes, one per server (layout order): share of the run it was busy
-    /// (applying pushes, answering workers, exchanging).
+    /// (receiving and applying pushes, answering workers, exchanging).
     pub server_busy_fractions: Option<Vec<f64>>,
     /// gssp, one per group server: share of its busy time spent in the inter-group exchange
     /// (top-k, sends, drain).

@@ -25,8 +25,8 @@
 //!   send weights first (e.g. the initial model).
 //! * The server sends `stop = true` to a worker only in answer to that worker's push (the worker
 //!   is then waiting, with nothing in flight). The worker sends nothing afterwards
-//!   ([`WorkerLink::push`] refuses). The server then retires the worker: a later push from it is an error,
-//!   and [`ServerLink::wait_push`] returns `None` once every worker is retired.
+//!   ([`WorkerLink::push`] refuses). The server then retires the worker: a later push from it
+//!   is an error, and [`ServerLink::wait_push`] returns `None` once every worker is retired.
 
 use super::sealed::CommHandle;
 use super::Collectives;
@@ -86,9 +86,10 @@ pub struct PushRef<'a> {
     pub loss: f32,
     /// The payload (gradient), `len <= capacity`.
     pub payload: &'a [f32],
-    /// Wall and thread CPU seconds of copying the push into the server's buffer
-    /// (`MPI_Mrecv`); see [`ServerLink`].
+    /// Wall seconds of copying the push into the server's buffer (`MPI_Mrecv`); see
+    /// [`ServerLink`].
     pub receive_s: f64,
+    /// Thread CPU seconds of the same copy.
     pub receive_cpu_s: f64,
 }
 
