@@ -3,9 +3,18 @@
 //! GSSP puts workers whose iteration times are close into the same group so that SSP inside a
 //! group rarely waits. Given one measured time per worker, the best split into `G` groups (least
 //! total within-group sum of squared deviations) is contiguous in the sorted order of times, so
-//! an exact O(G n^2) dynamic programme over the sorted times finds it.
+//! an exact O(G n^2) dynamic programme over the sorted times finds it ([`partition_by_speed`],
+//! pure). [`form_groups`] measures the workers and agrees on the groups through the comm
+//! layer's [`Collectives`].
 
+use std::time::Instant;
+
+use anyhow::Context;
 use thiserror::Error;
+
+use crate::comm::Collectives;
+use crate::config::{Grouping, SyncConfig};
+use crate::hetero::CALIBRATION_ITERATIONS;
 
 /// Why a set of measured times cannot be partitioned.
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -116,6 +125,67 @@ pub fn within_group_sse(times: &[f64], groups: &[Vec<usize>]) -> f64 {
             g.iter().map(|&w| (times[w] - mean).powi(2)).sum::<f64>()
         })
         .sum()
+}
+
+/// The workers' groups a gssp run uses.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerGroups {
+    /// World ranks of the workers of each group.
+    pub groups: Vec<Vec<usize>>,
+    /// With `grouping = "profile"`: each worker's measured seconds per iteration, in the
+    /// order of the `worker_ranks` given to [`form_groups`].
+    pub profiled_s: Option<Vec<f64>>,
+}
+
+/// Groups of worker ranks: from the config (`static`) or from measured speeds (`profile`:
+/// every worker times `profile_iters` of its local iterations, compute plus emulated
+/// slowdown; rank 0 partitions them exactly and broadcasts the result).
+///
+/// `worker_ranks` are the world ranks of all workers; `iterate` runs one local iteration of
+/// this rank (only called on workers). Collective over `comm`, the world, when profiling.
+pub fn form_groups<C: Collectives>(
+    comm: &C,
+    cfg: &SyncConfig,
+    worker_ranks: &[usize],
+    mut iterate: impl FnMut(),
+) -> anyhow::Result<WorkerGroups> {
+    if cfg.grouping == Grouping::Static {
+        return Ok(WorkerGroups {
+            groups: cfg.static_groups.clone(),
+            profiled_s: None,
+        });
+    }
+    let mut seconds = f64::NAN;
+    if worker_ranks.contains(&comm.rank()) {
+        // The pacer's calibration iterations first (no padding while calibrating), then the
+        // timed ones.
+        for _ in 0..CALIBRATION_ITERATIONS {
+            iterate();
+        }
+        let t = Instant::now();
+        for _ in 0..cfg.profile_iters {
+            iterate();
+        }
+        seconds = t.elapsed().as_secs_f64() / cfg.profile_iters as f64;
+    }
+    let times = comm.gather_f64(0, seconds)?;
+    let mut text = Vec::new();
+    if let Some(times) = times {
+        let worker_times: Vec<f64> = worker_ranks.iter().map(|&r| times[r]).collect();
+        let parts = partition_by_speed(&worker_times, cfg.groups).context("grouping by profile")?;
+        let groups: Vec<Vec<usize>> = parts
+            .iter()
+            .map(|p| p.iter().map(|&i| worker_ranks[i]).collect())
+            .collect();
+        text = serde_json::to_vec(&(groups, worker_times))?;
+    }
+    comm.broadcast_bytes(0, &mut text)?;
+    let (groups, times): (Vec<Vec<usize>>, Vec<f64>) =
+        serde_json::from_slice(&text).context("layout broadcast")?;
+    Ok(WorkerGroups {
+        groups,
+        profiled_s: Some(times),
+    })
 }
 
 #[cfg(test)]

@@ -39,6 +39,11 @@ pub fn worker_factors(cfg: &HeterogeneityConfig, num_workers: usize) -> Vec<f64>
     factors
 }
 
+/// Iterations on which a worker's pacer calibrates its unit (when `heterogeneity.unit_s`
+/// is 0); profiling for gssp's grouping runs this many untimed iterations first, so that
+/// every timed one is paced.
+pub const CALIBRATION_ITERATIONS: usize = 5;
+
 /// Spin for the last part of a pad: `thread::sleep` overshoots by tens of microseconds or more.
 const SPIN: Duration = Duration::from_micros(200);
 

@@ -1,6 +1,6 @@
-//! GSSP between groups: speed-profiled grouping, and the asynchronous exchange of
-//! (sparsified) updates between group servers through one-sided RMA, with GDTopK's
-//! per-group upload ratio.
+//! GSSP between groups: the asynchronous exchange of (sparsified) updates between group
+//! servers through one-sided RMA, with GDTopK's per-group upload ratio. The groups
+//! themselves come from [`crate::grouping::form_groups`].
 //!
 //! Each server has two windows: a dense inbox the size of the model (`f32`), and a
 //! mailbox (`u32`) with one slot per peer group: that group's speed, push count, dense
@@ -33,76 +33,18 @@
 use anyhow::{Context, Result};
 
 use crate::comm::rma::{LockKind, Window};
-use crate::comm::{Collectives, Comm, SubComm};
+use crate::comm::{Collectives, SubComm};
 use crate::compress::feedback::PeerView;
 use crate::compress::ratio::{k_for_ratio, upload_ratio, SpeedMeter};
 use crate::compress::topk::TopK;
-use crate::config::{CompressionKind, Config, Grouping, SparseTransport};
-use crate::data::Dataset;
-use crate::grouping::partition_by_speed;
-use crate::hetero::Pacer;
+use crate::config::{CompressionKind, Config, SparseTransport};
 use crate::metrics::{EvalRow, Snapshots};
 use crate::sync::mailbox::{self, MailboxLayout, CONSUMED, DENSE_FLUSHES, PUSHES, SPEED, WRITTEN};
 use crate::sync::ps::ParamServer;
-use crate::sync::run::Layout;
 use crate::sync::server::Exchange;
-use crate::train::ComputeStep;
-
-/// Worker ranks of each group, and (profile) each worker's measured seconds per iteration.
-pub type Grouped = (Vec<Vec<usize>>, Option<Vec<f64>>);
 
 /// Snapshots (with their evaluation rows to fill) and the final model.
 pub type Replicas = (Vec<(EvalRow, Vec<f32>)>, Option<Vec<f32>>);
-
-/// Groups of worker ranks: from the config (`static`) or from measured speeds (`profile`:
-/// every worker times `profile_iters` local iterations, compute plus emulated slowdown;
-/// rank 0 partitions them exactly and broadcasts the result).
-pub fn form_groups(
-    comm: &Comm,
-    cfg: &Config,
-    layout: &Layout,
-    step: &mut ComputeStep,
-    train: &Dataset,
-    pacer: &mut Pacer,
-) -> Result<Grouped> {
-    if cfg.sync.grouping == Grouping::Static {
-        return Ok((cfg.sync.static_groups.clone(), None));
-    }
-    let is_worker = !layout.servers.contains(&comm.rank());
-    let mut seconds = f64::NAN;
-    if is_worker {
-        // Calibration iterations first (no padding while calibrating), then the timed ones.
-        for _ in 0..5 {
-            let t = std::time::Instant::now();
-            step.compute(train);
-            pacer.sleep_pad(t.elapsed().as_secs_f64());
-        }
-        let t = std::time::Instant::now();
-        for _ in 0..cfg.sync.profile_iters {
-            let t0 = std::time::Instant::now();
-            step.compute(train);
-            pacer.sleep_pad(t0.elapsed().as_secs_f64());
-        }
-        seconds = t.elapsed().as_secs_f64() / cfg.sync.profile_iters as f64;
-    }
-    let times = comm.gather_f64(0, seconds)?;
-    let mut text = Vec::new();
-    if let Some(times) = times {
-        let worker_ranks: Vec<usize> = layout.groups.iter().flatten().copied().collect();
-        let worker_times: Vec<f64> = worker_ranks.iter().map(|&r| times[r]).collect();
-        let parts =
-            partition_by_speed(&worker_times, cfg.sync.groups).context("grouping by profile")?;
-        let groups: Vec<Vec<usize>> = parts
-            .iter()
-            .map(|p| p.iter().map(|&i| worker_ranks[i]).collect())
-            .collect();
-        text = serde_json::to_vec(&(groups, worker_times))?;
-    }
-    comm.broadcast_bytes(0, &mut text)?;
-    let (groups, times): (Vec<Vec<usize>>, Vec<f64>) =
-        serde_json::from_slice(&text).context("layout broadcast")?;
-    Ok((groups, Some(times)))
-}
 
 /// Every group but `me` (owns nothing, so loops over it may borrow the exchange mutably).
 fn peers_of(me: usize, groups: usize) -> impl Iterator<Item = usize> {

@@ -4,68 +4,20 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use serde::Serialize;
 
 use crate::comm::p2p::{ServerLink, WorkerLink};
 use crate::comm::{Collectives, Comm, SubComm};
 use crate::config::{Config, SyncMode};
 use crate::data::Dataset;
-use crate::hetero::{self, Pacer};
+use crate::grouping;
+use crate::hetero::{Pacer, CALIBRATION_ITERATIONS};
 use crate::metrics::{self, EvalRow, RunDir, ServerRow, Snapshots, Summary, WorkerRow};
+use crate::sync::layout::Layout;
 use crate::sync::ps::{Apply, ParamServer};
 use crate::sync::server::{self, NoExchange, ServeContext};
 use crate::sync::worker::{self, WorkerStats};
 use crate::sync::{allreduce, gssp};
 use crate::train::{ComputeStep, Evaluator};
-
-/// Who does what: the servers (world ranks) and the workers of each group (world ranks).
-/// Group g is served by `servers[g]`; allreduce has no servers and one group.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Layout {
-    pub mode: SyncMode,
-    pub world_size: usize,
-    pub servers: Vec<usize>,
-    pub groups: Vec<Vec<usize>>,
-    /// Slowdown factor of each world rank (1 for servers).
-    pub slowdown: Vec<f64>,
-    /// Seconds per local iteration each worker measured when grouping by profile.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub profiled_s: Option<Vec<f64>>,
-}
-
-impl Layout {
-    /// The role of `rank`: `Some((group, is_server))`.
-    pub fn role(&self, rank: usize) -> (usize, bool) {
-        if let Some(g) = self.servers.iter().position(|&s| s == rank) {
-            return (g, true);
-        }
-        let g = self
-            .groups
-            .iter()
-            .position(|ws| ws.contains(&rank))
-            .unwrap_or(0);
-        (g, false)
-    }
-}
-
-/// Ranks 0..S-1 serve, the rest are workers with slowdown factors in rank order.
-fn base_layout(cfg: &Config, world_size: usize) -> Layout {
-    let servers: Vec<usize> = (0..cfg.num_servers()).collect();
-    let workers: Vec<usize> = (servers.len()..world_size).collect();
-    let factors = hetero::worker_factors(&cfg.heterogeneity, workers.len());
-    let mut slowdown = vec![1.0; world_size];
-    for (i, &r) in workers.iter().enumerate() {
-        slowdown[r] = factors[i];
-    }
-    Layout {
-        mode: cfg.sync.mode,
-        world_size,
-        servers,
-        groups: vec![workers],
-        slowdown,
-        profiled_s: None,
-    }
-}
 
 /// Runs `cfg` on all ranks of `comm`. Every rank returns; rank 0 returns the summary.
 pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
@@ -85,17 +37,22 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
     let step = ComputeStep::new(cfg, &train, workers, shard).map_err(|e| format!("{e:#}"));
     let mut step = comm.fatal_on_all(step)?;
 
-    let mut layout = base_layout(cfg, comm.size());
+    let mut layout = Layout::from_config(cfg, comm.size());
     let factor = layout.slowdown[rank];
     let mut pacer = Pacer::from_config(
         &cfg.heterogeneity,
         factor,
         cfg.run.seed ^ ((rank as u64 + 1) * 0x9E37),
-        5,
+        CALIBRATION_ITERATIONS,
     );
     if cfg.sync.mode == SyncMode::Gssp {
-        (layout.groups, layout.profiled_s) =
-            gssp::form_groups(comm, cfg, &layout, &mut step, &train, &mut pacer)?;
+        let formed = grouping::form_groups(comm, &cfg.sync, &layout.worker_ranks(), || {
+            let t = Instant::now();
+            step.compute(&train);
+            pacer.sleep_pad(t.elapsed().as_secs_f64());
+        })?;
+        layout.groups = formed.groups;
+        layout.profiled_s = formed.profiled_s;
     }
     let (group, is_server) = layout.role(rank);
     if rank == 0 {

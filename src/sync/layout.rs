@@ -1,0 +1,62 @@
+//! Who does what in a distributed run: which world ranks serve, which work, in which
+//! group, and how much each worker is slowed down.
+
+use serde::Serialize;
+
+use crate::config::{Config, SyncMode};
+use crate::hetero;
+
+/// Who does what: the servers (world ranks) and the workers of each group (world ranks).
+/// Group g is served by `servers[g]`; allreduce has no servers and one group.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Layout {
+    pub mode: SyncMode,
+    pub world_size: usize,
+    pub servers: Vec<usize>,
+    pub groups: Vec<Vec<usize>>,
+    /// Slowdown factor of each world rank (1 for servers).
+    pub slowdown: Vec<f64>,
+    /// Seconds per local iteration each worker measured when grouping by profile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profiled_s: Option<Vec<f64>>,
+}
+
+impl Layout {
+    /// The layout before any grouping: ranks 0..S-1 serve, the rest are workers (one
+    /// group), with slowdown factors in rank order.
+    pub fn from_config(cfg: &Config, world_size: usize) -> Layout {
+        let servers: Vec<usize> = (0..cfg.num_servers()).collect();
+        let workers: Vec<usize> = (servers.len()..world_size).collect();
+        let factors = hetero::worker_factors(&cfg.heterogeneity, workers.len());
+        let mut slowdown = vec![1.0; world_size];
+        for (i, &r) in workers.iter().enumerate() {
+            slowdown[r] = factors[i];
+        }
+        Layout {
+            mode: cfg.sync.mode,
+            world_size,
+            servers,
+            groups: vec![workers],
+            slowdown,
+            profiled_s: None,
+        }
+    }
+
+    /// The role of `rank`: `(group, is_server)`.
+    pub fn role(&self, rank: usize) -> (usize, bool) {
+        if let Some(g) = self.servers.iter().position(|&s| s == rank) {
+            return (g, true);
+        }
+        let g = self
+            .groups
+            .iter()
+            .position(|ws| ws.contains(&rank))
+            .unwrap_or(0);
+        (g, false)
+    }
+
+    /// World ranks of all workers, group by group.
+    pub fn worker_ranks(&self) -> Vec<usize> {
+        self.groups.iter().flatten().copied().collect()
+    }
+}
