@@ -9,7 +9,7 @@ pub mod ratio;
 pub mod topk;
 
 pub use feedback::PeerView;
-pub use ratio::{k_for_ratio, upload_ratio, RatioError, SpeedMeter};
+pub use ratio::{k_for_ratio, RatioError, RatioSettings, SpeedMeter};
 pub use topk::{sum_pass, topk_vs_sum_bench, TopK};
 
 use thiserror::Error;

@@ -7,7 +7,7 @@
 
 use thiserror::Error;
 
-use crate::config::RatioPolicy;
+use crate::config::{CompressionConfig, RatioPolicy};
 
 /// Invalid speed-meter settings.
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -59,45 +59,61 @@ impl SpeedMeter {
     }
 }
 
-/// The upload ratio of one group for the exchange happening at `epoch` (fractional epochs).
-///
-/// Warm-up: rho_w = target^(min(epoch / warmup_epochs, 1)), from 1 (dense) at epoch 0 to
-/// `target`; no warm-up when `warmup_epochs <= 0`. `Uniform` uses rho_w; `Speed` uses
-/// rho_w * v_min / v_own, where v_min is the smallest positive speed among `all_speeds` and
-/// `own_speed`; while either speed is unknown (<= 0) it falls back to rho_w. The result is
-/// clamped to [ratio_min, 1].
-pub fn upload_ratio(
-    policy: RatioPolicy,
-    target: f64,
-    ratio_min: f64,
-    warmup_epochs: f64,
-    epoch: f64,
-    own_speed: f64,
-    all_speeds: &[f64],
-) -> f64 {
-    let progress = if warmup_epochs > 0.0 {
-        (epoch / warmup_epochs).clamp(0.0, 1.0)
-    } else {
-        1.0
-    };
-    let rho_w = target.powf(progress);
-    let rho = match policy {
-        RatioPolicy::Uniform => rho_w,
-        RatioPolicy::Speed => {
-            let v_min = all_speeds
-                .iter()
-                .copied()
-                .chain(std::iter::once(own_speed))
-                .filter(|v| *v > 0.0 && v.is_finite())
-                .fold(f64::INFINITY, f64::min);
-            if own_speed > 0.0 && own_speed.is_finite() && v_min.is_finite() {
-                rho_w * v_min / own_speed
-            } else {
-                rho_w
-            }
+/// How a group chooses its upload ratio (the `[compression]` keys GDTopK reads).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RatioSettings {
+    pub policy: RatioPolicy,
+    /// The target ratio rho.
+    pub target: f64,
+    /// Lower clamp of every ratio.
+    pub min: f64,
+    /// Epochs of the warm-up from dense (1) to `target`; none when `<= 0`.
+    pub warmup_epochs: f64,
+}
+
+impl RatioSettings {
+    pub fn from_config(c: &CompressionConfig) -> Self {
+        Self {
+            policy: c.policy,
+            target: c.ratio,
+            min: c.ratio_min,
+            warmup_epochs: c.warmup_epochs,
         }
-    };
-    rho.max(ratio_min).min(1.0)
+    }
+
+    /// The upload ratio of one group for the exchange happening at `epoch` (fractional
+    /// epochs).
+    ///
+    /// Warm-up: rho_w = target^(min(epoch / warmup_epochs, 1)), from 1 (dense) at epoch 0 to
+    /// `target`; no warm-up when `warmup_epochs <= 0`. `Uniform` uses rho_w; `Speed` uses
+    /// rho_w * v_min / v_own, where v_min is the smallest positive speed among `all_speeds` and
+    /// `own_speed`; while either speed is unknown (<= 0) it falls back to rho_w. The result is
+    /// clamped to [min, 1].
+    pub fn ratio(&self, epoch: f64, own_speed: f64, all_speeds: &[f64]) -> f64 {
+        let progress = if self.warmup_epochs > 0.0 {
+            (epoch / self.warmup_epochs).clamp(0.0, 1.0)
+        } else {
+            1.0
+        };
+        let rho_w = self.target.powf(progress);
+        let rho = match self.policy {
+            RatioPolicy::Uniform => rho_w,
+            RatioPolicy::Speed => {
+                let v_min = all_speeds
+                    .iter()
+                    .copied()
+                    .chain(std::iter::once(own_speed))
+                    .filter(|v| *v > 0.0 && v.is_finite())
+                    .fold(f64::INFINITY, f64::min);
+                if own_speed > 0.0 && own_speed.is_finite() && v_min.is_finite() {
+                    rho_w * v_min / own_speed
+                } else {
+                    rho_w
+                }
+            }
+        };
+        rho.max(self.min).min(1.0)
+    }
 }
 
 /// Number of entries to send for a ratio: ceil(n * ratio), at least 1 when n > 0 and
@@ -114,6 +130,24 @@ pub fn k_for_ratio(n: usize, ratio: f64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn upload_ratio(
+        policy: RatioPolicy,
+        target: f64,
+        min: f64,
+        warmup_epochs: f64,
+        epoch: f64,
+        own_speed: f64,
+        all_speeds: &[f64],
+    ) -> f64 {
+        let settings = RatioSettings {
+            policy,
+            target,
+            min,
+            warmup_epochs,
+        };
+        settings.ratio(epoch, own_speed, all_speeds)
+    }
 
     #[test]
     fn speed_meter_starts_direct_then_smooths() {

@@ -35,7 +35,7 @@ use anyhow::{Context, Result};
 use crate::comm::rma::{LockKind, Window};
 use crate::comm::{Collectives, SubComm};
 use crate::compress::feedback::PeerView;
-use crate::compress::ratio::{k_for_ratio, upload_ratio, SpeedMeter};
+use crate::compress::ratio::{k_for_ratio, RatioSettings, SpeedMeter};
 use crate::compress::topk::TopK;
 use crate::config::{CompressionKind, Config, SparseTransport};
 use crate::metrics::{EvalRow, Snapshots};
@@ -43,8 +43,23 @@ use crate::sync::mailbox::{self, MailboxLayout, CONSUMED, DENSE_FLUSHES, PUSHES,
 use crate::sync::ps::ParamServer;
 use crate::sync::server::Exchange;
 
-/// Snapshots (with their evaluation rows to fill) and the final model.
-pub type Replicas = (Vec<(EvalRow, Vec<f32>)>, Option<Vec<f32>>);
+/// The model to evaluate: the snapshots (with their evaluation rows to fill) and the
+/// final weights.
+pub struct Replicas {
+    pub snapshots: Vec<(EvalRow, Vec<f32>)>,
+    pub final_weights: Option<Vec<f32>>,
+}
+
+/// Seconds one group server spent in each phase of its exchanges.
+#[derive(Debug, Clone, Copy, Default)]
+struct ExchangePhases {
+    /// Taking the unsent change: the top-k selection (or the dense copy).
+    topk_s: f64,
+    /// Sending it to the peers.
+    send_s: f64,
+    /// Draining what the peers sent.
+    drain_s: f64,
+}
 
 /// Every group but `me` (owns nothing, so loops over it may borrow the exchange mutably).
 fn peers_of(me: usize, groups: usize) -> impl Iterator<Item = usize> {
@@ -80,7 +95,7 @@ pub struct GroupExchange<'c> {
     dense: bool,
     transport: SparseTransport,
     drain_on_arrival: bool,
-    cfg_ratio: (crate::config::RatioPolicy, f64, f64, f64),
+    ratio: RatioSettings,
     /// The replica as the peers know it; the weights minus it is the unsent change.
     view: PeerView,
     topk: TopK,
@@ -108,8 +123,7 @@ pub struct GroupExchange<'c> {
     /// add only their k entries).
     sent_total: Vec<f64>,
     initial: Vec<f32>,
-    /// Seconds spent taking updates (top-k), sending and draining.
-    phase_s: [f64; 3],
+    phases: ExchangePhases,
 }
 
 impl<'c> GroupExchange<'c> {
@@ -136,7 +150,7 @@ impl<'c> GroupExchange<'c> {
             dense,
             transport: cfg.sync.sparse_transport,
             drain_on_arrival: cfg.sync.drain_on_arrival,
-            cfg_ratio: (c.policy, c.ratio, c.ratio_min, c.warmup_epochs),
+            ratio: RatioSettings::from_config(c),
             view: PeerView::new(initial),
             topk: TopK::new(),
             idx: Vec::with_capacity(k_target),
@@ -157,7 +171,7 @@ impl<'c> GroupExchange<'c> {
             arrival_drains: 0,
             sent_total: vec![0.0; n],
             initial: initial.to_vec(),
-            phase_s: [0.0; 3],
+            phases: ExchangePhases::default(),
         })
     }
 
@@ -325,9 +339,13 @@ impl<'c> GroupExchange<'c> {
     /// End of training: flush the unsent change densely, meet the other servers, drain, and
     /// check that the replica equals the initial weights plus every group's updates.
     pub fn finish(&mut self, ps: &mut ParamServer) -> Result<f64> {
-        let [take, send, drain] = self.phase_s;
+        let ExchangePhases {
+            topk_s,
+            send_s,
+            drain_s,
+        } = self.phases;
         log::info!(
-            "group {}: exchange phases (s): top-k {take:.4} send {send:.4} drain {drain:.4}; {} exchanges deferred by a full mailbox; {} drains on arrival",
+            "group {}: exchange phases (s): top-k {topk_s:.4} send {send_s:.4} drain {drain_s:.4}; {} exchanges deferred by a full mailbox; {} drains on arrival",
             self.me,
             self.deferred,
             self.arrival_drains
@@ -366,7 +384,7 @@ impl Exchange for GroupExchange<'_> {
             if self.drain_on_arrival && self.mail_waiting() {
                 let t = std::time::Instant::now();
                 self.drain(ps.weights_mut(), false)?;
-                self.phase_s[2] += t.elapsed().as_secs_f64();
+                self.phases.drain_s += t.elapsed().as_secs_f64();
                 self.arrival_drains += 1;
             }
             return Ok(0.0);
@@ -380,16 +398,7 @@ impl Exchange for GroupExchange<'_> {
         let ratio = if self.dense {
             1.0
         } else {
-            let (policy, target, min, warmup) = self.cfg_ratio;
-            upload_ratio(
-                policy,
-                target,
-                min,
-                warmup,
-                epoch,
-                self.speeds[self.me],
-                &self.speeds,
-            )
+            self.ratio.ratio(epoch, self.speeds[self.me], &self.speeds)
         };
         let k = k_for_ratio(self.n, ratio);
         let t = std::time::Instant::now();
@@ -419,7 +428,7 @@ impl Exchange for GroupExchange<'_> {
             }
         };
         taken.map_err(context)?;
-        self.phase_s[0] += t.elapsed().as_secs_f64();
+        self.phases.topk_s += t.elapsed().as_secs_f64();
         let t = std::time::Instant::now();
         match route {
             Route::Defer => {}
@@ -427,10 +436,10 @@ impl Exchange for GroupExchange<'_> {
             Route::IndexedInbox => self.send_to_inboxes(true, own_pushes)?,
             Route::Mailbox => self.send_sparse(own_pushes)?,
         }
-        self.phase_s[1] += t.elapsed().as_secs_f64();
+        self.phases.send_s += t.elapsed().as_secs_f64();
         let t = std::time::Instant::now();
         self.drain(ps.weights_mut(), false)?;
-        self.phase_s[2] += t.elapsed().as_secs_f64();
+        self.phases.drain_s += t.elapsed().as_secs_f64();
         Ok(ratio)
     }
 
@@ -464,5 +473,8 @@ pub fn average_replicas(
     let mut final_weights = final_weights.context("group server holds no model")?;
     comm.allreduce_sum_f32_in_place(&mut final_weights)?;
     final_weights.iter_mut().for_each(|x| *x /= groups);
-    Ok((taken, Some(final_weights)))
+    Ok(Replicas {
+        snapshots: taken,
+        final_weights: Some(final_weights),
+    })
 }

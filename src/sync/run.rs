@@ -12,11 +12,12 @@ use crate::data::Dataset;
 use crate::grouping;
 use crate::hetero::{Pacer, CALIBRATION_ITERATIONS};
 use crate::metrics::{self, EvalRow, RunDir, ServerRow, Snapshots, Summary, WorkerRow};
+use crate::sync::allreduce;
+use crate::sync::gssp::{self, Replicas};
 use crate::sync::layout::Layout;
 use crate::sync::ps::{Apply, ParamServer};
 use crate::sync::server::{self, NoExchange, ServeContext};
 use crate::sync::worker::{self, WorkerStats};
-use crate::sync::{allreduce, gssp};
 use crate::train::{ComputeStep, Evaluator};
 
 /// Runs `cfg` on all ranks of `comm`. Every rank returns; rank 0 returns the summary.
@@ -267,11 +268,14 @@ fn finish(
 
     // The model to evaluate: the single server's, allreduce rank 0's, or the average of
     // the gssp group servers' replicas (snapshot by snapshot).
-    let (snaps, final_weights) = match server_comm {
+    let models = match server_comm {
         Some(sc) if layout.servers.len() > 1 => {
             gssp::average_replicas(sc, snapshots, role.final_weights)?
         }
-        _ => (snapshots.taken, role.final_weights),
+        _ => Replicas {
+            snapshots: snapshots.taken,
+            final_weights: role.final_weights,
+        },
     };
     if comm.rank() != 0 {
         return Ok(None);
@@ -304,7 +308,7 @@ fn finish(
     else {
         anyhow::bail!("rank 0 did not receive the gathered totals");
     };
-    let final_weights = final_weights.context("rank 0 holds no model")?;
+    let final_weights = models.final_weights.context("rank 0 holds no model")?;
     let wall_s = walls.iter().cloned().fold(0.0, f64::max);
     let worker_waits: Vec<f64> = waits
         .iter()
@@ -322,7 +326,7 @@ fn finish(
     let mut evaluator = Evaluator::new(test, step.net.max_batch());
     let mut eval_log = run.csv::<EvalRow>("eval.csv")?;
     let mut evals = Vec::new();
-    for (mut row, weights) in snaps {
+    for (mut row, weights) in models.snapshots {
         step.net.params_mut().copy_from_slice(&weights);
         (row.test_loss, row.test_accuracy) = evaluator.evaluate(&mut step.net, test);
         eval_log.push(&row)?;
