@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+use crate::config::{self, Config};
+
 /// CPU seconds this thread has run (`CLOCK_THREAD_CPUTIME_ID`): busy time without the
 /// time the OS gave other processes meanwhile (many ranks share few cores in tests and
 /// benchmarks). NaN if the clock is unavailable.
@@ -59,6 +61,14 @@ impl RunDir {
         self.write_text(name, &(text + "\n"))
     }
 
+    /// The per-iteration log of world rank `rank`, a row every `every` iterations.
+    pub fn worker_log(&self, rank: usize, every: usize) -> Result<WorkerLog> {
+        Ok(WorkerLog {
+            csv: self.csv(&format!("rank-{rank}.csv"))?,
+            every: every as u64,
+        })
+    }
+
     pub fn csv<R: CsvRow>(&self, name: &str) -> Result<CsvLog<R>> {
         let p = self.file(name);
         let f = File::create(&p).with_context(|| format!("cannot create {}", p.display()))?;
@@ -93,6 +103,27 @@ impl<R: CsvRow> CsvLog<R> {
         self.w
             .flush()
             .with_context(|| format!("cannot write {}", self.path.display()))
+    }
+}
+
+/// The per-iteration log of a worker (or of the single process), `rank-<r>.csv`: one row
+/// every `every` iterations.
+pub struct WorkerLog {
+    csv: CsvLog<WorkerRow>,
+    every: u64,
+}
+
+impl WorkerLog {
+    /// Logs `row` when its iteration is a multiple of `every` (`run.log_every`).
+    pub fn record(&mut self, row: &WorkerRow) -> Result<()> {
+        if row.iteration.is_multiple_of(self.every) {
+            self.csv.push(row)?;
+        }
+        Ok(())
+    }
+
+    pub fn flush(&mut self) -> Result<()> {
+        self.csv.flush()
     }
 }
 
@@ -305,6 +336,45 @@ pub struct Summary {
     pub mean_exchange_ms: Option<Vec<f64>>,
 }
 
+/// What every mode's summary is computed from.
+#[derive(Debug, Clone, Copy)]
+pub struct RunTotals {
+    pub ranks: usize,
+    pub workers: usize,
+    pub epochs: f64,
+    /// Iterations of all workers together.
+    pub iterations: u64,
+    /// Seconds of training (throughput is measured over them).
+    pub wall_s: f64,
+}
+
+impl Summary {
+    /// The keys every mode has, from the run's totals and its test-set evaluations in time
+    /// order (the last one is the final model's). The keys of the distributed modes stay
+    /// null; their path fills them in.
+    pub fn new(cfg: &Config, model: &str, totals: RunTotals, evals: &[EvalRow]) -> Summary {
+        let last = evals.last().copied().unwrap_or_default();
+        Summary {
+            mode: config::mode_name(cfg.sync.mode).into(),
+            model: model.into(),
+            dataset: config::dataset_name(cfg.data.dataset).into(),
+            ranks: totals.ranks,
+            workers: totals.workers,
+            seed: cfg.run.seed,
+            epochs: totals.epochs,
+            iterations: totals.iterations,
+            wall_s: totals.wall_s,
+            images_per_s: totals.iterations as f64 * cfg.optim.batch_size as f64
+                / totals.wall_s.max(1e-9),
+            final_test_loss: last.test_loss,
+            final_test_accuracy: last.test_accuracy,
+            target_accuracy: cfg.run.target_accuracy,
+            time_to_target_s: time_to_target(evals, cfg.run.target_accuracy),
+            ..Default::default()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,6 +396,65 @@ mod tests {
         assert_eq!(lines.len(), 2);
         assert_eq!(lines[0].split(',').count(), lines[1].split(',').count());
         assert_eq!(lines[1].split(',').nth(2), Some("3"));
+    }
+
+    #[test]
+    fn worker_log_keeps_every_nth_iteration() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = RunDir::create(dir.path()).unwrap();
+        let mut log = run.worker_log(3, 2).unwrap();
+        for iteration in 1..=5 {
+            log.record(&WorkerRow {
+                iteration,
+                ..Default::default()
+            })
+            .unwrap();
+        }
+        log.flush().unwrap();
+        let text = std::fs::read_to_string(run.file("rank-3.csv")).unwrap();
+        let iterations: Vec<&str> = text
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').nth(2).unwrap())
+            .collect();
+        assert_eq!(iterations, ["2", "4"]);
+    }
+
+    #[test]
+    fn summary_takes_the_common_keys_from_the_totals_and_the_last_evaluation() {
+        let text = "[data]\ndataset = \"synthetic\"\n[model]\nname = \"mlp\"\n\
+                    [optim]\nbatch_size = 8\n[run]\ntarget_accuracy = 0.5\n";
+        let cfg = Config::from_str_with_overrides(text, "test", &[]).unwrap();
+        let e = |t, a| EvalRow {
+            time_s: t,
+            test_loss: 1.0 - a,
+            test_accuracy: a,
+            ..Default::default()
+        };
+        let totals = RunTotals {
+            ranks: 1,
+            workers: 1,
+            epochs: 2.0,
+            iterations: 100,
+            wall_s: 4.0,
+        };
+        let s = Summary::new(
+            &cfg,
+            "mlp",
+            totals,
+            &[e(1.0, 0.3), e(2.0, 0.6), e(4.0, 0.7)],
+        );
+        assert_eq!(
+            (s.mode.as_str(), s.dataset.as_str()),
+            ("single", "synthetic")
+        );
+        assert_eq!((s.iterations, s.epochs, s.wall_s), (100, 2.0, 4.0));
+        assert_eq!(s.images_per_s, 200.0);
+        assert_eq!(
+            (s.final_test_accuracy, s.time_to_target_s),
+            (0.7, Some(2.0))
+        );
+        assert_eq!(s.bytes_sent, None);
     }
 
     #[test]

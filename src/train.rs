@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use crate::config::Config;
 use crate::data::sampler::ShardSampler;
 use crate::data::Dataset;
-use crate::metrics::{self, EvalRow, RunDir, Summary, WorkerRow};
+use crate::metrics::{CsvLog, EvalRow, RunDir, RunTotals, Summary, WorkerRow};
 use crate::model::{self, Network};
 use crate::optim::{self, Sgd};
 
@@ -135,7 +135,7 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
         cfg.optim.weight_decay,
     );
     let mut evaluator = Evaluator::new(&test, step.net.max_batch());
-    let mut log = run.csv::<WorkerRow>("rank-0.csv")?;
+    let mut log = run.worker_log(0, cfg.run.log_every)?;
     let mut eval_log = run.csv::<EvalRow>("eval.csv")?;
     let mut evals = Vec::new();
 
@@ -156,17 +156,15 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
         sgd.step(params, grads, lr, 1.0, 1.0);
         train_s += t0.elapsed().as_secs_f64();
         iteration += 1;
-        if iteration.is_multiple_of(cfg.run.log_every as u64) {
-            log.push(&WorkerRow {
-                time_s: train_s,
-                epoch: step.epoch(),
-                iteration,
-                compute_s,
-                loss,
-                lr: Some(lr),
-                ..Default::default()
-            })?;
-        }
+        log.record(&WorkerRow {
+            time_s: train_s,
+            epoch: step.epoch(),
+            iteration,
+            compute_s,
+            loss,
+            lr: Some(lr),
+            ..Default::default()
+        })?;
         if cfg.run.eval_every_epochs > 0.0 && step.epoch() >= next_eval - 1e-9 {
             next_eval += cfg.run.eval_every_epochs;
             if !should_stop(cfg, step.epoch(), train_s) {
@@ -185,7 +183,7 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
     }
     let epoch = step.epoch();
     let at = (train_s, epoch, iteration);
-    let row = record_eval(
+    record_eval(
         &mut evaluator,
         &mut step.net,
         &test,
@@ -196,23 +194,14 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
     log.flush()?;
     eval_log.flush()?;
 
-    let summary = Summary {
-        mode: "single".into(),
-        model: step.net.name().into(),
-        dataset: crate::config::dataset_name(cfg.data.dataset).into(),
+    let totals = RunTotals {
         ranks: 1,
         workers: 1,
-        seed: cfg.run.seed,
         epochs: step.epoch(),
         iterations: iteration,
         wall_s: train_s,
-        images_per_s: iteration as f64 * step.batch() as f64 / train_s.max(1e-9),
-        final_test_loss: row.test_loss,
-        final_test_accuracy: row.test_accuracy,
-        target_accuracy: cfg.run.target_accuracy,
-        time_to_target_s: metrics::time_to_target(&evals, cfg.run.target_accuracy),
-        ..Default::default()
     };
+    let summary = Summary::new(cfg, step.net.name(), totals, &evals);
     run.write_json("summary.json", &summary)
         .context("summary")?;
     Ok(summary)
@@ -224,9 +213,9 @@ fn record_eval(
     net: &mut Network,
     test: &Dataset,
     (time_s, epoch, iteration): (f64, f64, u64),
-    eval_log: &mut crate::metrics::CsvLog<EvalRow>,
+    eval_log: &mut CsvLog<EvalRow>,
     evals: &mut Vec<EvalRow>,
-) -> Result<EvalRow> {
+) -> Result<()> {
     let (test_loss, test_accuracy) = ev.evaluate(net, test);
     log::info!(
         "epoch {epoch:.2} iteration {iteration}: test loss {test_loss:.4}, accuracy {:.2}%",
@@ -241,5 +230,5 @@ fn record_eval(
     };
     eval_log.push(&row)?;
     evals.push(row);
-    Ok(row)
+    Ok(())
 }

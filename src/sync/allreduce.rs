@@ -12,7 +12,7 @@ use crate::comm::{Collectives, Comm};
 use crate::config::Config;
 use crate::data::Dataset;
 use crate::hetero::Pacer;
-use crate::metrics::{CsvLog, Snapshots, WorkerRow};
+use crate::metrics::{Snapshots, WorkerLog, WorkerRow};
 use crate::optim::{self, Sgd};
 use crate::sync::worker::WorkerStats;
 use crate::train::{should_stop, ComputeStep};
@@ -24,7 +24,7 @@ pub fn work(
     step: &mut ComputeStep,
     train: &Dataset,
     pacer: &mut Pacer,
-    log: &mut CsvLog<WorkerRow>,
+    log: &mut WorkerLog,
     snapshots: &mut Snapshots,
     start: Instant,
 ) -> Result<WorkerStats> {
@@ -75,21 +75,19 @@ pub fn work(
         stats.wait_s += wait_s;
         stats.bytes_sent += bytes;
         stats.bytes_recv += bytes;
-        if iteration.is_multiple_of(cfg.run.log_every as u64) {
-            log.push(&WorkerRow {
-                time_s: start.elapsed().as_secs_f64(),
-                epoch: step.epoch(),
-                iteration,
-                compute_s,
-                wait_s,
-                comm_s: 0.0,
-                bytes_sent: bytes,
-                bytes_recv: bytes,
-                staleness: 0,
-                loss,
-                lr: Some(lr),
-            })?;
-        }
+        log.record(&WorkerRow {
+            time_s: start.elapsed().as_secs_f64(),
+            epoch: step.epoch(),
+            iteration,
+            compute_s,
+            wait_s,
+            comm_s: 0.0,
+            bytes_sent: bytes,
+            bytes_recv: bytes,
+            staleness: 0,
+            loss,
+            lr: Some(lr),
+        })?;
     }
     stats.wall_s = start.elapsed().as_secs_f64();
     Ok(stats)

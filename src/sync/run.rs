@@ -11,7 +11,7 @@ use crate::config::{Config, SyncMode};
 use crate::data::Dataset;
 use crate::grouping;
 use crate::hetero::{Pacer, CALIBRATION_ITERATIONS};
-use crate::metrics::{self, EvalRow, RunDir, ServerRow, Snapshots, Summary, WorkerRow};
+use crate::metrics::{EvalRow, RunDir, RunTotals, ServerRow, Snapshots, Summary};
 use crate::sync::allreduce;
 use crate::sync::gssp::{self, Replicas};
 use crate::sync::layout::Layout;
@@ -85,7 +85,7 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
             if cfg.num_servers() > 0 {
                 anyhow::bail!("allreduce has no servers");
             }
-            let mut log = run.csv::<WorkerRow>(&format!("rank-{rank}.csv"))?;
+            let mut log = run.worker_log(rank, cfg.run.log_every)?;
             role.worker = Some(allreduce::work(
                 comm,
                 cfg,
@@ -122,15 +122,9 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
                 .as_ref()
                 .context("worker without a group communicator")?;
             let mut link = WorkerLink::new(gc, 0, step.net.num_params())?;
-            let mut log = run.csv::<WorkerRow>(&format!("rank-{rank}.csv"))?;
+            let mut log = run.worker_log(rank, cfg.run.log_every)?;
             role.worker = Some(worker::work(
-                &mut link,
-                &mut step,
-                &train,
-                &mut pacer,
-                &mut log,
-                cfg.run.log_every as u64,
-                start,
+                &mut link, &mut step, &train, &mut pacer, &mut log, start,
             )?);
             log.flush()?;
         }
@@ -352,21 +346,15 @@ fn finish(
     let per_server = |v: &[f64]| layout.servers.iter().map(|&r| v[r]).collect::<Vec<f64>>();
     let has_servers = !layout.servers.is_empty();
     let exchanged = cfg.sync.mode == SyncMode::Gssp && layout.servers.len() > 1;
-    let summary = Summary {
-        mode: crate::config::mode_name(cfg.sync.mode).into(),
-        model: step.net.name().into(),
-        dataset: crate::config::dataset_name(cfg.data.dataset).into(),
+    let totals = RunTotals {
         ranks: comm.size(),
         workers: worker_waits.len(),
-        seed: cfg.run.seed,
         epochs: epoch,
         iterations: total_iters as u64,
         wall_s,
-        images_per_s: total_iters * cfg.optim.batch_size as f64 / wall_s.max(1e-9),
-        final_test_loss: test_loss,
-        final_test_accuracy: test_accuracy,
-        target_accuracy: cfg.run.target_accuracy,
-        time_to_target_s: metrics::time_to_target(&evals, cfg.run.target_accuracy),
+    };
+    let common = Summary::new(cfg, step.net.name(), totals, &evals);
+    let summary = Summary {
         mean_wait_fraction: Some(
             worker_waits.iter().sum::<f64>() / worker_waits.len().max(1) as f64,
         ),
@@ -380,6 +368,7 @@ fn finish(
         exchange_shares_of_busy: exchanged.then(|| per_server(&exchange_shares)),
         exchange_shares_of_busy_cpu: exchanged.then(|| per_server(&exchange_cpu_shares)),
         mean_exchange_ms: exchanged.then(|| per_server(&exchange_ms)),
+        ..common
     };
     run.write_json("summary.json", &summary)?;
     Ok(Some(summary))

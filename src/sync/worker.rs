@@ -8,7 +8,7 @@ use anyhow::Result;
 use crate::comm::p2p::WorkerLink;
 use crate::data::Dataset;
 use crate::hetero::Pacer;
-use crate::metrics::{CsvLog, WorkerRow};
+use crate::metrics::{WorkerLog, WorkerRow};
 use crate::train::ComputeStep;
 
 /// Totals of one worker's run, gathered into the summary.
@@ -39,8 +39,7 @@ pub fn work(
     step: &mut ComputeStep,
     train: &Dataset,
     pacer: &mut Pacer,
-    log: &mut CsvLog<WorkerRow>,
-    log_every: u64,
+    log: &mut WorkerLog,
     start: Instant,
 ) -> Result<WorkerStats> {
     let mut stats = WorkerStats::default();
@@ -69,21 +68,19 @@ pub fn work(
         stats.compute_s += compute_s;
         stats.wait_s += wait_s;
         stats.comm_s += comm_s;
-        if clock.is_multiple_of(log_every) {
-            log.push(&WorkerRow {
-                time_s: start.elapsed().as_secs_f64(),
-                epoch: step.epoch(),
-                iteration: clock,
-                compute_s,
-                wait_s,
-                comm_s,
-                bytes_sent: after.bytes_sent - before.bytes_sent,
-                bytes_recv: after.bytes_received - before.bytes_received,
-                staleness: header.staleness,
-                loss,
-                lr: None,
-            })?;
-        }
+        log.record(&WorkerRow {
+            time_s: start.elapsed().as_secs_f64(),
+            epoch: step.epoch(),
+            iteration: clock,
+            compute_s,
+            wait_s,
+            comm_s,
+            bytes_sent: after.bytes_sent - before.bytes_sent,
+            bytes_recv: after.bytes_received - before.bytes_received,
+            staleness: header.staleness,
+            loss,
+            lr: None,
+        })?;
     }
     link.finish()?;
     let s = link.stats();
