@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use crate::config::Config;
 use crate::data::sampler::ShardSampler;
 use crate::data::Dataset;
+use crate::hetero::Pacer;
 use crate::metrics::{CsvLog, EvalRow, RunDir, RunTotals, Summary, WorkerRow};
 use crate::model::{self, Network};
 use crate::optim::{self, Sgd};
@@ -43,6 +44,15 @@ impl ComputeStep {
         let idx = self.sampler.next_batch();
         train.fill_batch(idx, &mut self.x, &mut self.y);
         self.net.forward_backward(&self.x, &self.y, self.batch).loss
+    }
+
+    /// [`ComputeStep::compute`], then the pad of the emulated slowdown. Returns the batch
+    /// loss and the seconds both took.
+    pub fn compute_paced(&mut self, train: &Dataset, pacer: &mut Pacer) -> (f32, f64) {
+        let t0 = Instant::now();
+        let loss = self.compute(train);
+        pacer.sleep_pad(t0.elapsed().as_secs_f64());
+        (loss, t0.elapsed().as_secs_f64())
     }
 
     /// Fractional epochs of this shard consumed so far.

@@ -10,24 +10,25 @@ use anyhow::Result;
 
 use crate::comm::{Collectives, Comm};
 use crate::config::Config;
-use crate::data::Dataset;
-use crate::hetero::Pacer;
-use crate::metrics::{Snapshots, WorkerLog, WorkerRow};
+use crate::metrics::{Snapshots, WorkerRow};
 use crate::optim::{self, Sgd};
-use crate::sync::worker::WorkerStats;
-use crate::train::{should_stop, ComputeStep};
+use crate::sync::worker::{WorkerContext, WorkerStats};
+use crate::train::should_stop;
 
-#[allow(clippy::too_many_arguments)]
+/// Trains until the run's epochs or time budget are used up; rank 0 takes the snapshots.
 pub fn work(
     comm: &Comm,
     cfg: &Config,
-    step: &mut ComputeStep,
-    train: &Dataset,
-    pacer: &mut Pacer,
-    log: &mut WorkerLog,
+    w: WorkerContext<'_>,
     snapshots: &mut Snapshots,
-    start: Instant,
 ) -> Result<WorkerStats> {
+    let WorkerContext {
+        step,
+        train,
+        pacer,
+        log,
+        start,
+    } = w;
     let n = step.net.num_params();
     let workers = comm.size();
     let mut sgd = Sgd::new(n, cfg.optim.momentum, cfg.optim.weight_decay);
@@ -42,10 +43,7 @@ pub fn work(
         if comm.rank() == 0 {
             snapshots.maybe_take(time_s, epoch, iteration, step.net.params());
         }
-        let t0 = Instant::now();
-        let loss = step.compute(train);
-        pacer.sleep_pad(t0.elapsed().as_secs_f64());
-        let compute_s = t0.elapsed().as_secs_f64();
+        let (loss, compute_s) = step.compute_paced(train, pacer);
 
         // Waiting for the slowest rank and the transfer are one call here; it is counted
         // as waiting, since on a heterogeneous cluster the wait dominates.

@@ -17,7 +17,7 @@ use crate::sync::gssp::{self, Replicas};
 use crate::sync::layout::Layout;
 use crate::sync::ps::{Apply, ParamServer};
 use crate::sync::server::{self, NoExchange, ServeContext};
-use crate::sync::worker::{self, WorkerStats};
+use crate::sync::worker::{self, WorkerContext, WorkerStats};
 use crate::train::{ComputeStep, Evaluator};
 
 /// Runs `cfg` on all ranks of `comm`. Every rank returns; rank 0 returns the summary.
@@ -48,9 +48,7 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
     );
     if cfg.sync.mode == SyncMode::Gssp {
         let formed = grouping::form_groups(comm, &cfg.sync, &layout.worker_ranks(), || {
-            let t = Instant::now();
-            step.compute(&train);
-            pacer.sleep_pad(t.elapsed().as_secs_f64());
+            step.compute_paced(&train, &mut pacer);
         })?;
         layout.groups = formed.groups;
         layout.profiled_s = formed.profiled_s;
@@ -79,23 +77,30 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
     let mut role = RoleOutcome::default();
 
     comm.barrier()?;
-    let start = Instant::now();
+    let ctx = RunContext {
+        comm,
+        cfg,
+        run,
+        layout: &layout,
+        train: &train,
+        test: &test,
+        server_comm: server_comm.as_ref(),
+        start: Instant::now(),
+    };
     match (cfg.sync.mode, is_server) {
         (SyncMode::Allreduce, _) => {
             if cfg.num_servers() > 0 {
                 anyhow::bail!("allreduce has no servers");
             }
             let mut log = run.worker_log(rank, cfg.run.log_every)?;
-            role.worker = Some(allreduce::work(
-                comm,
-                cfg,
-                &mut step,
-                &train,
-                &mut pacer,
-                &mut log,
-                &mut snapshots,
-                start,
-            )?);
+            let w = WorkerContext {
+                step: &mut step,
+                train: &train,
+                pacer: &mut pacer,
+                log: &mut log,
+                start: ctx.start,
+            };
+            role.worker = Some(allreduce::work(comm, cfg, w, &mut snapshots)?);
             log.flush()?;
             role.final_weights = Some(step.net.params().to_vec());
         }
@@ -103,19 +108,7 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
             let gc = group_comm
                 .as_ref()
                 .context("server without a group communicator")?;
-            let outcome = serve_group(
-                cfg,
-                gc,
-                server_comm.as_ref(),
-                &layout,
-                group,
-                &train,
-                &step,
-                run,
-                &mut snapshots,
-                start,
-            )?;
-            role = outcome;
+            role = serve_group(&ctx, gc, group, &step, &mut snapshots)?;
         }
         (_, false) => {
             let gc = group_comm
@@ -123,24 +116,33 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
                 .context("worker without a group communicator")?;
             let mut link = WorkerLink::new(gc, 0, step.net.num_params())?;
             let mut log = run.worker_log(rank, cfg.run.log_every)?;
-            role.worker = Some(worker::work(
-                &mut link, &mut step, &train, &mut pacer, &mut log, start,
-            )?);
+            let w = WorkerContext {
+                step: &mut step,
+                train: &train,
+                pacer: &mut pacer,
+                log: &mut log,
+                start: ctx.start,
+            };
+            role.worker = Some(worker::work(&mut link, w)?);
             log.flush()?;
         }
     }
     comm.barrier()?;
-    finish(
-        comm,
-        cfg,
-        &layout,
-        run,
-        (train.len(), &test),
-        &mut step,
-        role,
-        snapshots,
-        server_comm.as_ref(),
-    )
+    finish(&ctx, &mut step, role, snapshots)
+}
+
+/// What every role of a run reads, set up by [`run`] before the roles start.
+struct RunContext<'a> {
+    comm: &'a Comm,
+    cfg: &'a Config,
+    run: &'a RunDir,
+    layout: &'a Layout,
+    train: &'a Dataset,
+    test: &'a Dataset,
+    /// The group servers' communicator (on the servers).
+    server_comm: Option<&'a SubComm>,
+    /// Common time origin of all ranks (taken right after a barrier).
+    start: Instant,
 }
 
 /// What one rank brings to the summary.
@@ -160,19 +162,16 @@ pub struct RoleOutcome {
     pub arrival_drains: u64,
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Serves group `group` (its workers on `group_comm`), exchanging with the other groups'
+/// servers in gssp.
 fn serve_group(
-    cfg: &Config,
+    ctx: &RunContext<'_>,
     group_comm: &SubComm,
-    server_comm: Option<&SubComm>,
-    layout: &Layout,
     group: usize,
-    train: &Dataset,
     step: &ComputeStep,
-    run: &RunDir,
     snapshots: &mut Snapshots,
-    start: Instant,
 ) -> Result<RoleOutcome> {
+    let (cfg, layout) = (ctx.cfg, ctx.layout);
     let workers = layout.groups[group].len();
     let n = step.net.num_params();
     let ranks: Vec<usize> = (1..=workers).collect();
@@ -193,18 +192,20 @@ fn serve_group(
         cfg.optim.weight_decay,
     );
     let rank = layout.servers[group];
-    let mut log = run.csv::<ServerRow>(&format!("rank-{rank}.csv"))?;
-    let ctx = ServeContext {
+    let mut log = ctx.run.csv::<ServerRow>(&format!("rank-{rank}.csv"))?;
+    let serve_ctx = ServeContext {
         cfg,
-        train_len: train.len(),
-        start,
+        train_len: ctx.train.len(),
+        start: ctx.start,
     };
     let mut outcome = RoleOutcome::default();
     // gssp with one group has no peers to exchange with: it is ssp with a group server.
     let stats = if cfg.sync.mode == SyncMode::Gssp && layout.servers.len() > 1 {
-        let sc = server_comm.context("group server without the servers' communicator")?;
+        let sc = ctx
+            .server_comm
+            .context("group server without the servers' communicator")?;
         let mut ex = gssp::GroupExchange::new(sc, cfg, ps.weights())?;
-        let stats = server::serve(&mut link, &mut ps, &ctx, &mut ex, &mut log, snapshots)?;
+        let stats = server::serve(&mut link, &mut ps, &serve_ctx, &mut ex, &mut log, snapshots)?;
         outcome.replica_error = Some(ex.finish(&mut ps)?);
         outcome.bytes_inter_group = ex.bytes_sent();
         outcome.exchanges_deferred = ex.deferred();
@@ -214,7 +215,7 @@ fn serve_group(
         server::serve(
             &mut link,
             &mut ps,
-            &ctx,
+            &serve_ctx,
             &mut NoExchange,
             &mut log,
             snapshots,
@@ -229,18 +230,13 @@ fn serve_group(
 
 /// Gathers every rank's totals on rank 0, evaluates the snapshots and the final model,
 /// and writes eval.csv and summary.json.
-#[allow(clippy::too_many_arguments)]
 fn finish(
-    comm: &Comm,
-    cfg: &Config,
-    layout: &Layout,
-    run: &RunDir,
-    (train_len, test): (usize, &Dataset),
+    ctx: &RunContext<'_>,
     step: &mut ComputeStep,
     role: RoleOutcome,
     snapshots: Snapshots,
-    server_comm: Option<&SubComm>,
 ) -> Result<Option<Summary>> {
+    let (comm, cfg, layout, run, test) = (ctx.comm, ctx.cfg, ctx.layout, ctx.run, ctx.test);
     let w = role.worker.unwrap_or_default();
     let is_worker = role.worker.is_some();
     let gather = |v: f64| comm.gather_f64(0, v);
@@ -262,7 +258,7 @@ fn finish(
 
     // The model to evaluate: the single server's, allreduce rank 0's, or the average of
     // the gssp group servers' replicas (snapshot by snapshot).
-    let models = match server_comm {
+    let models = match ctx.server_comm {
         Some(sc) if layout.servers.len() > 1 => {
             gssp::average_replicas(sc, snapshots, role.final_weights)?
         }
@@ -312,7 +308,7 @@ fn finish(
         .collect();
     let total_iters: f64 = iters.iter().sum();
     let epoch = if cfg.sync.mode == SyncMode::Allreduce {
-        total_iters * cfg.optim.batch_size as f64 / train_len as f64
+        total_iters * cfg.optim.batch_size as f64 / ctx.train.len() as f64
     } else {
         epochs.iter().cloned().fold(0.0, f64::max)
     };

@@ -11,6 +11,16 @@ use crate::hetero::Pacer;
 use crate::metrics::{WorkerLog, WorkerRow};
 use crate::train::ComputeStep;
 
+/// What a worker computes with: its model and data shard, its emulated speed, its log.
+pub struct WorkerContext<'a> {
+    pub step: &'a mut ComputeStep,
+    pub train: &'a Dataset,
+    pub pacer: &'a mut Pacer,
+    pub log: &'a mut WorkerLog,
+    /// Common time origin of all ranks (taken right after a barrier).
+    pub start: Instant,
+}
+
 /// Totals of one worker's run, gathered into the summary.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WorkerStats {
@@ -33,25 +43,22 @@ impl WorkerStats {
     }
 }
 
-/// Runs the worker until its server says stop. `start` is the common time origin.
-pub fn work(
-    link: &mut WorkerLink,
-    step: &mut ComputeStep,
-    train: &Dataset,
-    pacer: &mut Pacer,
-    log: &mut WorkerLog,
-    start: Instant,
-) -> Result<WorkerStats> {
+/// Runs the worker until its server says stop.
+pub fn work(link: &mut WorkerLink, w: WorkerContext<'_>) -> Result<WorkerStats> {
+    let WorkerContext {
+        step,
+        train,
+        pacer,
+        log,
+        start,
+    } = w;
     let mut stats = WorkerStats::default();
     let t_first = Instant::now();
     let mut header = link.recv_weights(step.net.params_mut())?;
     stats.wait_s += t_first.elapsed().as_secs_f64();
     let mut clock = 0u64;
     while !header.stop {
-        let t0 = Instant::now();
-        let loss = step.compute(train);
-        pacer.sleep_pad(t0.elapsed().as_secs_f64());
-        let compute_s = t0.elapsed().as_secs_f64();
+        let (loss, compute_s) = step.compute_paced(train, pacer);
 
         let t1 = Instant::now();
         let before = link.stats();
