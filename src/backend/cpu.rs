@@ -35,21 +35,55 @@ fn view(data: &[f32], rows: usize, cols: usize, transposed: bool) -> ArrayView2<
     }
 }
 
-/// `c[m x n] = alpha * op(a) * op(b) + beta * c` with `op(a)` `m x k` and `op(b)` `k x n`.
+/// Shapes of `c[m x n] = op(a) * op(b)` with `op(a)` `m x k` and `op(b)` `k x n`.
 /// `trans_a` means `a` is stored `k x m`; `trans_b` means `b` is stored `n x k`.
-#[allow(clippy::too_many_arguments)]
-pub fn gemm(
-    trans_a: bool,
-    trans_b: bool,
-    m: usize,
-    n: usize,
-    k: usize,
-    alpha: f32,
-    a: &[f32],
-    b: &[f32],
-    beta: f32,
-    c: &mut [f32],
-) {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmDims {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub trans_a: bool,
+    pub trans_b: bool,
+}
+
+impl GemmDims {
+    /// `a` stored `m x k` and `b` stored `k x n`.
+    pub fn new(m: usize, n: usize, k: usize) -> Self {
+        Self {
+            m,
+            n,
+            k,
+            trans_a: false,
+            trans_b: false,
+        }
+    }
+
+    /// `a` stored `k x m`.
+    pub fn a_transposed(self) -> Self {
+        Self {
+            trans_a: true,
+            ..self
+        }
+    }
+
+    /// `b` stored `n x k`.
+    pub fn b_transposed(self) -> Self {
+        Self {
+            trans_b: true,
+            ..self
+        }
+    }
+}
+
+/// `c = alpha * op(a) * op(b) + beta * c`, shaped as `dims` says.
+pub fn gemm(dims: GemmDims, alpha: f32, a: &[f32], b: &[f32], beta: f32, c: &mut [f32]) {
+    let GemmDims {
+        m,
+        n,
+        k,
+        trans_a,
+        trans_b,
+    } = dims;
     let a = view(a, m, k, trans_a);
     let b = view(b, k, n, trans_b);
     let mut c = ArrayViewMut2::from_shape((m, n), &mut c[..m * n])
@@ -83,6 +117,29 @@ impl Window2d {
     pub fn col_cols(&self) -> usize {
         self.out_height() * self.out_width()
     }
+}
+
+/// A convolution over a batch: `batch` images shaped as `window` says, through `out_c`
+/// filters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conv2dDims {
+    pub batch: usize,
+    pub out_c: usize,
+    pub window: Window2d,
+}
+
+/// A fully connected layer over a batch: `batch` rows of `in_f` features to `out_f`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinearDims {
+    pub batch: usize,
+    pub in_f: usize,
+    pub out_f: usize,
+}
+
+/// The gradients of a layer's weight and bias, accumulated (`+=`) by its backward pass.
+pub struct ParamGrads<'a> {
+    pub weight: &'a mut [f32],
+    pub bias: &'a mut [f32],
 }
 
 /// Valid output columns `lo..hi` of kernel column `kx`: those with
@@ -168,8 +225,7 @@ pub fn col2im(dinp: &mut [f32], col: &[f32], g: &Window2d) {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-/// Convolution forward over a batch.
+/// Convolution forward over a batch of `n` images.
 /// out: `[n x out_c x OH*OW]`, cols: `[n x C*k*k x OH*OW]` (kept for backward),
 /// inp: `[n x C x H x W]`, weight: `[out_c x C*k*k]`, bias: `[out_c]`.
 pub fn conv2d_forward(
@@ -178,10 +234,9 @@ pub fn conv2d_forward(
     inp: &[f32],
     weight: &[f32],
     bias: &[f32],
-    n: usize,
-    out_c: usize,
-    g: &Window2d,
+    dims: &Conv2dDims,
 ) {
+    let (n, out_c, g) = (dims.batch, dims.out_c, &dims.window);
     let (rows, pix) = (g.col_rows(), g.col_cols());
     let in_len = g.channels * g.height * g.width;
     for i in 0..n {
@@ -191,32 +246,34 @@ pub fn conv2d_forward(
         for (oc, chunk) in o.chunks_exact_mut(pix).enumerate() {
             chunk.fill(bias[oc]);
         }
-        gemm(false, false, out_c, pix, rows, 1.0, weight, col, 1.0, o);
+        gemm(GemmDims::new(out_c, pix, rows), 1.0, weight, col, 1.0, o);
     }
 }
 
-/// Convolution backward. Accumulates `dweight`, `dbias`; writes `dinp` when given
-/// (the first layer of a network does not need it).
-#[allow(clippy::too_many_arguments)]
+/// Convolution backward. Accumulates `grads`; writes `dinp` when given (the first layer of
+/// a network does not need it).
 pub fn conv2d_backward(
     dinp: Option<&mut [f32]>,
-    dweight: &mut [f32],
-    dbias: &mut [f32],
+    grads: ParamGrads<'_>,
     dcol: &mut [f32],
     dout: &[f32],
     cols: &[f32],
     weight: &[f32],
-    n: usize,
-    out_c: usize,
-    g: &Window2d,
+    dims: &Conv2dDims,
 ) {
+    let (n, out_c, g) = (dims.batch, dims.out_c, &dims.window);
+    let ParamGrads {
+        weight: dweight,
+        bias: dbias,
+    } = grads;
     let (rows, pix) = (g.col_rows(), g.col_cols());
     let in_len = g.channels * g.height * g.width;
     for i in 0..n {
         let d = &dout[i * out_c * pix..(i + 1) * out_c * pix];
         let col = &cols[i * rows * pix..(i + 1) * rows * pix];
         // dW[out_c x rows] += dout_i[out_c x pix] * col_i^T[pix x rows]
-        gemm(false, true, out_c, rows, pix, 1.0, d, col, 1.0, dweight);
+        let dims = GemmDims::new(out_c, rows, pix).b_transposed();
+        gemm(dims, 1.0, d, col, 1.0, dweight);
         for (oc, chunk) in d.chunks_exact(pix).enumerate() {
             dbias[oc] += chunk.iter().sum::<f32>();
         }
@@ -226,7 +283,8 @@ pub fn conv2d_backward(
         for i in 0..n {
             let d = &dout[i * out_c * pix..(i + 1) * out_c * pix];
             // dcol[rows x pix] = W^T[rows x out_c] * dout_i[out_c x pix]
-            gemm(true, false, rows, pix, out_c, 1.0, weight, d, 0.0, dcol);
+            let dims = GemmDims::new(rows, pix, out_c).a_transposed();
+            gemm(dims, 1.0, weight, d, 0.0, dcol);
             col2im(&mut dinp[i * in_len..(i + 1) * in_len], dcol, g);
         }
     }
@@ -238,37 +296,44 @@ pub fn linear_forward(
     inp: &[f32],
     weight: &[f32],
     bias: &[f32],
-    n: usize,
-    in_f: usize,
-    out_f: usize,
+    dims: &LinearDims,
 ) {
+    let LinearDims {
+        batch: n,
+        in_f,
+        out_f,
+    } = *dims;
     for row in out[..n * out_f].chunks_exact_mut(out_f) {
         row.copy_from_slice(bias);
     }
-    gemm(false, true, n, out_f, in_f, 1.0, inp, weight, 1.0, out);
+    let dims = GemmDims::new(n, out_f, in_f).b_transposed();
+    gemm(dims, 1.0, inp, weight, 1.0, out);
 }
 
-/// Linear backward: accumulates `dweight[o x i]`, `dbias[o]`; writes `dinp[n x i]` when given.
-#[allow(clippy::too_many_arguments)]
+/// Linear backward: accumulates `grads` (weight `[o x i]`, bias `[o]`); writes `dinp[n x i]`
+/// when given.
 pub fn linear_backward(
     dinp: Option<&mut [f32]>,
-    dweight: &mut [f32],
-    dbias: &mut [f32],
+    grads: ParamGrads<'_>,
     dout: &[f32],
     inp: &[f32],
     weight: &[f32],
-    n: usize,
-    in_f: usize,
-    out_f: usize,
+    dims: &LinearDims,
 ) {
-    gemm(true, false, out_f, in_f, n, 1.0, dout, inp, 1.0, dweight);
+    let LinearDims {
+        batch: n,
+        in_f,
+        out_f,
+    } = *dims;
+    let dims = GemmDims::new(out_f, in_f, n).a_transposed();
+    gemm(dims, 1.0, dout, inp, 1.0, grads.weight);
     for row in dout[..n * out_f].chunks_exact(out_f) {
-        for (b, d) in dbias.iter_mut().zip(row) {
+        for (b, d) in grads.bias.iter_mut().zip(row) {
             *b += d;
         }
     }
     if let Some(dinp) = dinp {
-        gemm(false, false, n, in_f, out_f, 1.0, dout, weight, 0.0, dinp);
+        gemm(GemmDims::new(n, in_f, out_f), 1.0, dout, weight, 0.0, dinp);
     }
 }
 
@@ -423,7 +488,14 @@ mod tests {
             let at = |r: usize, c: usize| if ta { a[c * m + r] } else { a[r * k + c] };
             let bt = |r: usize, c: usize| if tb { b[c * k + r] } else { b[r * n + c] };
             let mut c = vec![1.0f32; m * n];
-            gemm(ta, tb, m, n, k, 2.0, &a, &b, 0.5, &mut c);
+            let dims = GemmDims {
+                m,
+                n,
+                k,
+                trans_a: ta,
+                trans_b: tb,
+            };
+            gemm(dims, 2.0, &a, &b, 0.5, &mut c);
             for r in 0..m {
                 for col in 0..n {
                     let want: f32 = 0.5 + 2.0 * (0..k).map(|j| at(r, j) * bt(j, col)).sum::<f32>();

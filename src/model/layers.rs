@@ -7,7 +7,7 @@
 
 use std::ops::Range;
 
-use crate::backend::cpu::{self, Window2d};
+use crate::backend::cpu::{self, Conv2dDims, LinearDims, ParamGrads, Window2d};
 
 /// Per-sample activation shape (channels, height, width); a flat vector is (n, 1, 1).
 pub type Shape = (usize, usize, usize);
@@ -114,9 +114,11 @@ pub fn forward(
             inp,
             &params[weight.clone()],
             &params[bias.clone()],
-            n,
-            *out_c,
-            geom,
+            &Conv2dDims {
+                batch: n,
+                out_c: *out_c,
+                window: *geom,
+            },
         ),
         Layer::Linear {
             in_f,
@@ -128,9 +130,11 @@ pub fn forward(
             inp,
             &params[weight.clone()],
             &params[bias.clone()],
-            n,
-            *in_f,
-            *out_f,
+            &LinearDims {
+                batch: n,
+                in_f: *in_f,
+                out_f: *out_f,
+            },
         ),
         Layer::Relu => cpu::relu_forward(&mut out[..inp.len()], inp),
         Layer::MaxPool { geom } => {
@@ -160,40 +164,36 @@ pub fn backward(
             out_c,
             weight,
             bias,
-        } => {
-            let (gw, gb) = weight_and_bias_mut(grads, weight, bias);
-            cpu::conv2d_backward(
-                dinp,
-                gw,
-                gb,
-                &mut s.dcol,
-                dout,
-                &s.cols,
-                &params[weight.clone()],
-                n,
-                *out_c,
-                geom,
-            )
-        }
+        } => cpu::conv2d_backward(
+            dinp,
+            weight_and_bias_mut(grads, weight, bias),
+            &mut s.dcol,
+            dout,
+            &s.cols,
+            &params[weight.clone()],
+            &Conv2dDims {
+                batch: n,
+                out_c: *out_c,
+                window: *geom,
+            },
+        ),
         Layer::Linear {
             in_f,
             out_f,
             weight,
             bias,
-        } => {
-            let (gw, gb) = weight_and_bias_mut(grads, weight, bias);
-            cpu::linear_backward(
-                dinp,
-                gw,
-                gb,
-                dout,
-                inp,
-                &params[weight.clone()],
-                n,
-                *in_f,
-                *out_f,
-            )
-        }
+        } => cpu::linear_backward(
+            dinp,
+            weight_and_bias_mut(grads, weight, bias),
+            dout,
+            inp,
+            &params[weight.clone()],
+            &LinearDims {
+                batch: n,
+                in_f: *in_f,
+                out_f: *out_f,
+            },
+        ),
         Layer::Relu => {
             if let Some(d) = dinp {
                 cpu::relu_backward(&mut d[..dout.len()], dout, out)
@@ -217,8 +217,8 @@ fn weight_and_bias_mut<'a>(
     grads: &'a mut [f32],
     weight: &Range<usize>,
     bias: &Range<usize>,
-) -> (&'a mut [f32], &'a mut [f32]) {
+) -> ParamGrads<'a> {
     debug_assert_eq!(weight.end, bias.start, "bias follows its weight");
-    let (w, b) = grads[weight.start..bias.end].split_at_mut(weight.len());
-    (w, b)
+    let (weight, bias) = grads[weight.start..bias.end].split_at_mut(weight.len());
+    ParamGrads { weight, bias }
 }
