@@ -8,9 +8,8 @@
 //! rule scales the weight decay by `share` too, so that one round of W pushes decays the
 //! weights once, as one synchronous step does (not W times):
 //! `g = scale * grad + share * weight_decay * w; v = momentum * v + g; w -= lr * v`.
-//! Momentum stays per update. (Stretching it to one decay per round of W pushes was
-//! measured and rejected: with stale gradients the long momentum made asp and gssp
-//! oscillate, 91-95% test accuracy where per-update momentum reached 97.7%.)
+//! Momentum stays per update: stretched to one decay per round of W pushes, it makes the
+//! asynchronous modes oscillate on stale gradients (figures in docs/benchmarks.md).
 
 pub struct Sgd {
     momentum: f32,

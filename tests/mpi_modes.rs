@@ -425,7 +425,7 @@ fn gssp_sparse_exchange_loses_nothing() {
     // group sends twice before a slower one drains: values then wait in the sender's
     // error feedback, and still none may be lost.
     let full = ["compression.policy=\"uniform\"", "sync.mailbox_messages=1"];
-    // DESIGN.md's transport: indexed accumulates into the dense inbox. This case and the
+    // docs/design.md's transport: indexed accumulates into the dense inbox. This case and the
     // first also drain between exchanges, as soon as mail arrives (mailbox messages here,
     // dense inbox flushes there).
     let arrival = ["sync.drain_on_arrival=true"];

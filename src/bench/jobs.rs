@@ -41,14 +41,15 @@ pub struct BenchRow {
     pub wall_s: f64,
     pub images_per_s: f64,
     pub epochs: f64,
-    /// gssp: share of a group server's busy time (apply + send + exchange) spent in the
-    /// inter-group exchange, mean over the group servers.
+    /// gssp: share of a group server's busy time (receive copy + apply + send + exchange)
+    /// spent in the inter-group exchange, mean over the group servers.
     pub exchange_share_of_busy: Option<f64>,
     /// gssp: the same share on the group server where it was largest.
     pub max_exchange_share_of_busy: Option<f64>,
     /// gssp: the mean share in thread CPU time (without time the OS ran other ranks).
     pub exchange_share_of_busy_cpu: Option<f64>,
-    /// Share of the run the server(s) are busy (apply + send + exchange), mean over servers.
+    /// Share of the run the server(s) are busy (receive copy + apply + send + exchange), mean
+    /// over servers.
     pub server_busy_fraction: Option<f64>,
     /// gssp: worst |replica - initial - all updates| after the final flush.
     pub replica_max_error: Option<f64>,

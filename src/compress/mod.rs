@@ -1,8 +1,8 @@
 //! Update compression between group servers: exact top-k selection ([`topk`]), error
 //! feedback ([`feedback`]) and the per-group upload ratio of GDTopK ([`ratio`]).
 //!
-//! Everything here is pure: the RMA exchange in `comm` only moves the index/value pairs this
-//! module produces.
+//! Everything here is pure: the inter-group exchange in [`crate::sync::gssp`] sends the
+//! index/value pairs this module produces, through the RMA windows of `comm`.
 
 pub mod feedback;
 pub mod ratio;

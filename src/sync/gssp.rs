@@ -18,13 +18,11 @@
 //! With `sync.drain_on_arrival` a server also drains between its own exchanges, at the first
 //! push after an unlocked peek at its mailbox headers shows new mail.
 //!
-//! With `sync.sparse_transport = "accumulate"` (DESIGN.md's scheme) sparse updates instead
-//! go into the peers' inboxes through one indexed-block `MPI_Accumulate` each, and count as
-//! a dense flush, so the peer drains its inbox densely.
-//!
-//! A sparse exchange thus reads the weights and the view once (the top-k scan) and writes
-//! only k values, instead of a residual pass, a datatype walk per value and per peer in
-//! MPI's indexed accumulate, and a dense drain.
+//! With `sync.sparse_transport = "accumulate"` (the scheme of docs/design.md) sparse updates
+//! instead go into the peers' inboxes through one indexed-block `MPI_Accumulate` each, and
+//! count as a dense flush, so the peer drains its inbox densely. The mailbox is the default
+//! because it costs one contiguous put per peer and k writes at the receiver, where the
+//! accumulate costs MPI a datatype walk per value and the receiver a dense drain.
 //!
 //! No server waits for another group. At the end every server flushes its unsent change
 //! densely, the servers meet at a barrier, drain, and the replicas (now equal up to float

@@ -1,9 +1,10 @@
 //! The parameter-server loop over nonblocking point-to-point messages, shared by the
 //! single-server baselines (bsp, asp, ssp) and by every gssp group server.
 //!
-//! The loop waits for whichever worker's push arrives first (`MPI_Waitany`), never for a
-//! particular worker; applies it through [`ParamServer`]; lets the [`Exchange`] hook
-//! talk to other groups; and answers every worker the SSP rule allows.
+//! The loop takes whichever worker's push arrives first (a matched probe from any source,
+//! `MPI_Mprobe` then `MPI_Mrecv`, in [`ServerLink::wait_push`]), never waiting for a
+//! particular worker; applies it through [`ParamServer`]; lets the [`Exchange`] hook talk to
+//! other groups; and answers every worker the SSP rule allows.
 
 use std::time::Instant;
 
