@@ -7,7 +7,10 @@
 //!   on the fully resolved config (file + overrides) before any work starts and reports the
 //!   first problem as `section.key: must be ..., got VALUE`.
 //!
-//! Every section rejects unknown keys.
+//! Unknown keys are errors. One check over the parsed TOML tree rejects them (see
+//! `overrides.rs`), naming the key by its full dotted path and where it came from (the file or
+//! an override); the serde types do not repeat the rule (`deny_unknown_fields`), so build a
+//! [`Config`] from TOML only through [`Config::load`] or [`Config::from_str_with_overrides`].
 
 mod overrides;
 mod validate;
@@ -19,8 +22,9 @@ use toml::{Table, Value};
 
 use overrides::{apply_override, check_known_keys, schema, syntax_error, type_error};
 
+/// A whole run configuration. Unknown keys are rejected by [`Config::from_str_with_overrides`],
+/// not by serde (see the module documentation).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
 pub struct Config {
     #[serde(default)]
     pub run: RunConfig,
@@ -39,7 +43,7 @@ pub struct Config {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct RunConfig {
     /// Run name; the default run directory is `runs/<name>`.
     pub name: String,
@@ -73,7 +77,6 @@ pub enum DatasetKind {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
 pub struct DataConfig {
     pub dataset: DatasetKind,
     /// Folder holding the official files (IDX for MNIST/Fashion-MNIST, `*.bin` for CIFAR-10).
@@ -91,7 +94,7 @@ pub struct DataConfig {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct SyntheticConfig {
     pub train: usize,
     pub test: usize,
@@ -111,7 +114,6 @@ pub enum ModelKind {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     pub name: ModelKind,
     /// Hidden layer widths of the MLP (ignored by other models).
@@ -134,7 +136,7 @@ pub enum LrSchedule {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct OptimConfig {
     pub lr: f64,
     pub momentum: f64,
@@ -179,7 +181,7 @@ pub enum SparseTransport {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct SyncConfig {
     pub mode: SyncMode,
     /// SSP staleness bound s (ssp and inside gssp groups). 0 = BSP.
@@ -218,7 +220,7 @@ pub enum RatioPolicy {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct CompressionConfig {
     pub kind: CompressionKind,
     /// Target upload ratio rho (fraction of the model sent per exchange), in (0, 1].
@@ -233,7 +235,6 @@ pub struct CompressionConfig {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
 pub struct SpeedTier {
     /// Slowdown factor (>= 1) of the workers in this tier.
     pub factor: f64,
@@ -242,7 +243,7 @@ pub struct SpeedTier {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct HeterogeneityConfig {
     /// Slowdown factor per worker (index = worker index, 0-based); empty = use `tiers`
     /// or all 1.0.
@@ -267,7 +268,7 @@ pub enum DeviceKind {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct DeviceConfig {
     pub kind: DeviceKind,
 }

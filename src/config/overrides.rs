@@ -41,7 +41,9 @@ pub(super) fn schema() -> Table {
     Table::try_from(&sample).expect("the schema sample serialises to a TOML table")
 }
 
-/// Rejects any key of `user` that `schema` lacks, naming it by its full dotted path.
+/// Rejects any key of `user` that `schema` lacks, naming it by its full dotted path (for
+/// example `optim.lrr` or `heterogeneity.tiers[0].workerz`). This is the config's only
+/// unknown-key check: the serde types accept unknown fields.
 pub(super) fn check_known_keys(
     user: &Table,
     schema: &Table,
