@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-use crate::config::Config;
+use crate::config::{Config, SyncMode};
 use crate::data::sampler::ShardSampler;
 use crate::data::Dataset;
 use crate::metrics::{self, EvalRow, RunDir, Summary, WorkerRow};
@@ -197,9 +197,9 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
     eval_log.flush()?;
 
     let summary = Summary {
-        mode: "single".into(),
+        mode: SyncMode::Single.to_string(),
         model: step.net.name().into(),
-        dataset: crate::config::dataset_name(cfg.data.dataset).into(),
+        dataset: cfg.data.dataset.to_string(),
         ranks: 1,
         workers: 1,
         seed: cfg.run.seed,

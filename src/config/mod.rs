@@ -480,27 +480,38 @@ impl Config {
     }
 }
 
-/// The mode as the config spells it.
-pub fn mode_name(mode: SyncMode) -> &'static str {
-    match mode {
-        SyncMode::Single => "single",
-        SyncMode::Bsp => "bsp",
-        SyncMode::Asp => "asp",
-        SyncMode::Ssp => "ssp",
-        SyncMode::Gssp => "gssp",
-        SyncMode::Allreduce => "allreduce",
+/// The name a config file uses for `value`: serde's name of a unit variant (`"fashion-mnist"`
+/// for [`DatasetKind::FashionMnist`]), so it cannot drift from what the config accepts.
+fn config_name<T: Serialize>(value: &T) -> String {
+    match Value::try_from(value) {
+        Ok(Value::String(name)) => name,
+        other => unreachable!("a config enum serialises to its variant name, got {other:?}"),
     }
 }
 
-/// The dataset as the config spells it.
-pub fn dataset_name(dataset: DatasetKind) -> &'static str {
-    match dataset {
-        DatasetKind::Mnist => "mnist",
-        DatasetKind::FashionMnist => "fashion-mnist",
-        DatasetKind::Cifar10 => "cifar10",
-        DatasetKind::Synthetic => "synthetic",
-    }
+/// `Display` of the config's enums: the name a config file uses for the value (its serde
+/// name), e.g. `sync.mode = "allreduce"` displays as `allreduce`.
+macro_rules! display_as_config_name {
+    ($($t:ty),* $(,)?) => {$(
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&config_name(self))
+            }
+        }
+    )*};
 }
+
+display_as_config_name!(
+    DatasetKind,
+    ModelKind,
+    LrSchedule,
+    SyncMode,
+    Grouping,
+    SparseTransport,
+    CompressionKind,
+    RatioPolicy,
+    DeviceKind,
+);
 
 #[cfg(test)]
 mod tests {
@@ -516,6 +527,47 @@ mod tests {
 
     pub(super) fn example_path() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/example.toml")
+    }
+
+    /// Every variant of every config enum displays as the name the config accepts for it.
+    #[test]
+    fn enum_names_round_trip_through_serde() {
+        fn check<T>(all: &[T]) -> Vec<String>
+        where
+            T: Serialize
+                + serde::de::DeserializeOwned
+                + std::fmt::Display
+                + PartialEq
+                + std::fmt::Debug,
+        {
+            all.iter()
+                .map(|v| {
+                    let name = v.to_string();
+                    let back: T = Value::String(name.clone())
+                        .try_into()
+                        .unwrap_or_else(|e| panic!("{name} does not load back: {e}"));
+                    assert_eq!(&back, v, "{name}");
+                    name
+                })
+                .collect()
+        }
+        use DatasetKind as D;
+        use SyncMode as M;
+        assert_eq!(
+            check(&[M::Single, M::Bsp, M::Asp, M::Ssp, M::Gssp, M::Allreduce]),
+            ["single", "bsp", "asp", "ssp", "gssp", "allreduce"]
+        );
+        assert_eq!(
+            check(&[D::Mnist, D::FashionMnist, D::Cifar10, D::Synthetic]),
+            ["mnist", "fashion-mnist", "cifar10", "synthetic"]
+        );
+        check(&[ModelKind::Lenet5, ModelKind::Mlp]);
+        check(&[LrSchedule::Constant, LrSchedule::Step, LrSchedule::Cosine]);
+        check(&[Grouping::Profile, Grouping::Static]);
+        check(&[SparseTransport::Mailbox, SparseTransport::Accumulate]);
+        check(&[CompressionKind::Dense, CompressionKind::Topk]);
+        check(&[RatioPolicy::Uniform, RatioPolicy::Speed]);
+        check(&[DeviceKind::Cpu, DeviceKind::Cuda, DeviceKind::Auto]);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Display;
 
-use super::{mode_name, Config, ConfigError, DatasetKind, Grouping, SyncMode};
+use super::{Config, ConfigError, DatasetKind, Grouping, SyncMode};
 
 impl Config {
     /// Checks every value on its own (independent of the number of ranks); reports the first
@@ -66,15 +66,10 @@ impl Config {
     fn validate_data(&self) -> Result<(), ConfigError> {
         let d = &self.data;
         if matches!(d.dataset, DatasetKind::Mnist | DatasetKind::Cifar10) {
-            let name = if d.dataset == DatasetKind::Mnist {
-                "mnist"
-            } else {
-                "cifar10"
-            };
             ensure(
                 !d.dir.trim().is_empty(),
                 "data.dir",
-                &format!("the dataset folder (required for dataset {name})"),
+                &format!("the dataset folder (required for dataset {})", d.dataset),
                 format!("{:?}", d.dir),
             )?;
         }
@@ -174,7 +169,7 @@ impl Config {
         self.validate()?;
         ensure(world_size >= 1, "world size", ">= 1", world_size)?;
         let mode = self.sync.mode;
-        let name = mode_name(mode);
+        let name = mode;
         match mode {
             SyncMode::Single => ensure(
                 world_size == 1,

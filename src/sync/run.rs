@@ -392,9 +392,9 @@ fn finish(
     let has_servers = !layout.servers.is_empty();
     let exchanged = cfg.sync.mode == SyncMode::Gssp && layout.servers.len() > 1;
     let summary = Summary {
-        mode: crate::config::mode_name(cfg.sync.mode).into(),
+        mode: cfg.sync.mode.to_string(),
         model: step.net.name().into(),
-        dataset: crate::config::dataset_name(cfg.data.dataset).into(),
+        dataset: cfg.data.dataset.to_string(),
         ranks: comm.size(),
         workers: worker_waits.len(),
         seed: cfg.run.seed,
