@@ -273,7 +273,8 @@ pub struct DeviceConfig {
     pub kind: DeviceKind,
 }
 
-/// Where Fashion-MNIST is looked for when `data.dir` is empty (the image ships it there).
+/// Where Fashion-MNIST is looked for when `data.dir` is empty: the folder where Debian/Ubuntu's
+/// `dataset-fashion-mnist` package installs its files.
 pub const FASHION_MNIST_DEFAULT_DIR: &str = "/usr/share/datasets/fashion-mnist";
 
 impl Default for RunConfig {

@@ -4,14 +4,15 @@
 use std::collections::BTreeSet;
 use std::fmt::Display;
 
-use super::{Config, ConfigError, DatasetKind, Grouping, SyncMode};
+use super::{Config, ConfigError, DataConfig, DatasetKind, Grouping, SyncMode};
+use crate::data::MAX_CLASSES;
 
 impl Config {
     /// Checks every value on its own (independent of the number of ranks); reports the first
     /// problem as `section.key: must be ..., got VALUE`.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.validate_run()?;
-        self.validate_data()?;
+        self.data.validate()?;
         for (i, &w) in self.model.mlp_hidden.iter().enumerate() {
             ensure(w >= 1, &format!("model.mlp_hidden[{i}]"), ">= 1", w)?;
         }
@@ -61,30 +62,6 @@ impl Config {
         in_unit_interval("run.target_accuracy", r.target_accuracy)?;
         ensure(r.log_every >= 1, "run.log_every", ">= 1", r.log_every)?;
         ensure(r.threads >= 1, "run.threads", ">= 1", r.threads)
-    }
-
-    fn validate_data(&self) -> Result<(), ConfigError> {
-        let d = &self.data;
-        if matches!(d.dataset, DatasetKind::Mnist | DatasetKind::Cifar10) {
-            ensure(
-                !d.dir.trim().is_empty(),
-                "data.dir",
-                &format!("the dataset folder (required for dataset {})", d.dataset),
-                format!("{:?}", d.dir),
-            )?;
-        }
-        let s = &d.synthetic;
-        for (key, v) in [
-            ("data.synthetic.train", s.train),
-            ("data.synthetic.test", s.test),
-            ("data.synthetic.channels", s.channels),
-            ("data.synthetic.height", s.height),
-            ("data.synthetic.width", s.width),
-            ("data.synthetic.classes", s.classes),
-        ] {
-            ensure(v >= 1, key, ">= 1", v)?;
-        }
-        at_least("data.synthetic.noise", f64::from(s.noise), 0.0)
     }
 
     fn validate_optim(&self) -> Result<(), ConfigError> {
@@ -273,6 +250,39 @@ impl Config {
     }
 }
 
+impl DataConfig {
+    /// The `[data]` rules of [`Config::validate`]: a folder for the datasets that need one, and
+    /// a synthetic set the generator can make (at most [`MAX_CLASSES`] classes, since labels
+    /// are bytes). [`crate::data::load`] runs this too, for callers that did not validate.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if matches!(self.dataset, DatasetKind::Mnist | DatasetKind::Cifar10) {
+            ensure(
+                !self.dir.trim().is_empty(),
+                "data.dir",
+                &format!("the dataset folder (required for dataset {})", self.dataset),
+                format!("{:?}", self.dir),
+            )?;
+        }
+        let s = &self.synthetic;
+        for (key, v) in [
+            ("data.synthetic.train", s.train),
+            ("data.synthetic.test", s.test),
+            ("data.synthetic.channels", s.channels),
+            ("data.synthetic.height", s.height),
+            ("data.synthetic.width", s.width),
+        ] {
+            ensure(v >= 1, key, ">= 1", v)?;
+        }
+        ensure(
+            (1..=MAX_CLASSES).contains(&s.classes),
+            "data.synthetic.classes",
+            &format!("in 1..={MAX_CLASSES}"),
+            s.classes,
+        )?;
+        at_least("data.synthetic.noise", f64::from(s.noise), 0.0)
+    }
+}
+
 fn invalid(key: &str, requirement: &str, got: impl Display) -> ConfigError {
     ConfigError::Invalid {
         key: key.to_string(),
@@ -335,7 +345,8 @@ mod tests {
             (&["data.synthetic.channels=0"], "data.synthetic.channels: must be >= 1, got 0"),
             (&["data.synthetic.height=0"], "data.synthetic.height: must be >= 1, got 0"),
             (&["data.synthetic.width=0"], "data.synthetic.width: must be >= 1, got 0"),
-            (&["data.synthetic.classes=0"], "data.synthetic.classes: must be >= 1, got 0"),
+            (&["data.synthetic.classes=0"], "data.synthetic.classes: must be in 1..=256, got 0"),
+            (&["data.synthetic.classes=257"], "data.synthetic.classes: must be in 1..=256, got 257"),
             (&["data.synthetic.noise=-0.5"], "data.synthetic.noise: must be >= 0, got -0.5"),
             (&["model.mlp_hidden=[64, 0]"], "model.mlp_hidden[1]: must be >= 1, got 0"),
             (&["optim.lr=-0.1"], "optim.lr: must be > 0, got -0.1"),
