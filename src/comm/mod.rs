@@ -16,7 +16,6 @@
 
 pub mod p2p;
 pub mod rma;
-pub mod selftest;
 
 use mpi::ffi;
 use std::cell::RefCell;
