@@ -41,10 +41,6 @@ impl RunDir {
         })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     pub fn file(&self, name: &str) -> PathBuf {
         self.path.join(name)
     }

@@ -433,11 +433,6 @@ impl Comm {
         })
     }
 
-    /// Seconds since an arbitrary point (`MPI_Wtime`).
-    pub fn wtime(&self) -> f64 {
-        mpi::time()
-    }
-
     /// Kills the whole job with `code` (`MPI_Abort` on world).
     pub fn abort(&self, code: i32) -> ! {
         abort_world(code)
