@@ -114,19 +114,6 @@ pub fn partition_by_speed(times: &[f64], groups: usize) -> Result<Vec<Vec<usize>
     Ok(out)
 }
 
-/// Total within-group sum of squared deviations from the group mean; the quantity
-/// [`partition_by_speed`] minimises. Useful to log how tight a layout is.
-pub fn within_group_sse(times: &[f64], groups: &[Vec<usize>]) -> f64 {
-    groups
-        .iter()
-        .filter(|g| !g.is_empty())
-        .map(|g| {
-            let mean = g.iter().map(|&w| times[w]).sum::<f64>() / g.len() as f64;
-            g.iter().map(|&w| (times[w] - mean).powi(2)).sum::<f64>()
-        })
-        .sum()
-}
-
 /// The workers' groups a gssp run uses.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkerGroups {
@@ -193,6 +180,19 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
+
+    /// Total within-group sum of squared deviations from the group mean; the quantity
+    /// [`partition_by_speed`] minimises.
+    fn within_group_sse(times: &[f64], groups: &[Vec<usize>]) -> f64 {
+        groups
+            .iter()
+            .filter(|g| !g.is_empty())
+            .map(|g| {
+                let mean = g.iter().map(|&w| times[w]).sum::<f64>() / g.len() as f64;
+                g.iter().map(|&w| (times[w] - mean).powi(2)).sum::<f64>()
+            })
+            .sum()
+    }
 
     /// Best cost over every split of the sorted order into `g` contiguous non-empty runs.
     fn brute_contiguous(times: &[f64], g: usize) -> f64 {

@@ -144,18 +144,21 @@ impl Pacer {
     }
 
     /// The pacing unit in seconds; `None` while it is still being calibrated.
-    pub fn unit_s(&self) -> Option<f64> {
+    #[cfg(test)]
+    fn unit_s(&self) -> Option<f64> {
         self.unit_s
     }
 
     /// The worker's base slowdown factor.
-    pub fn factor(&self) -> f64 {
+    #[cfg(test)]
+    fn factor(&self) -> f64 {
         self.factor
     }
 
     /// Whether the last iteration drew a transient straggler (its pad, once calibrated, used
     /// `factor x straggler_factor`).
-    pub fn last_straggler(&self) -> bool {
+    #[cfg(test)]
+    fn last_straggler(&self) -> bool {
         self.last_straggler
     }
 }

@@ -38,12 +38,6 @@ enum Command {
         #[command(subcommand)]
         which: BenchCommand,
     },
-    /// Internal checks run under mpirun by the integration tests.
-    #[command(hide = true)]
-    Selftest {
-        #[command(subcommand)]
-        what: gssp::comm::selftest::SelftestCommand,
-    },
 }
 
 #[derive(Subcommand)]
@@ -114,9 +108,6 @@ fn main() -> ExitCode {
             out,
         } => train(&config, &overrides, out),
         Command::Bench { which } => report(bench(which)),
-        Command::Selftest { what } => {
-            ExitCode::from(gssp::comm::selftest::main(&what).clamp(0, 255) as u8)
-        }
     }
 }
 

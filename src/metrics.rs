@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::config::{self, Config};
+use crate::config::Config;
 
 /// CPU seconds this thread has run (`CLOCK_THREAD_CPUTIME_ID`): busy time without the
 /// time the OS gave other processes meanwhile (many ranks share few cores in tests and
@@ -41,10 +41,6 @@ impl RunDir {
         Ok(RunDir {
             path: path.to_path_buf(),
         })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     pub fn file(&self, name: &str) -> PathBuf {
@@ -355,9 +351,9 @@ impl Summary {
     pub fn new(cfg: &Config, model: &str, totals: RunTotals, evals: &[EvalRow]) -> Summary {
         let last = evals.last().copied().unwrap_or_default();
         Summary {
-            mode: config::mode_name(cfg.sync.mode).into(),
+            mode: cfg.sync.mode.to_string(),
             model: model.into(),
-            dataset: config::dataset_name(cfg.data.dataset).into(),
+            dataset: cfg.data.dataset.to_string(),
             ranks: totals.ranks,
             workers: totals.workers,
             seed: cfg.run.seed,

@@ -1,9 +1,11 @@
-//! Multi-rank tests of the comm module: start the real binary under `mpirun`.
+//! Multi-rank tests of the comm module: start the example programs `comm_selftest` and
+//! `panic_on_rank` (examples/) under `mpirun`.
 //!
 //! MPI cannot be initialised twice in one process, so every test is its own MPI job.
 
 use std::io::Read;
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -15,13 +17,32 @@ struct JobResult {
     elapsed: Duration,
 }
 
-/// Runs `mpirun <mpi_args> gssp <args>` with a deadline; on timeout the whole process group is
-/// killed and the test fails.
-fn mpirun(mpi_args: &[&str], args: &[&str], deadline: Duration) -> JobResult {
+/// The built example program `name`. `cargo test` builds the examples next to the test
+/// binaries: this test is `target/<profile>/deps/comm_mpi-<hash>`, the example
+/// `target/<profile>/examples/<name>`.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test binary lies in target/<profile>/deps");
+    let path = profile_dir.join("examples").join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: `cargo test` builds it, except with a target filter such as \
+         `--test comm_mpi`; then run `cargo build --examples` (same profile) first",
+        path.display()
+    );
+    path
+}
+
+/// Runs `mpirun <mpi_args> <example program> <args>` with a deadline; on timeout the whole
+/// process group is killed and the test fails.
+fn mpirun(mpi_args: &[&str], program: &str, args: &[&str], deadline: Duration) -> JobResult {
     let start = Instant::now();
     let mut child = Command::new("mpirun")
         .args(mpi_args)
-        .arg(env!("CARGO_BIN_EXE_gssp"))
+        .arg(example(program))
         .args(args)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
@@ -49,7 +70,7 @@ fn mpirun(mpi_args: &[&str], args: &[&str], deadline: Duration) -> JobResult {
                 .status();
             let _ = child.wait();
             panic!(
-                "mpirun {mpi_args:?} gssp {args:?} still running after {deadline:?}; killed\n\
+                "mpirun {mpi_args:?} {program} {args:?} still running after {deadline:?}; killed\n\
                  stderr so far: {}",
                 err.join().unwrap_or_default()
             );
@@ -65,18 +86,18 @@ fn mpirun(mpi_args: &[&str], args: &[&str], deadline: Duration) -> JobResult {
     }
 }
 
-fn assert_selftest_ok(r: &JobResult) {
+fn assert_comm_selftest_ok(r: &JobResult) {
     assert_eq!(
         r.code,
         Some(0),
-        "selftest failed\nstdout:\n{}\nstderr:\n{}",
+        "comm_selftest failed\nstdout:\n{}\nstderr:\n{}",
         r.stdout,
         r.stderr
     );
     assert_eq!(
         r.stdout
             .lines()
-            .filter(|l| *l == "selftest comm: ok")
+            .filter(|l| *l == "comm_selftest: ok")
             .count(),
         1,
         "expected one ok line from rank 0\nstdout:\n{}",
@@ -85,30 +106,28 @@ fn assert_selftest_ok(r: &JobResult) {
 }
 
 #[test]
-fn selftest_comm_on_2_ranks() {
-    let r = mpirun(
-        &["-n", "2"],
-        &["selftest", "comm"],
-        Duration::from_secs(120),
-    );
-    assert_selftest_ok(&r);
+fn comm_selftest_on_2_ranks() {
+    let r = mpirun(&["-n", "2"], "comm_selftest", &[], Duration::from_secs(120));
+    assert_comm_selftest_ok(&r);
 }
 
 #[test]
-fn selftest_comm_on_5_oversubscribed_ranks() {
+fn comm_selftest_on_5_oversubscribed_ranks() {
     let r = mpirun(
         &["-n", "5", "--oversubscribe", "--bind-to", "none"],
-        &["selftest", "comm"],
+        "comm_selftest",
+        &[],
         Duration::from_secs(180),
     );
-    assert_selftest_ok(&r);
+    assert_comm_selftest_ok(&r);
 }
 
 #[test]
 fn panic_on_one_rank_ends_the_whole_job_fast() {
     let r = mpirun(
         &["-n", "3", "--oversubscribe", "--bind-to", "none"],
-        &["selftest", "panic", "--rank", "1"],
+        "panic_on_rank",
+        &["--rank", "1"],
         Duration::from_secs(20),
     );
     assert!(
@@ -141,7 +160,8 @@ fn error_seen_by_all_ranks_exits_2_without_abort() {
     // --rank outside the job: every rank detects it, agrees through fatal_on_all, exits 2.
     let r = mpirun(
         &["-n", "2"],
-        &["selftest", "panic", "--rank", "9"],
+        "panic_on_rank",
+        &["--rank", "9"],
         Duration::from_secs(60),
     );
     assert_eq!(r.code, Some(2), "stderr:\n{}", r.stderr);

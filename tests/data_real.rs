@@ -3,14 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
-use gssp::config::{DataConfig, DatasetKind, SyntheticConfig};
+use gssp::config::{DataConfig, DatasetKind, SyntheticConfig, FASHION_MNIST_DEFAULT_DIR};
 use gssp::data::{self, Dataset};
 
 fn shared(sub: &str) -> PathBuf {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data")).join(sub)
 }
-
-const FASHION_DIR: &str = "/usr/share/datasets/fashion-mnist";
 
 fn check_mnist_like(train: &Dataset, test: &Dataset) {
     assert_eq!((train.len(), test.len()), (60000, 10000));
@@ -103,7 +101,7 @@ fn cifar10_real() {
 
 #[test]
 fn fashion_mnist_real() {
-    let dir = Path::new(FASHION_DIR);
+    let dir = Path::new(FASHION_MNIST_DEFAULT_DIR);
     let train = data::load_mnist_dir(dir, true).unwrap();
     let test = data::load_mnist_dir(dir, false).unwrap();
     check_mnist_like(&train, &test);

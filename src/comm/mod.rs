@@ -16,7 +16,6 @@
 
 pub mod p2p;
 pub mod rma;
-pub mod selftest;
 
 use mpi::ffi;
 use std::cell::RefCell;
@@ -432,11 +431,6 @@ impl Comm {
             handle,
             _universe: universe,
         })
-    }
-
-    /// Seconds since an arbitrary point (`MPI_Wtime`).
-    pub fn wtime(&self) -> f64 {
-        mpi::time()
     }
 
     /// Kills the whole job with `code` (`MPI_Abort` on world).

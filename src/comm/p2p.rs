@@ -348,15 +348,6 @@ impl WorkerLink {
         self.decode(&status, out)
     }
 
-    /// Like [`WorkerLink::recv_weights`] but returns `None` at once if nothing has arrived.
-    pub fn poll_weights(&mut self, out: &mut [f32]) -> Result<Option<WeightsHeader>, CommError> {
-        self.post_recv()?;
-        match test(&mut self.recv_req)? {
-            Some(status) => self.decode(&status, out).map(Some),
-            None => Ok(None),
-        }
-    }
-
     fn decode(
         &mut self,
         status: &ffi::MPI_Status,
@@ -385,11 +376,6 @@ impl WorkerLink {
             staleness,
             len,
         })
-    }
-
-    /// Payload capacity `n`.
-    pub fn capacity(&self) -> usize {
-        self.capacity
     }
 
     /// Counters so far.
@@ -649,11 +635,6 @@ impl ServerLink {
     /// Whether worker index `worker` was sent `stop`.
     pub fn is_retired(&self, worker: usize) -> bool {
         self.retired.get(worker).copied().unwrap_or(false)
-    }
-
-    /// Payload capacity `n`.
-    pub fn capacity(&self) -> usize {
-        self.capacity
     }
 
     /// Counters so far.

@@ -147,26 +147,6 @@ impl<T: Element> Window<T> {
         Ok(window)
     }
 
-    /// Number of elements in every rank's window.
-    pub fn len(&self) -> usize {
-        self.mem.len
-    }
-
-    /// Whether the windows are empty.
-    pub fn is_empty(&self) -> bool {
-        self.mem.len == 0
-    }
-
-    /// This rank in the window's communicator.
-    pub fn rank(&self) -> usize {
-        self.comm.rank
-    }
-
-    /// Ranks in the window's communicator.
-    pub fn size(&self) -> usize {
-        self.comm.size
-    }
-
     /// Opens a passive-target epoch on `target` (`MPI_Win_lock`); it ends when the returned
     /// guard is dropped or [`Epoch::unlock`]ed. Several epochs on different targets may be open.
     pub fn lock<'b>(&self, target: usize, kind: LockKind) -> Result<Epoch<'_, 'b, T>, CommError> {
@@ -212,7 +192,7 @@ impl<T: Element> Window<T> {
     }
 
     /// The target layout of a sparse accumulate over `indices` (unique, each below
-    /// [`Window::len`]): an indexed-block datatype, committed once and usable on every target.
+    /// the window length): an indexed-block datatype, committed once and usable on every target.
     pub fn scatter(&self, indices: &[u32]) -> Result<Scatter, CommError> {
         let mut scatter = Scatter {
             dt: None,

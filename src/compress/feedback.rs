@@ -36,8 +36,9 @@ impl PeerView {
         }
     }
 
-    /// The unsent change at every index (`weights - view`), for checks and tests.
-    pub fn unsent(&self, weights: &[f32]) -> Vec<f32> {
+    /// The unsent change at every index (`weights - view`).
+    #[cfg(test)]
+    fn unsent(&self, weights: &[f32]) -> Vec<f32> {
         weights.iter().zip(&self.view).map(|(w, v)| w - v).collect()
     }
 

@@ -78,20 +78,6 @@ pub fn find_non_finite(values: &[f32]) -> Option<(usize, f32)> {
         .map(|j| (base + j, values[base + j]))
 }
 
-/// Checks that an update of `group` at `iteration` holds only finite values; the error names
-/// the group, the iteration, the parameter index and the value.
-pub fn check_finite(values: &[f32], group: usize, iteration: u64) -> Result<(), CompressError> {
-    match find_non_finite(values) {
-        None => Ok(()),
-        Some((index, value)) => Err(CompressError::NonFiniteUpdate {
-            group,
-            iteration,
-            index,
-            value,
-        }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,11 +108,12 @@ mod tests {
     }
 
     #[test]
-    fn check_finite_names_group_iteration_index_value() {
+    fn non_finite_update_names_group_iteration_index_value() {
         let mut v = vec![0.0f32; 100];
-        assert!(check_finite(&v, 1, 2).is_ok());
+        assert_eq!(find_non_finite(&v), None);
         v[70] = f32::INFINITY;
-        let err = check_finite(&v, 3, 41).unwrap_err();
+        let (index, value) = find_non_finite(&v).unwrap();
+        let err = CompressError::NonFinite { index, value }.in_context(3, 41);
         assert_eq!(
             err,
             CompressError::NonFiniteUpdate {

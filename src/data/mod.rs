@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use crate::config::{DataConfig, DatasetKind, SyntheticConfig};
+use crate::config::{ConfigError, DataConfig, DatasetKind};
 
 pub use cifar::{load_cifar10_dir, load_cifar10_files};
 pub use idx::{load_idx_pair, load_mnist_dir};
@@ -29,8 +29,8 @@ pub const FASHION_MNIST_STD: f32 = 0.3530;
 /// Per-channel (R, G, B) mean / std of CIFAR-10 pixels scaled to [0, 1].
 pub const CIFAR10_MEAN: [f32; 3] = [0.4914, 0.4822, 0.4465];
 pub const CIFAR10_STD: [f32; 3] = [0.2470, 0.2435, 0.2616];
-/// Where Debian/Ubuntu's `dataset-fashion-mnist` package installs its files.
-pub const FASHION_MNIST_SYSTEM_DIR: &str = "/usr/share/datasets/fashion-mnist";
+/// Most classes a [`Dataset`] can have: labels are bytes.
+pub const MAX_CLASSES: usize = u8::MAX as usize + 1;
 
 /// Every way loading or sharding data can fail; each message names the file (or setting) and
 /// the problem so a user can fix it without reading code.
@@ -109,6 +109,10 @@ pub enum DataError {
     },
     #[error("{key}: {problem}")]
     InvalidSetting { key: String, problem: String },
+    /// A `[data]` setting that config validation rejects ([`DataConfig::validate`]), for a
+    /// config that was not validated before loading.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
 }
 
 fn list_paths(paths: &[PathBuf]) -> String {
@@ -231,54 +235,15 @@ impl Dataset {
     }
 }
 
-/// The folder a dataset is read from: `cfg.dir` if set, else the system Fashion-MNIST folder for
-/// fashion-mnist; other real datasets need an explicit folder.
-fn data_dir(cfg: &DataConfig) -> Result<PathBuf, DataError> {
-    if !cfg.dir.is_empty() {
-        return Ok(PathBuf::from(&cfg.dir));
-    }
-    match cfg.dataset {
-        DatasetKind::FashionMnist => Ok(PathBuf::from(FASHION_MNIST_SYSTEM_DIR)),
-        _ => Err(DataError::InvalidSetting {
-            key: "data.dir".into(),
-            problem: "must name the folder holding the dataset files, got an empty value".into(),
-        }),
-    }
-}
-
-fn check_synthetic(s: &SyntheticConfig) -> Result<(), DataError> {
-    let bad = |key: &str, problem: String| {
-        Err(DataError::InvalidSetting {
-            key: format!("data.synthetic.{key}"),
-            problem,
-        })
-    };
-    for (key, v) in [
-        ("train", s.train),
-        ("test", s.test),
-        ("channels", s.channels),
-        ("height", s.height),
-        ("width", s.width),
-    ] {
-        if v == 0 {
-            return bad(key, "must be >= 1, got 0".into());
-        }
-    }
-    if !(1..=256).contains(&s.classes) {
-        return bad("classes", format!("must be in 1..=256, got {}", s.classes));
-    }
-    if !s.noise.is_finite() || s.noise < 0.0 {
-        return bad("noise", format!("must be finite and >= 0, got {}", s.noise));
-    }
-    Ok(())
-}
-
 /// Loads (train, test) as the config says and applies `train_limit` / `test_limit` (0 = all).
-/// `seed` only matters for the synthetic set (its class prototypes).
+/// `seed` only matters for the synthetic set (its class prototypes). Checks `cfg` with
+/// [`DataConfig::validate`] first, so an unvalidated config fails with the same message as
+/// config validation gives; real datasets are read from [`DataConfig::resolved_dir`].
 pub fn load(cfg: &DataConfig, seed: u64) -> Result<(Dataset, Dataset), DataError> {
+    cfg.validate()?;
     let (mut train, mut test) = match cfg.dataset {
         DatasetKind::Mnist | DatasetKind::FashionMnist => {
-            let dir = data_dir(cfg)?;
+            let dir = cfg.resolved_dir();
             let mut train = load_mnist_dir(&dir, true)?;
             let mut test = load_mnist_dir(&dir, false)?;
             if cfg.dataset == DatasetKind::FashionMnist {
@@ -290,7 +255,7 @@ pub fn load(cfg: &DataConfig, seed: u64) -> Result<(Dataset, Dataset), DataError
             (train, test)
         }
         DatasetKind::Cifar10 => {
-            let dir = data_dir(cfg)?;
+            let dir = cfg.resolved_dir();
             (
                 load_cifar10_dir(&dir, true)?,
                 load_cifar10_dir(&dir, false)?,
@@ -298,7 +263,6 @@ pub fn load(cfg: &DataConfig, seed: u64) -> Result<(Dataset, Dataset), DataError
         }
         DatasetKind::Synthetic => {
             let s = &cfg.synthetic;
-            check_synthetic(s)?;
             let make = |n, stream| {
                 synthetic(
                     n, s.channels, s.height, s.width, s.classes, s.noise, seed, stream,
@@ -441,33 +405,24 @@ mod tests {
         assert_eq!(test2, test);
     }
 
+    /// `load` refuses what config validation refuses, with the same message.
     #[test]
-    fn load_synthetic_rejects_bad_settings() {
-        let mut cfg = synth_cfg();
-        cfg.synthetic.classes = 0;
-        let e = load(&cfg, 1).unwrap_err().to_string();
-        assert!(e.contains("data.synthetic.classes"), "{e}");
-        let mut cfg = synth_cfg();
-        cfg.synthetic.height = 0;
-        let e = load(&cfg, 1).unwrap_err().to_string();
-        assert!(e.contains("data.synthetic.height"), "{e}");
-        let mut cfg = synth_cfg();
-        cfg.synthetic.noise = f32::NAN;
-        let e = load(&cfg, 1).unwrap_err().to_string();
-        assert!(e.contains("data.synthetic.noise"), "{e}");
-    }
-
-    #[test]
-    fn data_dir_rule() {
-        let mut cfg = synth_cfg();
-        cfg.dataset = DatasetKind::FashionMnist;
-        assert_eq!(data_dir(&cfg).unwrap(), Path::new(FASHION_MNIST_SYSTEM_DIR));
-        cfg.dir = "/x/y".into();
-        assert_eq!(data_dir(&cfg).unwrap(), Path::new("/x/y"));
-        cfg.dataset = DatasetKind::Mnist;
-        cfg.dir.clear();
-        let e = data_dir(&cfg).unwrap_err().to_string();
-        assert!(e.contains("data.dir"), "{e}");
+    fn load_checks_the_config_rules() {
+        type Break = fn(&mut DataConfig);
+        let cases: [(Break, &str); 5] = [
+            (|c| c.synthetic.classes = 0, "data.synthetic.classes"),
+            (|c| c.synthetic.classes = 257, "data.synthetic.classes"),
+            (|c| c.synthetic.height = 0, "data.synthetic.height"),
+            (|c| c.synthetic.noise = f32::NAN, "data.synthetic.noise"),
+            (|c| c.dataset = DatasetKind::Mnist, "data.dir"),
+        ];
+        for (breaks, key) in cases {
+            let mut cfg = synth_cfg();
+            breaks(&mut cfg);
+            let e = load(&cfg, 1).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("{key}: must be ")), "{e}");
+            assert_eq!(e, cfg.validate().unwrap_err().to_string());
+        }
     }
 
     #[test]

@@ -134,7 +134,8 @@ impl ShardSampler {
     }
 
     /// Full epochs completed (the floor of `epoch_progress`).
-    pub fn epoch(&self) -> usize {
+    #[cfg(test)]
+    fn epoch(&self) -> usize {
         (self.served / self.batches_per_epoch as u64) as usize
     }
 
@@ -143,16 +144,14 @@ impl ShardSampler {
         self.served as f64 / self.batches_per_epoch as f64
     }
 
-    pub fn batches_per_epoch(&self) -> usize {
+    #[cfg(test)]
+    fn batches_per_epoch(&self) -> usize {
         self.batches_per_epoch
     }
 
-    pub fn batch_size(&self) -> usize {
-        self.batch_size
-    }
-
     /// This shard's sample indices (unshuffled order).
-    pub fn indices(&self) -> &[usize] {
+    #[cfg(test)]
+    fn indices(&self) -> &[usize] {
         &self.base
     }
 }

@@ -6,7 +6,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::sampler::mix_seed;
-use super::Dataset;
+use super::{Dataset, MAX_CLASSES};
 
 const PROTOTYPE_TAG: u64 = 0x5052_4f54_4f54_5950; // "PROTOTYP"
 const SAMPLE_TAG: u64 = 0x5341_4d50_4c45_5321; // "SAMPLES!"
@@ -42,7 +42,7 @@ impl Gaussian {
 /// every channel, a function of the arguments only so train and test agree.
 ///
 /// # Panics
-/// If `classes` is 0 or above 256 (`load` validates the config first).
+/// If `classes` is 0 or above [`MAX_CLASSES`] (`load` validates the config first).
 #[allow(clippy::too_many_arguments)] // mirrors the flat `[data.synthetic]` config keys
 pub fn synthetic(
     n: usize,
@@ -55,8 +55,8 @@ pub fn synthetic(
     stream: u64,
 ) -> Dataset {
     assert!(
-        (1..=256).contains(&classes),
-        "synthetic: classes must be in 1..=256, got {classes}"
+        (1..=MAX_CLASSES).contains(&classes),
+        "synthetic: classes must be in 1..={MAX_CLASSES}, got {classes}"
     );
     let sl = channels * height * width;
     let mut proto_rng = ChaCha8Rng::seed_from_u64(mix_seed(seed, PROTOTYPE_TAG));

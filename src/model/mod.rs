@@ -114,12 +114,6 @@ impl Network {
     pub fn name(&self) -> &str {
         &self.name
     }
-    pub fn layers(&self) -> &[Layer] {
-        &self.layers
-    }
-    pub fn input_shape(&self) -> Shape {
-        self.input
-    }
     pub fn input_len(&self) -> usize {
         layers::shape_len(self.input)
     }

@@ -26,14 +26,6 @@ impl SspClock {
         }
     }
 
-    pub fn workers(&self) -> usize {
-        self.clocks.len()
-    }
-
-    pub fn bound(&self) -> Option<usize> {
-        self.bound
-    }
-
     /// Records that worker `w`'s push was applied: advances its clock and marks it as waiting
     /// for weights. Returns the new clock.
     ///
@@ -65,7 +57,8 @@ impl SspClock {
         }
     }
 
-    pub fn clock(&self, w: usize) -> u64 {
+    #[cfg(test)]
+    fn clock(&self, w: usize) -> u64 {
         self.clocks[w]
     }
 

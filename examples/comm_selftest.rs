@@ -1,86 +1,51 @@
-//! `gssp selftest comm`: checks the communication layer on the ranks of the current job
-//! (any number >= 2), and `gssp selftest panic --rank R`: shows that a panic ends the whole job.
+//! Multi-rank checks of gssp's communication layer (`gssp::comm`): collectives and split
+//! communicators, the parameter-server links, RMA windows and `fatal_on_all`, on the ranks
+//! of the current job (any number >= 2). Prints `comm_selftest: ok` on rank 0 and exits 0
+//! when every check passed on every rank, else exits 1. `tests/comm_mpi.rs` runs it:
+//!
+//! ```sh
+//! cargo build --release --examples
+//! mpirun -n 5 --oversubscribe target/release/examples/comm_selftest
+//! ```
 //!
 //! Every phase finishes its protocol even after a wrong value was seen (so no rank is left
 //! waiting), then the ranks agree through [`Collectives::fatal_on_all`]. An MPI error inside a
 //! protocol aborts the job instead, since the peers would otherwise wait forever.
 
-use super::p2p::{ServerLink, WorkerLink};
-use super::rma::{LockKind, Window};
-use super::{Collectives, Comm, CommError};
+use std::process::ExitCode;
+
+use gssp::comm::p2p::{PushRef, ServerLink, WorkerLink, HEADER_WORDS};
+use gssp::comm::rma::{LockKind, Window};
+use gssp::comm::{Collectives, Comm, CommError};
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-/// Hidden `gssp selftest ...` subcommands.
-#[derive(Debug, Clone, clap::Subcommand)]
-pub enum SelftestCommand {
-    /// Check collectives, p2p links, RMA windows and fatal_on_all (run under mpirun, >= 2 ranks).
-    Comm,
-    /// Panic on rank R after a barrier while the other ranks block in a receive.
-    Panic {
-        /// The rank that panics.
-        #[arg(long)]
-        rank: usize,
-    },
-}
-
-/// Runs a selftest command; returns the process exit code (0 ok, 1 failed, 2 usage).
-pub fn main(cmd: &SelftestCommand) -> i32 {
+fn main() -> ExitCode {
     let comm = match Comm::init() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
-            return 1;
+            return ExitCode::FAILURE;
         }
     };
     comm.install_panic_abort();
-    match cmd {
-        SelftestCommand::Comm => match run(&comm) {
-            Ok(()) => {
-                if comm.rank() == 0 {
-                    println!("selftest comm: ok");
-                }
-                0
+    match run(&comm) {
+        Ok(()) => {
+            if comm.rank() == 0 {
+                println!("comm_selftest: ok");
             }
-            Err(m) => {
-                eprintln!("selftest comm: FAILED on rank {}: {m}", comm.rank());
-                1
-            }
-        },
-        SelftestCommand::Panic { rank } => panic_on(&comm, *rank),
-    }
-}
-
-/// Panics on `rank` after a barrier; the others wait for a message that never comes.
-fn panic_on(comm: &Comm, rank: usize) -> i32 {
-    let check = if rank < comm.size() {
-        Ok(())
-    } else {
-        Err(format!(
-            "--rank {rank} is outside 0..{} (the job's ranks)",
-            comm.size()
-        ))
-    };
-    if let Err(f) = comm.fatal_on_all(check) {
-        if let Some(m) = f.local {
-            eprintln!("error: {m}");
+            ExitCode::SUCCESS
         }
-        return 2;
+        Err(m) => {
+            eprintln!("comm_selftest: FAILED on rank {}: {m}", comm.rank());
+            ExitCode::FAILURE
+        }
     }
-    or_abort(comm, "barrier", comm.barrier());
-    if comm.rank() == rank {
-        panic!("injected panic (gssp selftest panic)");
-    }
-    let mut link = or_abort(comm, "WorkerLink::new", WorkerLink::new(comm, rank, 1));
-    let mut out = [0.0f32; 1];
-    or_abort(comm, "recv_weights", link.recv_weights(&mut out));
-    eprintln!("error: rank {} received a message nobody sent", comm.rank());
-    1
 }
 
 /// Runs all checks; `Err` on every rank if any rank saw a problem.
-pub fn run(comm: &Comm) -> Result<(), String> {
+fn run(comm: &Comm) -> Result<(), String> {
     if comm.size() < 2 {
         return Err(format!(
             "needs at least 2 ranks, the job has {}",
@@ -106,7 +71,7 @@ fn or_abort<T>(comm: &Comm, step: &str, r: Result<T, CommError>) -> T {
     match r {
         Ok(v) => v,
         Err(e) => {
-            eprintln!("error: rank {}: selftest {step}: {e}", comm.rank());
+            eprintln!("error: rank {}: comm_selftest {step}: {e}", comm.rank());
             comm.abort(1)
         }
     }
@@ -275,7 +240,7 @@ fn p2p(comm: &Comm) -> Result<(), String> {
         let mut polled = 0u64;
         loop {
             // Check a push while it is borrowed; keep only what the answer needs.
-            let mut inspect = |p: super::p2p::PushRef<'_>| {
+            let mut inspect = |p: PushRef<'_>| {
                 let w = workers[p.worker];
                 let ok = p.clock == next_clock[p.worker]
                     && p.loss == loss_of(w, p.clock)
@@ -363,7 +328,7 @@ fn p2p(comm: &Comm) -> Result<(), String> {
         let words = |tag, clock: u64| -> u64 {
             workers
                 .iter()
-                .map(|&w| (super::p2p::HEADER_WORDS + sparse_message(tag, w, clock).len()) as u64)
+                .map(|&w| (HEADER_WORDS + sparse_message(tag, w, clock).len()) as u64)
                 .sum()
         };
         let pushes: u64 = (0..P2P_ITERS).map(|c| words(1, c)).sum::<u64>() * 4;
@@ -408,7 +373,7 @@ fn contribution(src: usize, dst: usize, round: u64) -> Contribution {
     }
 }
 
-/// What `src` sends to every peer in `round` through one [`super::rma::Scatter`].
+/// What `src` sends to every peer in `round` through one [`gssp::comm::rma::Scatter`].
 fn broadcast_contribution(src: usize, round: u64) -> (Vec<u32>, Vec<f32>) {
     let mut r = rng(4, src as u64, round);
     let k = r.gen_range(0..=INBOX / 8);

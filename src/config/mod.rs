@@ -1,0 +1,667 @@
+//! Run configuration: the typed TOML schema ([`Config`] and its sections, with their
+//! defaults) and loading a file with `--set` overrides.
+//!
+//! * `overrides.rs`: `--set KEY=VALUE` parsing and applying, the unknown-key check, and the
+//!   one-line messages for TOML syntax and type errors.
+//! * `validate.rs`: [`Config::validate`] and [`Config::validate_for_world`]. Validation runs
+//!   on the fully resolved config (file + overrides) before any work starts and reports the
+//!   first problem as `section.key: must be ..., got VALUE`.
+//!
+//! Unknown keys are errors. One check over the parsed TOML tree rejects them (see
+//! `overrides.rs`), naming the key by its full dotted path and where it came from (the file or
+//! an override); the serde types do not repeat the rule (`deny_unknown_fields`), so build a
+//! [`Config`] from TOML only through [`Config::load`] or [`Config::from_str_with_overrides`].
+
+mod overrides;
+mod validate;
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use toml::{Table, Value};
+
+use overrides::{apply_override, check_known_keys, schema, syntax_error, type_error};
+
+/// A whole run configuration. Unknown keys are rejected by [`Config::from_str_with_overrides`],
+/// not by serde (see the module documentation).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Config {
+    #[serde(default)]
+    pub run: RunConfig,
+    pub data: DataConfig,
+    pub model: ModelConfig,
+    #[serde(default)]
+    pub optim: OptimConfig,
+    #[serde(default)]
+    pub sync: SyncConfig,
+    #[serde(default)]
+    pub compression: CompressionConfig,
+    #[serde(default)]
+    pub heterogeneity: HeterogeneityConfig,
+    #[serde(default)]
+    pub device: DeviceConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct RunConfig {
+    /// Run name; the default run directory is `runs/<name>`.
+    pub name: String,
+    /// Epochs over the training set (per worker shard in distributed modes). 0 = no limit.
+    pub epochs: f64,
+    /// Wall-clock budget for training in seconds. 0 = no limit. At least one of
+    /// `epochs` and `time_budget_s` must be > 0.
+    pub time_budget_s: f64,
+    /// Master seed: weights, shuffling, heterogeneity.
+    pub seed: u64,
+    /// Evaluate on the test set every this many epochs (one process). 0 = only at the end.
+    pub eval_every_epochs: f64,
+    /// Distributed modes: snapshot the model every this many seconds; snapshots are
+    /// evaluated after training. 0 = only at the end.
+    pub snapshot_every_s: f64,
+    /// Accuracy (fraction in 0..1) for `time_to_target_s` in the summary.
+    pub target_accuracy: f64,
+    /// Write one CSV row every this many iterations.
+    pub log_every: usize,
+    /// Compute threads per rank.
+    pub threads: usize,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum DatasetKind {
+    Mnist,
+    FashionMnist,
+    Cifar10,
+    Synthetic,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DataConfig {
+    pub dataset: DatasetKind,
+    /// Folder holding the official files (IDX for MNIST/Fashion-MNIST, `*.bin` for CIFAR-10).
+    #[serde(default)]
+    pub dir: String,
+    /// Use only the first N training samples (0 = all).
+    #[serde(default)]
+    pub train_limit: usize,
+    /// Use only the first N test samples (0 = all).
+    #[serde(default)]
+    pub test_limit: usize,
+    /// Synthetic dataset: number of train / test samples, image shape, classes.
+    #[serde(default)]
+    pub synthetic: SyntheticConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct SyntheticConfig {
+    pub train: usize,
+    pub test: usize,
+    pub channels: usize,
+    pub height: usize,
+    pub width: usize,
+    pub classes: usize,
+    /// Standard deviation of the per-pixel noise around each class prototype.
+    pub noise: f32,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModelKind {
+    Lenet5,
+    Mlp,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ModelConfig {
+    pub name: ModelKind,
+    /// Hidden layer widths of the MLP (ignored by other models).
+    #[serde(default = "default_mlp_hidden")]
+    pub mlp_hidden: Vec<usize>,
+}
+
+fn default_mlp_hidden() -> Vec<usize> {
+    vec![128]
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum LrSchedule {
+    Constant,
+    /// Multiply by `lr_decay` at each epoch in `lr_decay_epochs`.
+    Step,
+    /// Cosine from `lr` down to 0 over `run.epochs`.
+    Cosine,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct OptimConfig {
+    pub lr: f64,
+    pub momentum: f64,
+    pub weight_decay: f64,
+    /// Per-worker mini-batch size.
+    pub batch_size: usize,
+    pub lr_schedule: LrSchedule,
+    pub lr_decay: f64,
+    pub lr_decay_epochs: Vec<f64>,
+    /// Linear warm-up of the learning rate over this many epochs (0 = none).
+    pub warmup_epochs: f64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum SyncMode {
+    /// One process, no MPI communication.
+    Single,
+    Bsp,
+    Asp,
+    Ssp,
+    Gssp,
+    Allreduce,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Grouping {
+    Profile,
+    Static,
+}
+
+/// How a gssp server sends sparse (top-k) updates to its peers.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum SparseTransport {
+    /// One contiguous put per peer into a ring in its mailbox window; k values to apply.
+    Mailbox,
+    /// `MPI_Accumulate(SUM)` through an indexed-block datatype into the peer's dense inbox,
+    /// which the peer then drains densely (the scheme of docs/design.md).
+    Accumulate,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct SyncConfig {
+    pub mode: SyncMode,
+    /// SSP staleness bound s (ssp and inside gssp groups). 0 = BSP.
+    pub staleness: usize,
+    /// gssp: number of groups G (= number of group servers, ranks 0..G-1).
+    pub groups: usize,
+    pub grouping: Grouping,
+    /// gssp with `grouping = "profile"`: local iterations each worker times.
+    pub profile_iters: usize,
+    /// gssp with `grouping = "static"`: world ranks of the workers of each group.
+    pub static_groups: Vec<Vec<usize>>,
+    /// gssp: a group server exchanges with its peers every this many applied pushes.
+    pub inter_group_every: usize,
+    /// gssp with top-k: each peer's mailbox holds this many messages of the target ratio's
+    /// size; a sender whose message does not fit keeps it unsent until the peer drains.
+    pub mailbox_messages: usize,
+    /// gssp with top-k: how sparse updates travel (see [`SparseTransport`]).
+    pub sparse_transport: SparseTransport,
+    /// gssp: also apply peers' updates between this server's own exchanges, at the first
+    /// push after they arrive (fresher replicas; costs a drain per arrival).
+    pub drain_on_arrival: bool,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum CompressionKind {
+    Dense,
+    Topk,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum RatioPolicy {
+    Uniform,
+    Speed,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct CompressionConfig {
+    pub kind: CompressionKind,
+    /// Target upload ratio rho (fraction of the model sent per exchange), in (0, 1].
+    pub ratio: f64,
+    pub policy: RatioPolicy,
+    /// Lower clamp of every group's ratio, in (0, ratio].
+    pub ratio_min: f64,
+    /// Ratio decays exponentially from 1 (dense) to its target over this many epochs.
+    pub warmup_epochs: f64,
+    /// Smoothing factor of the speed moving average, in (0, 1].
+    pub speed_ema: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SpeedTier {
+    /// Slowdown factor (>= 1) of the workers in this tier.
+    pub factor: f64,
+    /// How many workers (taken in rank order) are in this tier.
+    pub workers: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct HeterogeneityConfig {
+    /// Slowdown factor per worker (index = worker index, 0-based); empty = use `tiers`
+    /// or all 1.0.
+    pub slowdown: Vec<f64>,
+    /// Speed tiers, assigned to workers in order; mutually exclusive with `slowdown`.
+    pub tiers: Vec<SpeedTier>,
+    /// Pacing unit in seconds: a worker's compute phase lasts at least factor x unit.
+    /// 0 = calibrate the unit from the worker's own uncontended compute time.
+    pub unit_s: f64,
+    /// Per-iteration probability of a transient straggler.
+    pub straggler_prob: f64,
+    /// Extra slowdown factor of a transient straggler iteration (>= 1).
+    pub straggler_factor: f64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeviceKind {
+    Cpu,
+    Cuda,
+    Auto,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct DeviceConfig {
+    pub kind: DeviceKind,
+}
+
+/// Where Fashion-MNIST is looked for when `data.dir` is empty: the folder where Debian/Ubuntu's
+/// `dataset-fashion-mnist` package installs its files.
+pub const FASHION_MNIST_DEFAULT_DIR: &str = "/usr/share/datasets/fashion-mnist";
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        Self {
+            name: "gssp".to_string(),
+            epochs: 1.0,
+            time_budget_s: 0.0,
+            seed: 42,
+            eval_every_epochs: 1.0,
+            snapshot_every_s: 0.0,
+            target_accuracy: 0.98,
+            log_every: 1,
+            threads: 1,
+        }
+    }
+}
+
+impl Default for SyntheticConfig {
+    fn default() -> Self {
+        Self {
+            train: 2048,
+            test: 512,
+            channels: 1,
+            height: 28,
+            width: 28,
+            classes: 10,
+            noise: 0.5,
+        }
+    }
+}
+
+impl Default for OptimConfig {
+    fn default() -> Self {
+        Self {
+            lr: 0.05,
+            momentum: 0.9,
+            weight_decay: 0.0005,
+            batch_size: 64,
+            lr_schedule: LrSchedule::Constant,
+            lr_decay: 0.1,
+            lr_decay_epochs: Vec::new(),
+            warmup_epochs: 0.0,
+        }
+    }
+}
+
+impl Default for SyncConfig {
+    fn default() -> Self {
+        Self {
+            mode: SyncMode::Single,
+            staleness: 3,
+            groups: 1,
+            grouping: Grouping::Profile,
+            profile_iters: 5,
+            static_groups: Vec::new(),
+            inter_group_every: 8,
+            mailbox_messages: 8,
+            sparse_transport: SparseTransport::Mailbox,
+            drain_on_arrival: false,
+        }
+    }
+}
+
+impl Default for CompressionConfig {
+    fn default() -> Self {
+        Self {
+            kind: CompressionKind::Dense,
+            ratio: 0.01,
+            policy: RatioPolicy::Speed,
+            ratio_min: 0.001,
+            warmup_epochs: 0.0,
+            speed_ema: 0.2,
+        }
+    }
+}
+
+impl Default for HeterogeneityConfig {
+    fn default() -> Self {
+        Self {
+            slowdown: Vec::new(),
+            tiers: Vec::new(),
+            unit_s: 0.0,
+            straggler_prob: 0.0,
+            straggler_factor: 1.0,
+        }
+    }
+}
+
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        Self {
+            kind: DeviceKind::Auto,
+        }
+    }
+}
+
+impl DataConfig {
+    /// The folder to read the dataset from: `dir`, or for Fashion-MNIST with an empty `dir`
+    /// the system-wide copy at [`FASHION_MNIST_DEFAULT_DIR`].
+    pub fn resolved_dir(&self) -> PathBuf {
+        if self.dir.is_empty() && self.dataset == DatasetKind::FashionMnist {
+            PathBuf::from(FASHION_MNIST_DEFAULT_DIR)
+        } else {
+            PathBuf::from(&self.dir)
+        }
+    }
+}
+
+/// A configuration problem. `Display` is the single line the CLI prints.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {}: {source}", .path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The text is not TOML; `location` is `source:line:column` (or just `source`).
+    #[error("{location}: invalid TOML: {message}")]
+    Syntax { location: String, message: String },
+    /// A `dotted.key=VALUE` override that cannot be applied.
+    #[error("invalid override `{text}`: {reason}")]
+    Override { text: String, reason: String },
+    /// A key the schema does not have, named by its full dotted path.
+    #[error("{origin}: unknown key {key} (allowed there: {allowed})")]
+    UnknownKey {
+        origin: String,
+        key: String,
+        allowed: String,
+    },
+    /// A value of the wrong type (or a missing required key); `key` is empty at the top level.
+    #[error("{origin}: {}{message}", if .key.is_empty() { String::new() } else { format!("{}: ", .key) })]
+    Type {
+        origin: String,
+        key: String,
+        message: String,
+    },
+    /// A value outside its allowed range.
+    #[error("{key}: must be {requirement}, got {got}")]
+    Invalid {
+        key: String,
+        requirement: String,
+        got: String,
+    },
+}
+
+impl Config {
+    /// Reads `path`, applies `overrides` (`dotted.key=VALUE`) and deserialises. Does not run
+    /// [`Config::validate`]; callers validate the resolved config once, after all overrides.
+    pub fn load(path: &Path, overrides: &[String]) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_str_with_overrides(&text, &path.display().to_string(), overrides)
+    }
+
+    /// Parses TOML `text` (named `source` in errors), applies `overrides` to the parsed tree
+    /// and deserialises the result, so an override is checked exactly like a file value.
+    ///
+    /// An override's VALUE is read as a TOML value (`2`, `0.5`, `true`, `[[2,3],[4]]`,
+    /// `{ train = 10 }`, `"quoted"`) when it parses as one, otherwise as a bare string
+    /// (`/scratch/mnist`, `ssp`). Intermediate tables are created as needed.
+    pub fn from_str_with_overrides(
+        text: &str,
+        source: &str,
+        overrides: &[String],
+    ) -> Result<Config, ConfigError> {
+        let mut root: Table = toml::from_str(text).map_err(|e| syntax_error(text, source, &e))?;
+        let schema = schema();
+        // Check the file before the overrides so an unknown key is blamed on the right origin.
+        check_known_keys(&root, &schema, "", source)?;
+        for text in overrides {
+            apply_override(&mut root, text)?;
+        }
+        if !overrides.is_empty() {
+            check_known_keys(&root, &schema, "", "override")?;
+        }
+        Value::Table(root)
+            .try_into()
+            .map_err(|e| type_error(source, overrides, &e))
+    }
+
+    /// The resolved config as TOML, as written to the run directory. It loads back to an
+    /// equal `Config`.
+    pub fn to_toml_string(&self) -> String {
+        // Every field is a string, number, bool, array or table, all of which TOML can hold.
+        toml::to_string_pretty(self).expect("Config fields are all representable in TOML")
+    }
+
+    /// Number of server ranks the sync mode uses (ranks `0..num_servers()`).
+    pub fn num_servers(&self) -> usize {
+        match self.sync.mode {
+            SyncMode::Single | SyncMode::Allreduce => 0,
+            SyncMode::Bsp | SyncMode::Asp | SyncMode::Ssp => 1,
+            SyncMode::Gssp => self.sync.groups,
+        }
+    }
+
+    /// Number of worker ranks in a world of `world_size` ranks (all ranks that are not servers).
+    pub fn num_workers(&self, world_size: usize) -> usize {
+        world_size.saturating_sub(self.num_servers())
+    }
+}
+
+/// The name a config file uses for `value`: serde's name of a unit variant (`"fashion-mnist"`
+/// for [`DatasetKind::FashionMnist`]), so it cannot drift from what the config accepts.
+fn config_name<T: Serialize>(value: &T) -> String {
+    match Value::try_from(value) {
+        Ok(Value::String(name)) => name,
+        other => unreachable!("a config enum serialises to its variant name, got {other:?}"),
+    }
+}
+
+/// `Display` of the config's enums: the name a config file uses for the value (its serde
+/// name), e.g. `sync.mode = "allreduce"` displays as `allreduce`.
+macro_rules! display_as_config_name {
+    ($($t:ty),* $(,)?) => {$(
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&config_name(self))
+            }
+        }
+    )*};
+}
+
+display_as_config_name!(
+    DatasetKind,
+    ModelKind,
+    LrSchedule,
+    SyncMode,
+    Grouping,
+    SparseTransport,
+    CompressionKind,
+    RatioPolicy,
+    DeviceKind,
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(super) const MINIMAL: &str = "[data]\ndataset = \"synthetic\"\n[model]\nname = \"mlp\"\n";
+
+    /// The minimal config with `overrides` applied.
+    pub(super) fn with(overrides: &[&str]) -> Result<Config, ConfigError> {
+        let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+        Config::from_str_with_overrides(MINIMAL, "test.toml", &overrides)
+    }
+
+    pub(super) fn example_path() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/example.toml")
+    }
+
+    /// Every variant of every config enum displays as the name the config accepts for it.
+    #[test]
+    fn enum_names_round_trip_through_serde() {
+        fn check<T>(all: &[T]) -> Vec<String>
+        where
+            T: Serialize
+                + serde::de::DeserializeOwned
+                + std::fmt::Display
+                + PartialEq
+                + std::fmt::Debug,
+        {
+            all.iter()
+                .map(|v| {
+                    let name = v.to_string();
+                    let back: T = Value::String(name.clone())
+                        .try_into()
+                        .unwrap_or_else(|e| panic!("{name} does not load back: {e}"));
+                    assert_eq!(&back, v, "{name}");
+                    name
+                })
+                .collect()
+        }
+        use DatasetKind as D;
+        use SyncMode as M;
+        assert_eq!(
+            check(&[M::Single, M::Bsp, M::Asp, M::Ssp, M::Gssp, M::Allreduce]),
+            ["single", "bsp", "asp", "ssp", "gssp", "allreduce"]
+        );
+        assert_eq!(
+            check(&[D::Mnist, D::FashionMnist, D::Cifar10, D::Synthetic]),
+            ["mnist", "fashion-mnist", "cifar10", "synthetic"]
+        );
+        check(&[ModelKind::Lenet5, ModelKind::Mlp]);
+        check(&[LrSchedule::Constant, LrSchedule::Step, LrSchedule::Cosine]);
+        check(&[Grouping::Profile, Grouping::Static]);
+        check(&[SparseTransport::Mailbox, SparseTransport::Accumulate]);
+        check(&[CompressionKind::Dense, CompressionKind::Topk]);
+        check(&[RatioPolicy::Uniform, RatioPolicy::Speed]);
+        check(&[DeviceKind::Cpu, DeviceKind::Cuda, DeviceKind::Auto]);
+    }
+
+    #[test]
+    fn minimal_config_gets_defaults_and_validates() {
+        let cfg = with(&[]).unwrap();
+        assert_eq!(cfg.run, RunConfig::default());
+        assert_eq!(cfg.run.name, "gssp");
+        assert_eq!(cfg.optim.lr, 0.05);
+        assert_eq!(cfg.sync.mode, SyncMode::Single);
+        assert_eq!(cfg.sync.staleness, 3);
+        assert_eq!(cfg.compression.policy, RatioPolicy::Speed);
+        assert_eq!(cfg.heterogeneity.straggler_factor, 1.0);
+        assert_eq!(cfg.device.kind, DeviceKind::Auto);
+        assert_eq!(cfg.data.synthetic.noise, 0.5);
+        assert_eq!(cfg.model.mlp_hidden, vec![128]);
+        cfg.validate().unwrap();
+        cfg.validate_for_world(1).unwrap();
+    }
+
+    #[test]
+    fn example_toml_loads_validates_and_matches_defaults() {
+        let cfg = Config::load(&example_path(), &[]).unwrap();
+        cfg.validate().unwrap();
+        cfg.validate_for_world(1).unwrap();
+        // The example documents the defaults, so it must equal a config that sets nothing.
+        assert_eq!(cfg, with(&[]).unwrap());
+    }
+
+    #[test]
+    fn lenet5_mnist_config_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/lenet5_mnist.toml");
+        let cfg = Config::load(&path, &[]).unwrap();
+        cfg.validate_for_world(1).unwrap();
+        assert_eq!(cfg.model.name, ModelKind::Lenet5);
+        assert_eq!(cfg.data.dataset, DatasetKind::Mnist);
+        assert_eq!(
+            cfg.data.resolved_dir(),
+            PathBuf::from("../shared/data/mnist")
+        );
+        assert_eq!(cfg.optim.batch_size, 64);
+        assert_eq!(cfg.run.epochs, 2.0);
+    }
+
+    #[test]
+    fn missing_file_names_path() {
+        let msg = Config::load(Path::new("/nonexistent/dir/x.toml"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.starts_with("cannot read config file /nonexistent/dir/x.toml: "),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn resolved_dir_defaults_only_for_fashion_mnist() {
+        let cfg = with(&["data.dataset=fashion-mnist"]).unwrap();
+        assert_eq!(
+            cfg.data.resolved_dir(),
+            PathBuf::from("/usr/share/datasets/fashion-mnist")
+        );
+        cfg.validate().unwrap();
+        let cfg = with(&["data.dataset=fashion-mnist", "data.dir=/x"]).unwrap();
+        assert_eq!(cfg.data.resolved_dir(), PathBuf::from("/x"));
+        let cfg = with(&["data.dataset=mnist"]).unwrap();
+        assert_eq!(cfg.data.resolved_dir(), PathBuf::from(""));
+    }
+
+    /// Every rule of `validate`, each broken once, with the exact message.
+
+    #[test]
+    fn to_toml_string_round_trips() {
+        let cfg = with(&[
+            "run.name=roundtrip",
+            "run.epochs=2.5",
+            "data.dataset=mnist",
+            "data.dir=/data/mnist",
+            "data.synthetic.noise=0.1",
+            "model.mlp_hidden=[300, 100]",
+            "optim.lr_schedule=step",
+            "optim.lr_decay_epochs=[1, 2]",
+            "sync.mode=gssp",
+            "sync.groups=2",
+            "sync.grouping=static",
+            "sync.static_groups=[[2,3],[4]]",
+            "compression.kind=topk",
+            "heterogeneity.tiers=[{factor=1, workers=2}, {factor=2.5, workers=1}]",
+            "device.kind=cpu",
+        ])
+        .unwrap();
+        let text = cfg.to_toml_string();
+        let back = Config::from_str_with_overrides(&text, "resolved", &[]).unwrap();
+        assert_eq!(back, cfg, "resolved TOML:\n{text}");
+        assert!(text.contains("name = \"roundtrip\""), "{text}");
+    }
+}

@@ -1,0 +1,473 @@
+//! Validation of a resolved [`Config`]: every rule reports the first problem as
+//! `section.key: must be ..., got VALUE`.
+
+use std::collections::BTreeSet;
+use std::fmt::Display;
+
+use super::{Config, ConfigError, DataConfig, DatasetKind, Grouping, SyncMode};
+use crate::data::MAX_CLASSES;
+
+impl Config {
+    /// Checks every value on its own (independent of the number of ranks); reports the first
+    /// problem as `section.key: must be ..., got VALUE`.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_run()?;
+        self.data.validate()?;
+        for (i, &w) in self.model.mlp_hidden.iter().enumerate() {
+            ensure(w >= 1, &format!("model.mlp_hidden[{i}]"), ">= 1", w)?;
+        }
+        self.validate_optim()?;
+        let s = &self.sync;
+        ensure(s.groups >= 1, "sync.groups", ">= 1", s.groups)?;
+        ensure(
+            s.profile_iters >= 1,
+            "sync.profile_iters",
+            ">= 1",
+            s.profile_iters,
+        )?;
+        ensure(
+            s.inter_group_every >= 1,
+            "sync.inter_group_every",
+            ">= 1",
+            s.inter_group_every,
+        )?;
+        ensure(
+            s.mailbox_messages >= 1,
+            "sync.mailbox_messages",
+            ">= 1",
+            s.mailbox_messages,
+        )?;
+        self.validate_compression()?;
+        self.validate_heterogeneity()
+    }
+
+    fn validate_run(&self) -> Result<(), ConfigError> {
+        let r = &self.run;
+        ensure(
+            !r.name.is_empty() && r.name != "." && r.name != ".." && !r.name.contains(['/', '\\']),
+            "run.name",
+            "a non-empty name without path separators",
+            format!("{:?}", r.name),
+        )?;
+        at_least("run.epochs", r.epochs, 0.0)?;
+        at_least("run.time_budget_s", r.time_budget_s, 0.0)?;
+        ensure(
+            r.epochs > 0.0 || r.time_budget_s > 0.0,
+            "run.epochs",
+            "> 0 when run.time_budget_s is 0 (set at least one limit)",
+            r.epochs,
+        )?;
+        at_least("run.eval_every_epochs", r.eval_every_epochs, 0.0)?;
+        at_least("run.snapshot_every_s", r.snapshot_every_s, 0.0)?;
+        in_unit_interval("run.target_accuracy", r.target_accuracy)?;
+        ensure(r.log_every >= 1, "run.log_every", ">= 1", r.log_every)?;
+        ensure(r.threads >= 1, "run.threads", ">= 1", r.threads)
+    }
+
+    fn validate_optim(&self) -> Result<(), ConfigError> {
+        let o = &self.optim;
+        positive("optim.lr", o.lr)?;
+        finite("optim.momentum", o.momentum)?;
+        ensure(
+            (0.0..1.0).contains(&o.momentum),
+            "optim.momentum",
+            "in [0, 1)",
+            o.momentum,
+        )?;
+        at_least("optim.weight_decay", o.weight_decay, 0.0)?;
+        ensure(o.batch_size >= 1, "optim.batch_size", ">= 1", o.batch_size)?;
+        in_unit_interval("optim.lr_decay", o.lr_decay)?;
+        let mut previous = None;
+        for (i, &e) in o.lr_decay_epochs.iter().enumerate() {
+            let key = format!("optim.lr_decay_epochs[{i}]");
+            at_least(&key, e, 0.0)?;
+            if let Some(p) = previous {
+                ensure(
+                    e > p,
+                    &key,
+                    &format!("> the previous entry {p} (strictly ascending)"),
+                    e,
+                )?;
+            }
+            previous = Some(e);
+        }
+        at_least("optim.warmup_epochs", o.warmup_epochs, 0.0)
+    }
+
+    fn validate_compression(&self) -> Result<(), ConfigError> {
+        let c = &self.compression;
+        in_unit_interval("compression.ratio", c.ratio)?;
+        finite("compression.ratio_min", c.ratio_min)?;
+        ensure(
+            c.ratio_min > 0.0 && c.ratio_min <= c.ratio,
+            "compression.ratio_min",
+            &format!("in (0, compression.ratio = {}]", c.ratio),
+            c.ratio_min,
+        )?;
+        at_least("compression.warmup_epochs", c.warmup_epochs, 0.0)?;
+        in_unit_interval("compression.speed_ema", c.speed_ema)
+    }
+
+    fn validate_heterogeneity(&self) -> Result<(), ConfigError> {
+        let h = &self.heterogeneity;
+        for (i, &f) in h.slowdown.iter().enumerate() {
+            at_least(&format!("heterogeneity.slowdown[{i}]"), f, 1.0)?;
+        }
+        for (i, t) in h.tiers.iter().enumerate() {
+            at_least(&format!("heterogeneity.tiers[{i}].factor"), t.factor, 1.0)?;
+            ensure(
+                t.workers >= 1,
+                &format!("heterogeneity.tiers[{i}].workers"),
+                ">= 1",
+                t.workers,
+            )?;
+        }
+        ensure(
+            h.slowdown.is_empty() || h.tiers.is_empty(),
+            "heterogeneity.tiers",
+            "empty when heterogeneity.slowdown is set (use one or the other)",
+            format!("{} tiers", h.tiers.len()),
+        )?;
+        at_least("heterogeneity.unit_s", h.unit_s, 0.0)?;
+        finite("heterogeneity.straggler_prob", h.straggler_prob)?;
+        ensure(
+            (0.0..=1.0).contains(&h.straggler_prob),
+            "heterogeneity.straggler_prob",
+            "in [0, 1]",
+            h.straggler_prob,
+        )?;
+        at_least("heterogeneity.straggler_factor", h.straggler_factor, 1.0)
+    }
+
+    /// Runs [`Config::validate`], then checks what depends on the MPI world size: enough
+    /// ranks for the mode's servers and workers, a static grouping that covers every worker
+    /// exactly once, and one slowdown factor per worker.
+    pub fn validate_for_world(&self, world_size: usize) -> Result<(), ConfigError> {
+        self.validate()?;
+        ensure(world_size >= 1, "world size", ">= 1", world_size)?;
+        let mode = self.sync.mode;
+        let name = mode;
+        match mode {
+            SyncMode::Single => ensure(
+                world_size == 1,
+                "sync.mode",
+                &format!(
+                    "a distributed mode (bsp, asp, ssp, gssp or allreduce) to run on {world_size} ranks"
+                ),
+                name,
+            )?,
+            SyncMode::Bsp | SyncMode::Asp | SyncMode::Ssp | SyncMode::Gssp => ensure(
+                world_size >= 2,
+                "sync.mode",
+                &format!(
+                    "single or allreduce on 1 rank ({name} needs server rank 0 plus at least one worker rank)"
+                ),
+                name,
+            )?,
+            SyncMode::Allreduce => {}
+        }
+        if mode == SyncMode::Gssp {
+            self.validate_groups(world_size)?;
+        }
+        let workers = self.num_workers(world_size);
+        let h = &self.heterogeneity;
+        if !h.slowdown.is_empty() {
+            ensure(
+                h.slowdown.len() == workers,
+                "heterogeneity.slowdown",
+                &format!("one factor per worker ({workers} workers on {world_size} ranks)"),
+                format!("{} factors", h.slowdown.len()),
+            )?;
+        }
+        if !h.tiers.is_empty() {
+            let total: usize = h.tiers.iter().map(|t| t.workers).sum();
+            ensure(
+                total == workers,
+                "heterogeneity.tiers",
+                &format!(
+                    "tiers whose worker counts sum to {workers} ({workers} workers on {world_size} ranks)"
+                ),
+                format!("{total} workers in total"),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn validate_groups(&self, world_size: usize) -> Result<(), ConfigError> {
+        let groups = self.sync.groups;
+        ensure(
+            world_size >= 2 * groups,
+            "sync.groups",
+            &format!(
+                "<= {} on {world_size} ranks (each group server needs at least one worker)",
+                world_size / 2
+            ),
+            groups,
+        )?;
+        if self.sync.grouping != Grouping::Static {
+            return Ok(());
+        }
+        let lists = &self.sync.static_groups;
+        ensure(
+            lists.len() == groups,
+            "sync.static_groups",
+            &format!("exactly sync.groups = {groups} lists of worker ranks"),
+            format!("{} lists", lists.len()),
+        )?;
+        let last = world_size - 1;
+        let mut seen = BTreeSet::new();
+        for (i, list) in lists.iter().enumerate() {
+            let key = format!("sync.static_groups[{i}]");
+            ensure(
+                !list.is_empty(),
+                &key,
+                "a non-empty list of worker ranks",
+                "[]",
+            )?;
+            for &rank in list {
+                ensure(
+                    (groups..world_size).contains(&rank),
+                    &key,
+                    &format!("worker ranks in {groups}..={last} (ranks 0..{groups} are servers)"),
+                    rank,
+                )?;
+                ensure(
+                    seen.insert(rank),
+                    "sync.static_groups",
+                    "a list that holds each worker rank exactly once",
+                    format!("rank {rank} more than once"),
+                )?;
+            }
+        }
+        if let Some(missing) = (groups..world_size).find(|r| !seen.contains(r)) {
+            return Err(invalid(
+                "sync.static_groups",
+                &format!("a list that holds every worker rank {groups}..={last}"),
+                format!("no group for rank {missing}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl DataConfig {
+    /// The `[data]` rules of [`Config::validate`]: a folder for the datasets that need one, and
+    /// a synthetic set the generator can make (at most [`MAX_CLASSES`] classes, since labels
+    /// are bytes). [`crate::data::load`] runs this too, for callers that did not validate.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if matches!(self.dataset, DatasetKind::Mnist | DatasetKind::Cifar10) {
+            ensure(
+                !self.dir.trim().is_empty(),
+                "data.dir",
+                &format!("the dataset folder (required for dataset {})", self.dataset),
+                format!("{:?}", self.dir),
+            )?;
+        }
+        let s = &self.synthetic;
+        for (key, v) in [
+            ("data.synthetic.train", s.train),
+            ("data.synthetic.test", s.test),
+            ("data.synthetic.channels", s.channels),
+            ("data.synthetic.height", s.height),
+            ("data.synthetic.width", s.width),
+        ] {
+            ensure(v >= 1, key, ">= 1", v)?;
+        }
+        ensure(
+            (1..=MAX_CLASSES).contains(&s.classes),
+            "data.synthetic.classes",
+            &format!("in 1..={MAX_CLASSES}"),
+            s.classes,
+        )?;
+        at_least("data.synthetic.noise", f64::from(s.noise), 0.0)
+    }
+}
+
+fn invalid(key: &str, requirement: &str, got: impl Display) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_string(),
+        requirement: requirement.to_string(),
+        got: got.to_string(),
+    }
+}
+
+fn ensure(ok: bool, key: &str, requirement: &str, got: impl Display) -> Result<(), ConfigError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(key, requirement, got))
+    }
+}
+
+/// NaN and infinities slip through range comparisons, so every float is checked first.
+fn finite(key: &str, v: f64) -> Result<(), ConfigError> {
+    ensure(v.is_finite(), key, "a finite number", v)
+}
+
+fn at_least(key: &str, v: f64, min: f64) -> Result<(), ConfigError> {
+    finite(key, v)?;
+    ensure(v >= min, key, &format!(">= {min}"), v)
+}
+
+fn positive(key: &str, v: f64) -> Result<(), ConfigError> {
+    finite(key, v)?;
+    ensure(v > 0.0, key, "> 0", v)
+}
+
+fn in_unit_interval(key: &str, v: f64) -> Result<(), ConfigError> {
+    finite(key, v)?;
+    ensure(v > 0.0 && v <= 1.0, key, "in (0, 1]", v)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::tests::with;
+
+    #[test]
+    fn each_validation_rule_has_its_message() {
+        let cases: &[(&[&str], &str)] = &[
+            (&["run.name=\"\""], "run.name: must be a non-empty name without path separators, got \"\""),
+            (&["run.name=\"a/b\""], "run.name: must be a non-empty name without path separators, got \"a/b\""),
+            (&["run.epochs=-1"], "run.epochs: must be >= 0, got -1"),
+            (&["run.epochs=nan"], "run.epochs: must be a finite number, got NaN"),
+            (&["run.time_budget_s=-5"], "run.time_budget_s: must be >= 0, got -5"),
+            (&["run.epochs=0"], "run.epochs: must be > 0 when run.time_budget_s is 0 (set at least one limit), got 0"),
+            (&["run.eval_every_epochs=-1"], "run.eval_every_epochs: must be >= 0, got -1"),
+            (&["run.snapshot_every_s=-1"], "run.snapshot_every_s: must be >= 0, got -1"),
+            (&["run.target_accuracy=0"], "run.target_accuracy: must be in (0, 1], got 0"),
+            (&["run.target_accuracy=1.5"], "run.target_accuracy: must be in (0, 1], got 1.5"),
+            (&["run.log_every=0"], "run.log_every: must be >= 1, got 0"),
+            (&["run.threads=0"], "run.threads: must be >= 1, got 0"),
+            (&["data.dataset=mnist"], "data.dir: must be the dataset folder (required for dataset mnist), got \"\""),
+            (&["data.dataset=cifar10", "data.dir=' '"], "data.dir: must be the dataset folder (required for dataset cifar10), got \" \""),
+            (&["data.synthetic.train=0"], "data.synthetic.train: must be >= 1, got 0"),
+            (&["data.synthetic.test=0"], "data.synthetic.test: must be >= 1, got 0"),
+            (&["data.synthetic.channels=0"], "data.synthetic.channels: must be >= 1, got 0"),
+            (&["data.synthetic.height=0"], "data.synthetic.height: must be >= 1, got 0"),
+            (&["data.synthetic.width=0"], "data.synthetic.width: must be >= 1, got 0"),
+            (&["data.synthetic.classes=0"], "data.synthetic.classes: must be in 1..=256, got 0"),
+            (&["data.synthetic.classes=257"], "data.synthetic.classes: must be in 1..=256, got 257"),
+            (&["data.synthetic.noise=-0.5"], "data.synthetic.noise: must be >= 0, got -0.5"),
+            (&["model.mlp_hidden=[64, 0]"], "model.mlp_hidden[1]: must be >= 1, got 0"),
+            (&["optim.lr=-0.1"], "optim.lr: must be > 0, got -0.1"),
+            (&["optim.lr=0"], "optim.lr: must be > 0, got 0"),
+            (&["optim.lr=inf"], "optim.lr: must be a finite number, got inf"),
+            (&["optim.momentum=1"], "optim.momentum: must be in [0, 1), got 1"),
+            (&["optim.momentum=-0.1"], "optim.momentum: must be in [0, 1), got -0.1"),
+            (&["optim.weight_decay=-1e-4"], "optim.weight_decay: must be >= 0, got -0.0001"),
+            (&["optim.batch_size=0"], "optim.batch_size: must be >= 1, got 0"),
+            (&["optim.lr_decay=0"], "optim.lr_decay: must be in (0, 1], got 0"),
+            (&["optim.lr_decay=2"], "optim.lr_decay: must be in (0, 1], got 2"),
+            (&["optim.lr_decay_epochs=[-1]"], "optim.lr_decay_epochs[0]: must be >= 0, got -1"),
+            (&["optim.lr_decay_epochs=[5, 3]"], "optim.lr_decay_epochs[1]: must be > the previous entry 5 (strictly ascending), got 3"),
+            (&["optim.warmup_epochs=-1"], "optim.warmup_epochs: must be >= 0, got -1"),
+            (&["sync.groups=0"], "sync.groups: must be >= 1, got 0"),
+            (&["sync.profile_iters=0"], "sync.profile_iters: must be >= 1, got 0"),
+            (&["sync.inter_group_every=0"], "sync.inter_group_every: must be >= 1, got 0"),
+            (&["sync.mailbox_messages=0"], "sync.mailbox_messages: must be >= 1, got 0"),
+            (&["compression.ratio=0"], "compression.ratio: must be in (0, 1], got 0"),
+            (&["compression.ratio=1.01"], "compression.ratio: must be in (0, 1], got 1.01"),
+            (&["compression.ratio_min=0.5"], "compression.ratio_min: must be in (0, compression.ratio = 0.01], got 0.5"),
+            (&["compression.ratio_min=0"], "compression.ratio_min: must be in (0, compression.ratio = 0.01], got 0"),
+            (&["compression.warmup_epochs=-2"], "compression.warmup_epochs: must be >= 0, got -2"),
+            (&["compression.speed_ema=0"], "compression.speed_ema: must be in (0, 1], got 0"),
+            (&["heterogeneity.slowdown=[1, 0.5]"], "heterogeneity.slowdown[1]: must be >= 1, got 0.5"),
+            (&["heterogeneity.slowdown=[inf]"], "heterogeneity.slowdown[0]: must be a finite number, got inf"),
+            (&["heterogeneity.tiers=[{factor=0.9, workers=1}]"], "heterogeneity.tiers[0].factor: must be >= 1, got 0.9"),
+            (&["heterogeneity.tiers=[{factor=2, workers=0}]"], "heterogeneity.tiers[0].workers: must be >= 1, got 0"),
+            (&["heterogeneity.slowdown=[1]", "heterogeneity.tiers=[{factor=2, workers=1}]"], "heterogeneity.tiers: must be empty when heterogeneity.slowdown is set (use one or the other), got 1 tiers"),
+            (&["heterogeneity.unit_s=-1"], "heterogeneity.unit_s: must be >= 0, got -1"),
+            (&["heterogeneity.straggler_prob=1.5"], "heterogeneity.straggler_prob: must be in [0, 1], got 1.5"),
+            (&["heterogeneity.straggler_factor=0.5"], "heterogeneity.straggler_factor: must be >= 1, got 0.5"),
+        ];
+        for (overrides, expected) in cases {
+            let cfg = with(overrides).unwrap_or_else(|e| panic!("{overrides:?}: {e}"));
+            match cfg.validate() {
+                Ok(()) => panic!("{overrides:?} validated, expected `{expected}`"),
+                Err(e) => assert_eq!(e.to_string(), *expected, "case {overrides:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn valid_edge_values_pass() {
+        let cfg = with(&[
+            "run.epochs=0",
+            "run.time_budget_s=60",
+            "run.target_accuracy=1",
+            "optim.momentum=0",
+            "optim.lr_decay=1",
+            "optim.lr_decay_epochs=[0, 2.5]",
+            "sync.staleness=0",
+            "compression.ratio=1",
+            "compression.ratio_min=1",
+            "heterogeneity.straggler_prob=1",
+            "heterogeneity.slowdown=[1, 3.5]",
+        ])
+        .unwrap();
+        cfg.validate().unwrap();
+    }
+
+    fn world_error(overrides: &[&str], world: usize) -> String {
+        let cfg = with(overrides).unwrap();
+        cfg.validate().unwrap();
+        cfg.validate_for_world(world).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn world_rules_have_their_messages() {
+        let cases: &[(&[&str], usize, &str)] = &[
+            (&[], 4, "sync.mode: must be a distributed mode (bsp, asp, ssp, gssp or allreduce) to run on 4 ranks, got single"),
+            (&["sync.mode=bsp"], 1, "sync.mode: must be single or allreduce on 1 rank (bsp needs server rank 0 plus at least one worker rank), got bsp"),
+            (&["sync.mode=ssp"], 1, "sync.mode: must be single or allreduce on 1 rank (ssp needs server rank 0 plus at least one worker rank), got ssp"),
+            (&["sync.mode=gssp", "sync.groups=3"], 5, "sync.groups: must be <= 2 on 5 ranks (each group server needs at least one worker), got 3"),
+            (&["sync.mode=gssp", "sync.groups=2", "sync.grouping=static", "sync.static_groups=[[2,3]]"], 5, "sync.static_groups: must be exactly sync.groups = 2 lists of worker ranks, got 1 lists"),
+            (&["sync.mode=gssp", "sync.groups=2", "sync.grouping=static", "sync.static_groups=[[2,3,4],[]]"], 5, "sync.static_groups[1]: must be a non-empty list of worker ranks, got []"),
+            (&["sync.mode=gssp", "sync.groups=2", "sync.grouping=static", "sync.static_groups=[[1,3],[4]]"], 5, "sync.static_groups[0]: must be worker ranks in 2..=4 (ranks 0..2 are servers), got 1"),
+            (&["sync.mode=gssp", "sync.groups=2", "sync.grouping=static", "sync.static_groups=[[2,3],[4,5]]"], 5, "sync.static_groups[1]: must be worker ranks in 2..=4 (ranks 0..2 are servers), got 5"),
+            (&["sync.mode=gssp", "sync.groups=2", "sync.grouping=static", "sync.static_groups=[[2,3],[3,4]]"], 5, "sync.static_groups: must be a list that holds each worker rank exactly once, got rank 3 more than once"),
+            (&["sync.mode=gssp", "sync.groups=2", "sync.grouping=static", "sync.static_groups=[[2],[4]]"], 5, "sync.static_groups: must be a list that holds every worker rank 2..=4, got no group for rank 3"),
+            (&["sync.mode=bsp", "heterogeneity.slowdown=[1, 2]"], 4, "heterogeneity.slowdown: must be one factor per worker (3 workers on 4 ranks), got 2 factors"),
+            (&["sync.mode=allreduce", "heterogeneity.tiers=[{factor=1, workers=2}, {factor=3, workers=1}]"], 4, "heterogeneity.tiers: must be tiers whose worker counts sum to 4 (4 workers on 4 ranks), got 3 workers in total"),
+        ];
+        for (overrides, world, expected) in cases {
+            assert_eq!(
+                world_error(overrides, *world),
+                *expected,
+                "case {overrides:?} on {world}"
+            );
+        }
+    }
+
+    #[test]
+    fn valid_worlds_pass_and_count_ranks() {
+        let cfg = with(&[]).unwrap();
+        assert_eq!((cfg.num_servers(), cfg.num_workers(1)), (0, 1));
+        let cfg = with(&["sync.mode=allreduce"]).unwrap();
+        cfg.validate_for_world(1).unwrap();
+        cfg.validate_for_world(3).unwrap();
+        assert_eq!((cfg.num_servers(), cfg.num_workers(3)), (0, 3));
+        for mode in ["bsp", "asp", "ssp"] {
+            let cfg = with(&[
+                &format!("sync.mode={mode}"),
+                "heterogeneity.slowdown=[1, 2, 4]",
+            ])
+            .unwrap();
+            cfg.validate_for_world(4).unwrap();
+            assert_eq!((cfg.num_servers(), cfg.num_workers(4)), (1, 3));
+        }
+        let cfg = with(&[
+            "sync.mode=gssp",
+            "sync.groups=2",
+            "sync.grouping=static",
+            "sync.static_groups=[[2,4],[3]]",
+            "heterogeneity.tiers=[{factor=1, workers=2}, {factor=3, workers=1}]",
+        ])
+        .unwrap();
+        cfg.validate_for_world(5).unwrap();
+        assert_eq!((cfg.num_servers(), cfg.num_workers(5)), (2, 3));
+        // Profile grouping ignores static_groups; 2 groups need at least 4 ranks.
+        let cfg = with(&["sync.mode=gssp", "sync.groups=2"]).unwrap();
+        cfg.validate_for_world(4).unwrap();
+    }
+}
