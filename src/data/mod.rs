@@ -263,11 +263,7 @@ pub fn load(cfg: &DataConfig, seed: u64) -> Result<(Dataset, Dataset), DataError
         }
         DatasetKind::Synthetic => {
             let s = &cfg.synthetic;
-            let make = |n, stream| {
-                synthetic(
-                    n, s.channels, s.height, s.width, s.classes, s.noise, seed, stream,
-                )
-            };
+            let make = |n, stream| synthetic(s, n, seed, stream);
             (make(s.train, 0), make(s.test, 1))
         }
     };

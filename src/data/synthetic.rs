@@ -7,6 +7,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::sampler::mix_seed;
 use super::{Dataset, MAX_CLASSES};
+use crate::config::SyntheticConfig;
 
 const PROTOTYPE_TAG: u64 = 0x5052_4f54_4f54_5950; // "PROTOTYP"
 const SAMPLE_TAG: u64 = 0x5341_4d50_4c45_5321; // "SAMPLES!"
@@ -32,7 +33,8 @@ impl Gaussian {
     }
 }
 
-/// Builds `n` samples of shape `channels x height x width` over `classes` classes.
+/// Builds `n` samples of the shape, classes and noise `s` gives (`s.train` and `s.test` are
+/// not read: the caller passes the count as `n`).
 ///
 /// Prototypes (pixel values uniform in [0, 1]) depend only on `seed`, so a train set
 /// (`stream` 0) and a test set (`stream` 1) built with the same seed share them while their
@@ -43,17 +45,9 @@ impl Gaussian {
 ///
 /// # Panics
 /// If `classes` is 0 or above [`MAX_CLASSES`] (`load` validates the config first).
-#[allow(clippy::too_many_arguments)] // mirrors the flat `[data.synthetic]` config keys
-pub fn synthetic(
-    n: usize,
-    channels: usize,
-    height: usize,
-    width: usize,
-    classes: usize,
-    noise: f32,
-    seed: u64,
-    stream: u64,
-) -> Dataset {
+pub fn synthetic(s: &SyntheticConfig, n: usize, seed: u64, stream: u64) -> Dataset {
+    let (channels, height, width) = (s.channels, s.height, s.width);
+    let (classes, noise) = (s.classes, s.noise);
     assert!(
         (1..=MAX_CLASSES).contains(&classes),
         "synthetic: classes must be in 1..={MAX_CLASSES}, got {classes}"
@@ -91,6 +85,24 @@ pub fn synthetic(
 mod tests {
     use super::*;
 
+    /// A `[data.synthetic]` section with this shape, classes and noise.
+    fn shape(
+        channels: usize,
+        height: usize,
+        width: usize,
+        classes: usize,
+        noise: f32,
+    ) -> SyntheticConfig {
+        SyntheticConfig {
+            channels,
+            height,
+            width,
+            classes,
+            noise,
+            ..SyntheticConfig::default()
+        }
+    }
+
     /// Per-class mean image of a dataset, on the [0, 1] scale.
     fn class_means(d: &Dataset) -> Vec<Vec<f32>> {
         let sl = d.sample_len();
@@ -119,8 +131,8 @@ mod tests {
 
     #[test]
     fn deterministic_and_shaped() {
-        let a = synthetic(30, 3, 4, 5, 6, 0.2, 9, 0);
-        let b = synthetic(30, 3, 4, 5, 6, 0.2, 9, 0);
+        let a = synthetic(&shape(3, 4, 5, 6, 0.2), 30, 9, 0);
+        let b = synthetic(&shape(3, 4, 5, 6, 0.2), 30, 9, 0);
         assert_eq!(a, b);
         assert_eq!((a.len(), a.sample_len(), a.pixels.len()), (30, 60, 1800));
         assert_eq!(a.class_counts(), vec![5; 6]);
@@ -129,22 +141,22 @@ mod tests {
 
     #[test]
     fn streams_differ_and_seeds_differ() {
-        let train = synthetic(20, 1, 4, 4, 2, 0.2, 9, 0);
-        let test = synthetic(20, 1, 4, 4, 2, 0.2, 9, 1);
+        let train = synthetic(&shape(1, 4, 4, 2, 0.2), 20, 9, 0);
+        let test = synthetic(&shape(1, 4, 4, 2, 0.2), 20, 9, 1);
         assert_ne!(train.pixels, test.pixels);
-        let other = synthetic(20, 1, 4, 4, 2, 0.2, 10, 0);
+        let other = synthetic(&shape(1, 4, 4, 2, 0.2), 20, 10, 0);
         assert_ne!(train.pixels, other.pixels);
         // Without noise the samples are the prototypes themselves: equal across streams.
-        let a = synthetic(4, 1, 4, 4, 2, 0.0, 9, 0);
-        let b = synthetic(4, 1, 4, 4, 2, 0.0, 9, 1);
+        let a = synthetic(&shape(1, 4, 4, 2, 0.0), 4, 9, 0);
+        let b = synthetic(&shape(1, 4, 4, 2, 0.0), 4, 9, 1);
         assert_eq!(a.pixels, b.pixels);
     }
 
     #[test]
     fn noise_has_the_requested_spread() {
         let noise = 0.1;
-        let clean = synthetic(10, 1, 16, 16, 10, 0.0, 3, 0);
-        let noisy = synthetic(10, 1, 16, 16, 10, noise, 3, 0);
+        let clean = synthetic(&shape(1, 16, 16, 10, 0.0), 10, 3, 0);
+        let noisy = synthetic(&shape(1, 16, 16, 10, noise), 10, 3, 0);
         let (mut sum, mut count) = (0f64, 0usize);
         for (&c, &n) in clean.pixels.iter().zip(&noisy.pixels) {
             // Skip pixels near the clamp, where the spread is cut.
@@ -160,8 +172,8 @@ mod tests {
     #[test]
     fn test_set_is_learnable_from_train_set() {
         // Nearest class mean learned on train classifies the test stream well.
-        let train = synthetic(400, 1, 8, 8, 10, 0.4, 5, 0);
-        let test = synthetic(200, 1, 8, 8, 10, 0.4, 5, 1);
+        let train = synthetic(&shape(1, 8, 8, 10, 0.4), 400, 5, 0);
+        let test = synthetic(&shape(1, 8, 8, 10, 0.4), 200, 5, 1);
         let means = class_means(&train);
         let sl = test.sample_len();
         let correct = (0..test.len())

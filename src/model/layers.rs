@@ -144,20 +144,34 @@ pub fn forward(
     }
 }
 
+/// One layer's activations over a batch, as its backward pass uses them.
+pub struct BackwardIo<'a> {
+    /// The gradient with respect to the layer's input, written when given (the first layer
+    /// of a network does not need it).
+    pub dinp: Option<&'a mut [f32]>,
+    /// The gradient with respect to its output.
+    pub dout: &'a [f32],
+    /// Its forward pass's input and output.
+    pub inp: &'a [f32],
+    pub out: &'a [f32],
+}
+
 /// Backward of one layer over `n` samples: accumulates parameter gradients into `grads`
-/// and writes the input gradient when `dinp` is given.
-#[allow(clippy::too_many_arguments)]
+/// and writes the input gradient when `io.dinp` is given.
 pub fn backward(
     layer: &Layer,
-    dinp: Option<&mut [f32]>,
-    dout: &[f32],
-    inp: &[f32],
-    out: &[f32],
+    io: BackwardIo<'_>,
     params: &[f32],
     grads: &mut [f32],
     s: &mut LayerScratch,
     n: usize,
 ) {
+    let BackwardIo {
+        dinp,
+        dout,
+        inp,
+        out,
+    } = io;
     match layer {
         Layer::Conv2d {
             geom,

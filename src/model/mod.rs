@@ -219,12 +219,15 @@ impl Network {
                 &self.outs[i - 1][..n * self.out_lens[i - 1]]
             };
             let len = n * self.out_lens[i];
+            let io = layers::BackwardIo {
+                dinp,
+                dout: &drest[0][..len],
+                inp,
+                out: &self.outs[i][..len],
+            };
             layers::backward(
                 &self.layers[i],
-                dinp,
-                &drest[0][..len],
-                inp,
-                &self.outs[i][..len],
+                io,
                 &self.params,
                 &mut self.grads,
                 &mut self.scratch[i],
