@@ -1,15 +1,23 @@
-//! One-sided communication: a window of `f32` or `u32` per rank with passive-target epochs.
+//! One-sided communication: a window of `f32` or `u32` per rank, inside one passive-target
+//! epoch that lasts from creation to free.
 //!
-//! The borrow checker enforces MPI's rules:
-//! * An [`Epoch`] (`MPI_Win_lock` .. `MPI_Win_unlock` on one target) borrows every origin buffer
-//!   given to it until it ends: values passed to [`Epoch::put`]/[`Epoch::accumulate_sum`] cannot be
-//!   modified, and the buffer given to [`Epoch::get`] cannot be read, before the unlock that
-//!   completes the operations.
-//! * Own memory is reachable only through [`Window::lock_local`], which holds an exclusive lock on
-//!   this rank and borrows the window mutably, so no epoch and no second view can coexist with it.
+//! Every rank opens `MPI_Win_lock_all` on its window right after creating it and closes it
+//! just before freeing it, so no operation pays for a lock round trip. Operations on one
+//! target go through an [`Access`], which ends with `MPI_Win_flush` on that target: when
+//! [`Access::flush`] returns, its operations are complete at the origin and at the target.
+//! The borrow checker enforces MPI's buffer rules: values given to [`Access::put`] or an
+//! accumulate cannot be modified, and the buffer given to [`Access::get`] or
+//! [`Access::fetch`] cannot be read, before that flush.
 //!
-//! Only `lock`/`unlock` may wait for other ranks (as MPI defines passive target); no call here
-//! needs the target to take part.
+//! A rank reaches its own window the same way (an [`Access`] to itself), because inside a
+//! shared epoch plain loads and stores would race with the peers' operations. Accumulates
+//! and [`Access::fetch`] are element-wise atomic with respect to each other (same datatype),
+//! so a counter or an inbox that several ranks update is read and changed with them; `put`
+//! and `get` are for memory that only one rank writes while the other reads elsewhere.
+//! Operations of one [`Access`] are not ordered with each other beyond what MPI guarantees
+//! for accumulates to the same location: flush between two that must arrive in order.
+//!
+//! No call here needs the target to take part.
 
 use super::sealed::CommHandle;
 use super::Collectives;
@@ -46,34 +54,16 @@ impl Element for u32 {
     }
 }
 
-/// Lock type of a passive-target epoch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LockKind {
-    /// `MPI_LOCK_SHARED`: concurrent with other shared epochs (accumulates stay element-atomic).
-    Shared,
-    /// `MPI_LOCK_EXCLUSIVE`: no other epoch on the target meanwhile.
-    Exclusive,
-}
-
-impl LockKind {
-    fn raw(self) -> c_int {
-        match self {
-            LockKind::Shared => ffi::MPI_LOCK_SHARED as c_int,
-            LockKind::Exclusive => ffi::MPI_LOCK_EXCLUSIVE as c_int,
-        }
-    }
-}
-
 /// The window's memory, allocated by MPI (`MPI_Win_allocate`) and freed by `MPI_Win_free`.
-/// A raw pointer, because MPI may write it at any time and no Rust reference to it may exist
-/// outside a [`LocalEpoch`].
+/// A raw pointer, because MPI may write it at any time, so no Rust reference to it may exist
+/// (this rank reaches it through MPI operations, like its peers).
 struct WinMemory<T> {
     base: *mut T,
     len: usize,
 }
 
 /// An RMA window over `len` elements owned by this rank (same `len` on every rank), zero at
-/// start.
+/// start, inside its passive-target epoch on every rank until it is freed.
 ///
 /// Creating and dropping are collective over the communicator (`MPI_Win_allocate`/`MPI_Win_free`):
 /// all ranks must create and drop their windows together.
@@ -84,6 +74,10 @@ pub struct Window<T: Element = f32> {
     displs: RefCell<Vec<c_int>>,
     /// Valid until `MPI_Win_free`.
     mem: WinMemory<T>,
+    /// `len` zeros: the origin of [`Access::fetch`] (an atomic read is an accumulate of 0).
+    zeros: Vec<T>,
+    /// Whether the window's `MPI_Win_lock_all` epoch is open.
+    epoch_open: bool,
 }
 
 impl<T: Element> Window<T> {
@@ -132,48 +126,47 @@ impl<T: Element> Window<T> {
             comm,
             displs: RefCell::new(Vec::new()),
             mem: WinMemory { base, len: n },
+            zeros: vec![T::default(); n],
+            epoch_open: false,
         };
         // SAFETY: win is live; ERRORS_RETURN is predefined.
         check("MPI_Win_set_errhandler", unsafe {
             ffi::MPI_Win_set_errhandler(window.win, ffi::RSMPI_ERRORS_RETURN)
         })?;
-        // MPI does not zero the allocation: zero it, then let no rank use the window before
-        // every rank has.
-        let mut own = window.lock_local()?;
-        own.fill(T::default());
-        own.unlock()?;
+        // MPI does not zero the allocation: zero it under an exclusive lock on this rank (the
+        // only time the memory is touched directly), then let no rank use the window before
+        // every rank has, then open the epoch that lasts until the window is freed.
+        let me = c_count("Window::create", window.comm.rank)?;
+        // SAFETY: win is live; no epoch is open yet.
+        check("MPI_Win_lock", unsafe {
+            ffi::MPI_Win_lock(ffi::MPI_LOCK_EXCLUSIVE as c_int, me, 0, window.win)
+        })?;
+        // SAFETY: the exclusive lock keeps every other rank out of this memory, which is
+        // `n` elements long and not referenced anywhere else.
+        unsafe { std::slice::from_raw_parts_mut(base, n) }.fill(T::default());
+        // SAFETY: the lock above is open.
+        check("MPI_Win_unlock", unsafe {
+            ffi::MPI_Win_unlock(me, window.win)
+        })?;
         // SAFETY: live communicator.
         check("MPI_Barrier", unsafe { ffi::MPI_Barrier(window.comm.raw) })?;
+        // SAFETY: win is live and no epoch is open on it.
+        check("MPI_Win_lock_all", unsafe {
+            ffi::MPI_Win_lock_all(0, window.win)
+        })?;
+        window.epoch_open = true;
         Ok(window)
     }
 
-    /// Opens a passive-target epoch on `target` (`MPI_Win_lock`); it ends when the returned
-    /// guard is dropped or [`Epoch::unlock`]ed. Several epochs on different targets may be open.
-    pub fn lock<'b>(&self, target: usize, kind: LockKind) -> Result<Epoch<'_, 'b, T>, CommError> {
-        let t = c_rank("Window::lock target", target, self.comm.size)?;
-        // SAFETY: win is live.
-        check("MPI_Win_lock", unsafe {
-            ffi::MPI_Win_lock(kind.raw(), t, 0, self.win)
-        })?;
-        Ok(Epoch {
+    /// Operations on `target` (this rank included) inside the window's epoch; they are
+    /// complete when the returned [`Access`] is flushed (or dropped).
+    pub fn at<'b>(&self, target: usize) -> Result<Access<'_, 'b, T>, CommError> {
+        let target = c_rank("Window::at target", target, self.comm.size)?;
+        Ok(Access {
             window: self,
-            target: t,
-            open: true,
+            target,
+            pending: false,
             _origin: PhantomData,
-        })
-    }
-
-    /// Locks this rank's own window exclusively and gives access to its memory.
-    pub fn lock_local(&mut self) -> Result<LocalEpoch<'_, T>, CommError> {
-        let me = c_count("Window::lock_local", self.comm.rank)?;
-        // SAFETY: win is live.
-        check("MPI_Win_lock", unsafe {
-            ffi::MPI_Win_lock(LockKind::Exclusive.raw(), me, 0, self.win)
-        })?;
-        Ok(LocalEpoch {
-            window: self,
-            me,
-            open: true,
         })
     }
 
@@ -181,7 +174,7 @@ impl<T: Element> Window<T> {
     /// wrote something, for deciding whether to lock at all. It may be stale (a remote write
     /// becomes visible to plain loads eventually in MPI's unified memory model, e.g. osc/sm,
     /// and perhaps only at the next synchronisation otherwise), so act on values only after
-    /// reading them again under [`Window::lock_local`]. `None` when `at` is out of range.
+    /// reading them again with [`Access::fetch`]. `None` when `at` is out of range.
     pub fn peek_local(&self, at: usize) -> Option<T> {
         if at >= self.mem.len {
             return None;
@@ -247,10 +240,20 @@ impl<T: Element> Window<T> {
         if self.win == null || mpi::environment::is_finalized() {
             return Ok(());
         }
-        // SAFETY: win is live and no epoch is open (epochs borrow the window).
+        let unlocked = if self.epoch_open {
+            self.epoch_open = false;
+            // SAFETY: the lock_all epoch opened in `create` is open; no Access is alive
+            // (each borrows the window).
+            check("MPI_Win_unlock_all", unsafe {
+                ffi::MPI_Win_unlock_all(self.win)
+            })
+        } else {
+            Ok(())
+        };
+        // SAFETY: win is live and its epoch is closed.
         let r = check("MPI_Win_free", unsafe { ffi::MPI_Win_free(&mut self.win) });
         self.win = null;
-        r
+        unlocked.and(r)
     }
 
     fn check_range(&self, what: &'static str, offset: usize, len: usize) -> Result<(), CommError> {
@@ -275,29 +278,20 @@ impl<T: Element> Drop for Window<T> {
     }
 }
 
-/// A passive-target access epoch on one target. `'b` is the lifetime of every origin buffer
-/// used in it: they stay borrowed until the epoch ends, when MPI has completed the operations.
-pub struct Epoch<'w, 'b, T: Element = f32> {
+/// Operations on one target inside the window's epoch. `'b` is the lifetime of every origin
+/// buffer used: they stay borrowed until [`Access::flush`] (or the drop, which flushes) has
+/// completed the operations.
+pub struct Access<'w, 'b, T: Element = f32> {
     window: &'w Window<T>,
     target: c_int,
-    open: bool,
+    /// Whether operations were started since the last flush.
+    pending: bool,
     _origin: PhantomData<&'b mut [T]>,
 }
 
-impl<'w, 'b, T: Element> Epoch<'w, 'b, T> {
-    /// Adds `values[i]` to the target's element `indices[i]` with ONE `MPI_Accumulate(SUM)`
-    /// whose target datatype is an indexed block (block length 1) over `indices`, which must be
-    /// unique. To send the same indices to several targets, build the [`Scatter`] once with
-    /// [`Window::scatter`] and use [`Epoch::accumulate_scattered`].
-    pub fn accumulate_sum(&mut self, indices: &[u32], values: &'b [T]) -> Result<(), CommError> {
-        let scatter = self.window.scatter(indices)?;
-        // Dropping `scatter` right after is fine: MPI frees a datatype only once the
-        // operations using it are complete.
-        self.accumulate_scattered(&scatter, values)
-    }
-
+impl<'w, 'b, T: Element> Access<'w, 'b, T> {
     /// Adds `values[i]` to the target's element at the `i`-th index of `scatter`, with one
-    /// `MPI_Accumulate(SUM)`.
+    /// `MPI_Accumulate(SUM)` whose target datatype is the scatter's indexed block.
     pub fn accumulate_scattered(
         &mut self,
         scatter: &Scatter,
@@ -305,21 +299,22 @@ impl<'w, 'b, T: Element> Epoch<'w, 'b, T> {
     ) -> Result<(), CommError> {
         if scatter.window != self.window.win {
             return Err(CommError::Invalid {
-                what: "Epoch::accumulate_scattered",
+                what: "Access::accumulate_scattered",
                 detail: "the scatter was built for another window".into(),
             });
         }
         if values.len() != scatter.len {
             return Err(CommError::Invalid {
-                what: "Epoch::accumulate_scattered",
+                what: "Access::accumulate_scattered",
                 detail: format!("{} indices but {} values", scatter.len, values.len()),
             });
         }
         let Some(dt) = scatter.dt else {
             return Ok(());
         };
-        let count = c_count("Epoch::accumulate_scattered", values.len())?;
-        // SAFETY: values outlives the epoch ('b); dt addresses only elements < len at target.
+        let count = c_count("Access::accumulate_scattered", values.len())?;
+        self.pending = true;
+        // SAFETY: values outlives the flush ('b); dt addresses only elements < len at target.
         check("MPI_Accumulate", unsafe {
             ffi::MPI_Accumulate(
                 values.as_ptr().cast(),
@@ -335,19 +330,17 @@ impl<'w, 'b, T: Element> Epoch<'w, 'b, T> {
         })
     }
 
-    /// Adds `values` to the target's elements `offset..offset + values.len()`.
-    pub fn accumulate_sum_dense(
-        &mut self,
-        offset: usize,
-        values: &'b [T],
-    ) -> Result<(), CommError> {
+    /// Adds `values` to the target's elements `offset..offset + values.len()`
+    /// (`MPI_Accumulate(SUM)`, element-wise atomic).
+    pub fn accumulate_sum(&mut self, offset: usize, values: &'b [T]) -> Result<(), CommError> {
         self.window
-            .check_range("Epoch::accumulate_sum_dense", offset, values.len())?;
+            .check_range("Access::accumulate_sum", offset, values.len())?;
         if values.is_empty() {
             return Ok(());
         }
-        let count = c_count("Epoch::accumulate_sum_dense", values.len())?;
-        // SAFETY: values outlives the epoch ('b); the target range is inside the window.
+        let count = c_count("Access::accumulate_sum", values.len())?;
+        self.pending = true;
+        // SAFETY: values outlives the flush ('b); the target range is inside the window.
         check("MPI_Accumulate", unsafe {
             ffi::MPI_Accumulate(
                 values.as_ptr().cast(),
@@ -363,15 +356,46 @@ impl<'w, 'b, T: Element> Epoch<'w, 'b, T> {
         })
     }
 
+    /// Reads the target's elements `offset..offset + out.len()` into `out` atomically with
+    /// respect to accumulates (`MPI_Get_accumulate` of zeros); `out` is filled at the flush.
+    pub fn fetch(&mut self, offset: usize, out: &'b mut [T]) -> Result<(), CommError> {
+        self.window
+            .check_range("Access::fetch", offset, out.len())?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        let count = c_count("Access::fetch", out.len())?;
+        self.pending = true;
+        // SAFETY: the origin is `count` zeros owned by the window, which outlives this
+        // access; out is exclusively borrowed until the flush completes the operation.
+        check("MPI_Get_accumulate", unsafe {
+            ffi::MPI_Get_accumulate(
+                self.window.zeros.as_ptr().cast(),
+                count,
+                T::datatype(),
+                out.as_mut_ptr().cast(),
+                count,
+                T::datatype(),
+                self.target,
+                offset as ffi::MPI_Aint,
+                count,
+                T::datatype(),
+                ffi::RSMPI_SUM,
+                self.window.win,
+            )
+        })
+    }
+
     /// Writes `values` to the target's elements `offset..offset + values.len()`.
     pub fn put(&mut self, offset: usize, values: &'b [T]) -> Result<(), CommError> {
         self.window
-            .check_range("Epoch::put", offset, values.len())?;
+            .check_range("Access::put", offset, values.len())?;
         if values.is_empty() {
             return Ok(());
         }
-        let count = c_count("Epoch::put", values.len())?;
-        // SAFETY: values outlives the epoch ('b); the target range is inside the window.
+        let count = c_count("Access::put", values.len())?;
+        self.pending = true;
+        // SAFETY: values outlives the flush ('b); the target range is inside the window.
         check("MPI_Put", unsafe {
             ffi::MPI_Put(
                 values.as_ptr().cast(),
@@ -386,15 +410,16 @@ impl<'w, 'b, T: Element> Epoch<'w, 'b, T> {
         })
     }
 
-    /// Reads the target's elements `offset..offset + out.len()` into `out`, which is filled when
-    /// the epoch ends (it stays mutably borrowed until then).
+    /// Reads the target's elements `offset..offset + out.len()` into `out`, which is filled at
+    /// the flush (it stays mutably borrowed until then).
     pub fn get(&mut self, offset: usize, out: &'b mut [T]) -> Result<(), CommError> {
-        self.window.check_range("Epoch::get", offset, out.len())?;
+        self.window.check_range("Access::get", offset, out.len())?;
         if out.is_empty() {
             return Ok(());
         }
-        let count = c_count("Epoch::get", out.len())?;
-        // SAFETY: out is exclusively borrowed for 'b, i.e. until the unlock completes the get.
+        let count = c_count("Access::get", out.len())?;
+        self.pending = true;
+        // SAFETY: out is exclusively borrowed for 'b, i.e. until the flush completes the get.
         check("MPI_Get", unsafe {
             ffi::MPI_Get(
                 out.as_mut_ptr().cast(),
@@ -409,27 +434,28 @@ impl<'w, 'b, T: Element> Epoch<'w, 'b, T> {
         })
     }
 
-    /// Ends the epoch (`MPI_Win_unlock`): all its operations are complete at the origin and the
-    /// target.
-    pub fn unlock(mut self) -> Result<(), CommError> {
-        self.close()
+    /// Completes every operation of this access at the origin and the target
+    /// (`MPI_Win_flush`; nothing to do when none was started).
+    pub fn flush(mut self) -> Result<(), CommError> {
+        self.complete()
     }
 
-    fn close(&mut self) -> Result<(), CommError> {
-        if !self.open {
+    fn complete(&mut self) -> Result<(), CommError> {
+        if !self.pending {
             return Ok(());
         }
-        self.open = false;
-        // SAFETY: an epoch on target is open on win.
-        check("MPI_Win_unlock", unsafe {
-            ffi::MPI_Win_unlock(self.target, self.window.win)
+        self.pending = false;
+        // SAFETY: the window's lock_all epoch is open (from `create` until it is freed,
+        // which this borrow prevents).
+        check("MPI_Win_flush", unsafe {
+            ffi::MPI_Win_flush(self.target, self.window.win)
         })
     }
 }
 
-impl<T: Element> Drop for Epoch<'_, '_, T> {
+impl<T: Element> Drop for Access<'_, '_, T> {
     fn drop(&mut self) {
-        if let Err(e) = self.close() {
+        if let Err(e) = self.complete() {
             eprintln!("error: rank {}: {e}", self.window.comm.rank);
         }
     }
@@ -453,55 +479,6 @@ impl Drop for Scatter {
                 // SAFETY: dt is a datatype created here and freed once.
                 unsafe { ffi::MPI_Type_free(&mut dt) };
             }
-        }
-    }
-}
-
-/// Exclusive access to this rank's own window memory (derefs to `[T]`); unlocks on drop.
-pub struct LocalEpoch<'w, T: Element = f32> {
-    window: &'w mut Window<T>,
-    me: c_int,
-    open: bool,
-}
-
-impl<T: Element> LocalEpoch<'_, T> {
-    /// Ends the exclusive epoch, reporting an MPI error (dropping ignores it).
-    pub fn unlock(mut self) -> Result<(), CommError> {
-        self.close()
-    }
-
-    fn close(&mut self) -> Result<(), CommError> {
-        if !self.open {
-            return Ok(());
-        }
-        self.open = false;
-        // SAFETY: an exclusive epoch on this rank is open on win.
-        check("MPI_Win_unlock", unsafe {
-            ffi::MPI_Win_unlock(self.me, self.window.win)
-        })
-    }
-}
-
-impl<T: Element> std::ops::Deref for LocalEpoch<'_, T> {
-    type Target = [T];
-    fn deref(&self) -> &[T] {
-        // SAFETY: the exclusive lock on this rank keeps other ranks out of this memory, and the
-        // window is mutably borrowed, so this is the only view.
-        unsafe { std::slice::from_raw_parts(self.window.mem.base, self.window.mem.len) }
-    }
-}
-
-impl<T: Element> std::ops::DerefMut for LocalEpoch<'_, T> {
-    fn deref_mut(&mut self) -> &mut [T] {
-        // SAFETY: as for Deref.
-        unsafe { std::slice::from_raw_parts_mut(self.window.mem.base, self.window.mem.len) }
-    }
-}
-
-impl<T: Element> Drop for LocalEpoch<'_, T> {
-    fn drop(&mut self) {
-        if let Err(e) = self.close() {
-            eprintln!("error: rank {}: {e}", self.window.comm.rank);
         }
     }
 }

@@ -30,14 +30,17 @@
 
 use anyhow::{Context, Result};
 
-use crate::comm::rma::{LockKind, Window};
+use crate::comm::rma::Window;
 use crate::comm::{Collectives, SubComm};
 use crate::compress::feedback::PeerView;
 use crate::compress::ratio::{k_for_ratio, RatioSettings, SpeedMeter};
 use crate::compress::topk::TopK;
 use crate::config::{CompressionKind, Config, SparseTransport};
 use crate::metrics::{EvalRow, Snapshots};
-use crate::sync::mailbox::{self, MailboxLayout, CONSUMED, DENSE_FLUSHES, PUSHES, SPEED, WRITTEN};
+use crate::sync::mailbox::{
+    self, MailboxError, MailboxLayout, CONSUMED, DENSE_FLUSHES, HEADER, PUSHES, SENDER_WORDS,
+    SPEED, WRITTEN,
+};
 use crate::sync::ps::ParamServer;
 use crate::sync::server::Exchange;
 
@@ -57,6 +60,12 @@ struct ExchangePhases {
     send_s: f64,
     /// Draining what the peers sent.
     drain_s: f64,
+}
+
+/// What to add to the header words `old` to make them `new` (wrapping, as MPI's sum of
+/// unsigned integers does).
+fn header_delta(old: &[u32; SENDER_WORDS], new: &[u32; SENDER_WORDS]) -> [u32; SENDER_WORDS] {
+    std::array::from_fn(|i| new[i].wrapping_sub(old[i]))
 }
 
 /// Every group but `me` (owns nothing, so loops over it may borrow the exchange mutably).
@@ -103,9 +112,17 @@ pub struct GroupExchange<'c> {
     /// Words written into each peer's ring, and its consumed count when last read.
     written: Vec<u32>,
     peer_consumed: Vec<u32>,
+    /// The header words this server last wrote into its slot at each peer: a new header
+    /// is added as the difference to them, an accumulate, atomic against the peer's reads.
+    sent_header: Vec<[u32; SENDER_WORDS]>,
     /// Words consumed from each peer's ring, and the dense flushes seen from each peer.
     consumed: Vec<u32>,
     dense_seen: Vec<u32>,
+    /// Copies of this server's own mailbox headers and rings, and of its inbox, taken by the
+    /// drain (own memory is read through MPI inside the shared epoch, like a peer's).
+    heads: Vec<[u32; SENDER_WORDS]>,
+    rings_copy: Vec<u32>,
+    inbox_copy: Vec<f32>,
     dense_sent: u32,
     speeds: Vec<f64>,
     peer_pushes: Vec<u64>,
@@ -156,8 +173,12 @@ impl<'c> GroupExchange<'c> {
             msg: Vec::new(),
             written: vec![0; groups],
             peer_consumed: vec![0; groups],
+            sent_header: vec![[0; SENDER_WORDS]; groups],
             consumed: vec![0; groups],
             dense_seen: vec![0; groups],
+            heads: vec![[0; SENDER_WORDS]; groups],
+            rings_copy: vec![0; layout.window_len()],
+            inbox_copy: vec![0.0; n],
             dense_sent: 0,
             speeds: vec![0.0; groups],
             peer_pushes: vec![0; groups],
@@ -188,13 +209,34 @@ impl<'c> GroupExchange<'c> {
     }
 
     /// Header words this server writes into its slot at every peer.
-    fn header(&self, written: u32, own_pushes: u64) -> [u32; 4] {
+    fn header(&self, written: u32, own_pushes: u64) -> [u32; SENDER_WORDS] {
         [
             written,
             (self.meter.speed() as f32).to_bits(),
             own_pushes as u32,
             self.dense_sent,
         ]
+    }
+
+    /// Writes `header` into this server's slot at `peer` (an accumulate of the difference
+    /// to what is there, so that a peer reading its headers meanwhile sees old or new
+    /// words, never a torn one), and with `consumed` reads how far the peer has drained.
+    fn write_header(
+        &mut self,
+        peer: usize,
+        header: [u32; SENDER_WORDS],
+        consumed: bool,
+    ) -> Result<()> {
+        let slot = self.layout.slot(self.me);
+        let delta = header_delta(&self.sent_header[peer], &header);
+        let mut access = self.mail.at(peer)?;
+        access.accumulate_sum(slot + WRITTEN, &delta)?;
+        if consumed {
+            access.fetch(slot + CONSUMED, &mut self.peer_consumed[peer..peer + 1])?;
+        }
+        access.flush()?;
+        self.sent_header[peer] = header;
+        Ok(())
     }
 
     /// Whether every peer's ring has room for `words` (re-reading the consumed count of a
@@ -209,9 +251,9 @@ impl<'c> GroupExchange<'c> {
                 continue;
             }
             let at = self.layout.slot(self.me) + CONSUMED;
-            let mut epoch = self.mail.lock(peer, LockKind::Shared)?;
-            epoch.get(at, &mut self.peer_consumed[peer..peer + 1])?;
-            epoch.unlock()?;
+            let mut access = self.mail.at(peer)?;
+            access.fetch(at, &mut self.peer_consumed[peer..peer + 1])?;
+            access.flush()?;
             if self
                 .layout
                 .room(self.written[peer], self.peer_consumed[peer])
@@ -227,18 +269,19 @@ impl<'c> GroupExchange<'c> {
     /// server's telemetry, and reads back how far each peer has consumed.
     fn send_sparse(&mut self, own_pushes: u64) -> Result<()> {
         mailbox::encode(&self.idx, &self.vals, &mut self.msg);
-        let (ring, slot) = (self.layout.ring(self.me), self.layout.slot(self.me));
+        let ring = self.layout.ring(self.me);
         for peer in peers_of(self.me, self.groups) {
             let pos = self.written[peer];
             let written = pos.wrapping_add(self.msg.len() as u32);
             let header = self.header(written, own_pushes);
-            let mut epoch = self.mail.lock(peer, LockKind::Shared)?;
+            // The message first, completed at the peer by the flush; only then the header
+            // that makes it visible.
+            let mut access = self.mail.at(peer)?;
             for (at, from, len) in self.layout.pieces(pos, self.msg.len()) {
-                epoch.put(ring + at, &self.msg[from..from + len])?;
+                access.put(ring + at, &self.msg[from..from + len])?;
             }
-            epoch.put(slot + WRITTEN, &header)?;
-            epoch.get(slot + CONSUMED, &mut self.peer_consumed[peer..peer + 1])?;
-            epoch.unlock()?;
+            access.flush()?;
+            self.write_header(peer, header, true)?;
             self.written[peer] = written;
             self.bytes_sent += (4 * (self.msg.len() + header.len())) as u64;
         }
@@ -264,25 +307,22 @@ impl<'c> GroupExchange<'c> {
     /// mailbox), so that it drains the inbox.
     fn send_to_inboxes(&mut self, sparse: bool, own_pushes: u64) -> Result<()> {
         self.dense_sent = self.dense_sent.wrapping_add(1);
-        let slot = self.layout.slot(self.me);
         let scatter = if sparse {
             Some(self.inbox.scatter(&self.idx)?)
         } else {
             None
         };
         for peer in peers_of(self.me, self.groups) {
-            let mut epoch = self.inbox.lock(peer, LockKind::Shared)?;
+            let mut access = self.inbox.at(peer)?;
             match &scatter {
-                Some(scatter) => epoch.accumulate_scattered(scatter, &self.vals)?,
-                None => epoch.accumulate_sum_dense(0, &self.vals)?,
+                Some(scatter) => access.accumulate_scattered(scatter, &self.vals)?,
+                None => access.accumulate_sum(0, &self.vals)?,
             }
-            epoch.unlock()?;
-            // After the inbox epoch has completed: a peer that sees the new count finds the
+            access.flush()?;
+            // After the inbox update has completed: a peer that sees the new count finds the
             // values there.
             let header = self.header(self.written[peer], own_pushes);
-            let mut epoch = self.mail.lock(peer, LockKind::Shared)?;
-            epoch.put(slot + WRITTEN, &header)?;
-            epoch.unlock()?;
+            self.write_header(peer, header, false)?;
             let per_value = if sparse { 8 } else { 4 };
             self.bytes_sent += (per_value * self.vals.len() + 4 * header.len()) as u64;
         }
@@ -303,33 +343,68 @@ impl<'c> GroupExchange<'c> {
     /// Applies every message the peers wrote into this server's mailbox, reads their
     /// telemetry, and drains the dense inbox when a peer flushed into it (or `force`).
     fn drain(&mut self, weights: &mut [f32], force: bool) -> Result<()> {
+        let (me, layout) = (self.me, self.layout);
+        // The headers the peers wrote, read atomically (they may be writing them now).
+        let mut access = self.mail.at(me)?;
+        for (s, head) in self.heads.iter_mut().enumerate().filter(|&(s, _)| s != me) {
+            access.fetch(layout.slot(s) + WRITTEN, head)?;
+        }
+        access.flush()?;
+        // The messages announced by them: complete (a sender flushes a message before its
+        // header), and not written again before this server publishes its consumed count.
+        let mut access = self.mail.at(me)?;
+        for (s, slot) in self.rings_copy.chunks_mut(HEADER + layout.cap).enumerate() {
+            let pending = self.heads[s][WRITTEN].wrapping_sub(self.consumed[s]) as usize;
+            if s == me || pending == 0 {
+                continue;
+            }
+            if pending > layout.cap {
+                return Err(MailboxError::Corrupt {
+                    sender: s,
+                    detail: format!("{pending} words pending in a ring of {}", layout.cap),
+                }
+                .into());
+            }
+            let [(start, _, first), (_, _, rest)] = layout.pieces(self.consumed[s], pending);
+            let (wrapped, tail) = slot[HEADER..].split_at_mut(start);
+            access.get(layout.ring(s) + start, &mut tail[..first])?;
+            access.get(layout.ring(s), &mut wrapped[..rest])?;
+        }
+        access.flush()?;
         let mut dense_new = force;
-        let mut local = self.mail.lock_local()?;
-        for s in peers_of(self.me, self.groups) {
-            let slot = self.layout.slot(s);
-            let ring = self.layout.ring(s);
+        let mut consumed_delta = [0u32; 1];
+        for s in peers_of(me, self.groups) {
+            let ring = &self.rings_copy[layout.ring(s)..layout.ring(s) + layout.cap];
+            let head = self.heads[s];
             let view = &mut self.view;
-            self.consumed[s] = self.layout.decode(
-                s,
-                &local[ring..ring + self.layout.cap],
-                self.consumed[s],
-                local[slot + WRITTEN],
-                self.n,
-                |i, v| view.receive(weights, i, v),
-            )?;
-            local[slot + CONSUMED] = self.consumed[s];
-            self.speeds[s] = f32::from_bits(local[slot + SPEED]) as f64;
-            self.peer_pushes[s] = local[slot + PUSHES] as u64;
-            if local[slot + DENSE_FLUSHES] != self.dense_seen[s] {
-                self.dense_seen[s] = local[slot + DENSE_FLUSHES];
+            let consumed =
+                layout.decode(s, ring, self.consumed[s], head[WRITTEN], self.n, |i, v| {
+                    view.receive(weights, i, v)
+                })?;
+            if consumed != self.consumed[s] {
+                consumed_delta[0] = consumed.wrapping_sub(self.consumed[s]);
+                self.consumed[s] = consumed;
+                let mut access = self.mail.at(me)?;
+                access.accumulate_sum(layout.slot(s) + CONSUMED, &consumed_delta)?;
+                access.flush()?;
+            }
+            self.speeds[s] = f32::from_bits(head[SPEED]) as f64;
+            self.peer_pushes[s] = head[PUSHES] as u64;
+            if head[DENSE_FLUSHES] != self.dense_seen[s] {
+                self.dense_seen[s] = head[DENSE_FLUSHES];
                 dense_new = true;
             }
         }
-        local.unlock()?;
         if dense_new {
-            let mut inbox = self.inbox.lock_local()?;
-            self.view.receive_dense(weights, &mut inbox)?;
-            inbox.unlock()?;
+            // Take the inbox and subtract exactly what was taken: what a peer adds meanwhile
+            // stays for the next drain.
+            let mut access = self.inbox.at(me)?;
+            access.fetch(0, &mut self.inbox_copy)?;
+            access.flush()?;
+            self.view.receive_dense(weights, &mut self.inbox_copy)?;
+            let mut access = self.inbox.at(me)?;
+            access.accumulate_sum(0, &self.inbox_copy)?;
+            access.flush()?;
         }
         Ok(())
     }

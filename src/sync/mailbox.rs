@@ -13,7 +13,7 @@
 //! of two, so a counter modulo it stays continuous across the wrap. A message is
 //! `[k, k indices, k value bits]`.
 //!
-//! Everything here is pure; the RMA epochs are in `sync::gssp` over `comm::rma`.
+//! Everything here is pure; the RMA operations are in `sync::gssp` over `comm::rma`.
 
 use thiserror::Error;
 
@@ -22,6 +22,8 @@ pub const WRITTEN: usize = 0;
 pub const SPEED: usize = 1;
 pub const PUSHES: usize = 2;
 pub const DENSE_FLUSHES: usize = 3;
+/// The header words the sender writes (`WRITTEN..=DENSE_FLUSHES`).
+pub const SENDER_WORDS: usize = 4;
 pub const CONSUMED: usize = 4;
 pub const HEADER: usize = 5;
 
