@@ -227,14 +227,13 @@ fn p2p(comm: &Comm) -> Result<(), String> {
             "ServerLink::new",
             ServerLink::new(comm, 0, &workers, P2P_N),
         );
-        for (i, &w) in workers.iter().enumerate() {
-            let msg = sparse_message(2, w, INITIAL);
-            or_abort(
-                comm,
-                "send_weights",
-                link.send_weights(i, 0, false, 0, &msg),
-            );
-        }
+        // The initial weights: one payload shared by every worker, each with its own header.
+        let everyone: Vec<usize> = (0..workers.len()).collect();
+        or_abort(
+            comm,
+            "send_weights",
+            link.send_weights(&everyone, 0, &sparse_message(2, 0, INITIAL), |i| i as u64),
+        );
         let mut next_clock = vec![0u64; workers.len()];
         let mut version = 0u64;
         let mut polled = 0u64;
@@ -264,13 +263,17 @@ fn p2p(comm: &Comm) -> Result<(), String> {
             });
             next_clock[i] = clock + 1;
             version += 1;
-            let stop = clock + 1 == P2P_ITERS;
-            let msg = sparse_message(2, workers[i], clock);
-            or_abort(
-                comm,
-                "send_weights",
-                link.send_weights(i, version, stop, 0, &msg),
-            );
+            if clock + 1 == P2P_ITERS {
+                or_abort(comm, "send_stop", link.send_stop(i, version, clock));
+            } else {
+                // Answers of varying length reuse the shared payloads.
+                let msg = sparse_message(2, workers[i], clock);
+                or_abort(
+                    comm,
+                    "send_weights",
+                    link.send_weights(&[i], version, &msg, |_| clock),
+                );
+            }
         }
         or_abort(comm, "ServerLink::finish", link.finish());
         f.expect(next_clock.iter().all(|&c| c == P2P_ITERS), || {
@@ -289,7 +292,10 @@ fn p2p(comm: &Comm) -> Result<(), String> {
         let mut w = vec![0.0f32; P2P_N];
         let h = or_abort(comm, "recv_weights", link.recv_weights(&mut w));
         f.expect(
-            h.version == 0 && !h.stop && same_bits(&w[..h.len], &sparse_message(2, me, INITIAL)),
+            h.version == 0
+                && !h.stop
+                && h.staleness == me as u64 - 1
+                && same_bits(&w[..h.len], &sparse_message(2, 0, INITIAL)),
             || format!("initial weights arrived altered ({h:?})"),
         );
         let mut last_version = 0;
@@ -298,10 +304,13 @@ fn p2p(comm: &Comm) -> Result<(), String> {
             or_abort(comm, "push", link.push(clock, loss_of(me, clock), &g));
             let h = or_abort(comm, "recv_weights", link.recv_weights(&mut w));
             let stop = clock + 1 == P2P_ITERS;
+            let payload_ok = if stop {
+                h.len == 0
+            } else {
+                same_bits(&w[..h.len], &sparse_message(2, me, clock))
+            };
             f.expect(
-                h.version > last_version
-                    && h.stop == stop
-                    && same_bits(&w[..h.len], &sparse_message(2, me, clock)),
+                h.version > last_version && h.stop == stop && h.staleness == clock && payload_ok,
                 || format!("weights answering push {clock} arrived altered ({h:?})"),
             );
             last_version = h.version;
@@ -332,8 +341,10 @@ fn p2p(comm: &Comm) -> Result<(), String> {
                 .sum()
         };
         let pushes: u64 = (0..P2P_ITERS).map(|c| words(1, c)).sum::<u64>() * 4;
+        let initial = workers.len() * (HEADER_WORDS + sparse_message(2, 0, INITIAL).len());
+        let stops = workers.len() * HEADER_WORDS;
         let answers: u64 =
-            ((0..P2P_ITERS).map(|c| words(2, c)).sum::<u64>() + words(2, INITIAL)) * 4;
+            ((0..P2P_ITERS - 1).map(|c| words(2, c)).sum::<u64>() + (initial + stops) as u64) * 4;
         f.expect(w_sent == pushes && w_received == answers, || {
             format!("workers counted {w_sent}/{w_received} bytes sent/received, expected {pushes}/{answers}")
         });

@@ -56,7 +56,8 @@ pub struct LinkStats {
     pub messages_sent: u64,
     /// Messages received.
     pub messages_received: u64,
-    /// Seconds spent blocked in `MPI_Wait`/`MPI_Waitany` (receives and buffer reuse).
+    /// Seconds spent blocked in `MPI_Wait` or `MPI_Mprobe` (waiting for a message or for a
+    /// buffer to be free again).
     pub wait_seconds: f64,
 }
 
@@ -208,18 +209,53 @@ fn cancel_recv(req: &mut ffi::MPI_Request) -> Result<(), CommError> {
 /// Completes a send if it is done; otherwise frees the request and leaks the buffer so that MPI
 /// can finish reading it in the background. Only for `Drop`, where blocking could hang the job.
 fn release_send(req: &mut ffi::MPI_Request, buf: &mut Vec<f32>) {
+    if abandon_send(req) {
+        std::mem::forget(std::mem::take(buf));
+    }
+}
+
+/// Completes a send if it is done, otherwise frees the request; returns whether MPI may still
+/// read its buffer (which the caller must then leak).
+fn abandon_send(req: &mut ffi::MPI_Request) -> bool {
     if !is_active(*req) {
-        return;
+        return false;
     }
     if let Ok(Some(_)) = test(req) {
-        return;
+        return false;
     }
-    // SAFETY: req is an active send; after MPI_Request_free MPI still reads `buf`, which is
-    // therefore leaked instead of freed.
+    // SAFETY: req is an active send; MPI finishes it in the background.
     unsafe {
         ffi::MPI_Request_free(req);
     }
-    std::mem::forget(std::mem::take(buf));
+    true
+}
+
+/// `MPI_Get_address` of `p`.
+fn address(p: *const f32) -> Result<ffi::MPI_Aint, CommError> {
+    let mut a: ffi::MPI_Aint = 0;
+    // SAFETY: p points into a live allocation; a is a valid out-pointer.
+    check("MPI_Get_address", unsafe {
+        ffi::MPI_Get_address(p.cast(), &mut a)
+    })?;
+    Ok(a)
+}
+
+/// Starts a send of one element of the derived datatype `dt` at `base`.
+///
+/// # Safety
+/// Everything `dt` describes relative to `base` must stay alive and unmodified until `req`
+/// completes.
+unsafe fn isend_typed(
+    comm: &CommHandle,
+    base: *const f32,
+    dt: ffi::MPI_Datatype,
+    dest: c_int,
+    req: &mut ffi::MPI_Request,
+) -> Result<(), CommError> {
+    check(
+        "MPI_Isend",
+        ffi::MPI_Isend(base.cast(), 1, dt, dest, TAG_WEIGHTS, comm.raw, req),
+    )
 }
 
 /// Number of `f32` words received according to `status`.
@@ -401,8 +437,8 @@ impl Drop for WorkerLink {
 }
 
 /// The server's end of the links to its workers: pushes are taken with matched probes
-/// (`MPI_Mprobe`/`MPI_Improbe`, then `MPI_Mrecv`), one reusable receive and send buffer per
-/// worker.
+/// (`MPI_Mprobe`/`MPI_Improbe`, then `MPI_Mrecv`) into one reusable receive buffer per
+/// worker; weights go out from shared copies ([`ServerLink::send_weights`]).
 ///
 /// Why matched probes rather than a receive posted per worker: a large push travels by
 /// rendezvous, and with shared memory the receiver itself copies it (OpenMPI's CMA
@@ -417,7 +453,18 @@ pub struct ServerLink {
     /// Worker index of each rank of the communicator (`None`: not a worker of this server).
     worker_of_rank: Vec<Option<usize>>,
     recv_bufs: Vec<Vec<f32>>,
-    send_bufs: Vec<Vec<f32>>,
+    /// Header words of each worker's last Weights message (sent from here).
+    headers: Vec<[f32; HEADER_WORDS]>,
+    /// Copies of the weights, each shared by every worker released together; a copy is
+    /// reused once no pending send reads it (at most one per worker plus one exist).
+    payloads: Vec<Vec<f32>>,
+    /// Pending sends reading each payload.
+    readers: Vec<usize>,
+    /// The payload each worker's pending send reads.
+    payload_of: Vec<Option<usize>>,
+    /// Committed datatypes "worker w's header, then payload p's first `len` values", built
+    /// on first use: `types[w][p] = (len, datatype)`.
+    types: Vec<Vec<Option<(usize, ffi::MPI_Datatype)>>>,
     send_reqs: Vec<ffi::MPI_Request>,
     retired: Vec<bool>,
     /// Workers not yet sent `stop`.
@@ -467,7 +514,11 @@ impl ServerLink {
             workers: ranks,
             worker_of_rank,
             recv_bufs: (0..k).map(|_| vec![0.0; n + HEADER_WORDS]).collect(),
-            send_bufs: (0..k).map(|_| vec![0.0; n + HEADER_WORDS]).collect(),
+            headers: vec![[0.0; HEADER_WORDS]; k],
+            payloads: Vec::new(),
+            readers: Vec::new(),
+            payload_of: vec![None; k],
+            types: vec![Vec::new(); k],
             send_reqs: vec![null_request(); k],
             retired: vec![false; k],
             active: k,
@@ -575,23 +626,18 @@ impl ServerLink {
         self.receive(message, &status).map(Some)
     }
 
-    /// Sends Weights{version, stop, staleness, weights} to worker index `worker`, first waiting for that
-    /// worker's previous Weights to leave its buffer. `stop = true` retires the worker (see
-    /// the protocol rules in the module docs).
+    /// Sends Weights{version, staleness, weights} to every worker index in `workers`, with
+    /// `staleness(w)` in worker w's header. The weights are copied once, into a payload all
+    /// these sends read; each message is that worker's header followed by the payload (one
+    /// derived datatype, so the wire layout is the same as a contiguous message). First waits
+    /// for each worker's previous Weights to be delivered.
     pub fn send_weights(
         &mut self,
-        worker: usize,
+        workers: &[usize],
         version: u64,
-        stop: bool,
-        staleness: u64,
         weights: &[f32],
+        staleness: impl Fn(usize) -> u64,
     ) -> Result<(), CommError> {
-        if worker >= self.workers.len() {
-            return Err(CommError::Invalid {
-                what: "ServerLink::send_weights",
-                detail: format!("worker index {worker} >= {}", self.workers.len()),
-            });
-        }
         if weights.len() > self.capacity {
             return Err(CommError::TooLong {
                 what: "ServerLink::send_weights weights",
@@ -599,32 +645,160 @@ impl ServerLink {
                 capacity: self.capacity,
             });
         }
+        for &w in workers {
+            self.check_worker("ServerLink::send_weights", w)?;
+            wait(&mut self.send_reqs[w], &mut self.stats.wait_seconds)?;
+            self.settle(w);
+        }
+        if workers.is_empty() {
+            return Ok(());
+        }
+        let p = self.free_payload()?;
+        self.payloads[p][..weights.len()].copy_from_slice(weights);
+        for &w in workers {
+            self.write_header(w, version, false, staleness(w));
+            let dt = self.message_type(w, p, weights.len())?;
+            // SAFETY: the header and payload p are owned by self, never resized or moved
+            // (their heap buffers stay put), and not written while a send reads them: a
+            // worker's header is rewritten only after its send completed (waited above),
+            // and a payload only once its readers count is zero.
+            unsafe {
+                isend_typed(
+                    &self.comm,
+                    self.headers[w].as_ptr(),
+                    dt,
+                    self.workers[w],
+                    &mut self.send_reqs[w],
+                )?;
+            }
+            self.payload_of[w] = Some(p);
+            self.readers[p] += 1;
+            self.stats.bytes_sent += bytes_of(HEADER_WORDS + weights.len());
+            self.stats.messages_sent += 1;
+        }
+        Ok(())
+    }
+
+    /// Tells worker index `worker` to stop (a Weights message with the stop flag and no
+    /// payload) and retires it (see the protocol rules in the module docs).
+    pub fn send_stop(
+        &mut self,
+        worker: usize,
+        version: u64,
+        staleness: u64,
+    ) -> Result<(), CommError> {
+        self.check_worker("ServerLink::send_stop", worker)?;
         wait(&mut self.send_reqs[worker], &mut self.stats.wait_seconds)?;
-        let buf = &mut self.send_bufs[worker];
-        put_u64(&mut buf[0..2], version);
-        let staleness = staleness.min(u64::from(u32::MAX >> 1)) as u32;
-        buf[2] = f32::from_bits((staleness << 1) | if stop { STOP_FLAG } else { 0 });
-        buf[HEADER_WORDS..HEADER_WORDS + weights.len()].copy_from_slice(weights);
-        let words = HEADER_WORDS + weights.len();
-        // SAFETY: send_bufs[worker] is owned by self, never resized, and not written again
+        self.settle(worker);
+        self.write_header(worker, version, true, staleness);
+        // SAFETY: headers[worker] is owned by self, never moved, and not written again
         // before send_reqs[worker] completes.
         unsafe {
             isend(
                 &self.comm,
-                &self.send_bufs[worker],
-                words,
+                &self.headers[worker],
+                HEADER_WORDS,
                 self.workers[worker],
                 TAG_WEIGHTS,
                 &mut self.send_reqs[worker],
             )?;
         }
-        self.stats.bytes_sent += bytes_of(words);
+        self.stats.bytes_sent += bytes_of(HEADER_WORDS);
         self.stats.messages_sent += 1;
-        if stop && !self.retired[worker] {
+        if !self.retired[worker] {
             self.retired[worker] = true;
             self.active -= 1;
         }
         Ok(())
+    }
+
+    fn check_worker(&self, what: &'static str, worker: usize) -> Result<(), CommError> {
+        if worker < self.workers.len() {
+            Ok(())
+        } else {
+            Err(CommError::Invalid {
+                what,
+                detail: format!("worker index {worker} >= {}", self.workers.len()),
+            })
+        }
+    }
+
+    fn write_header(&mut self, worker: usize, version: u64, stop: bool, staleness: u64) {
+        let h = &mut self.headers[worker];
+        put_u64(&mut h[0..2], version);
+        let staleness = staleness.min(u64::from(u32::MAX >> 1)) as u32;
+        h[2] = f32::from_bits((staleness << 1) | if stop { STOP_FLAG } else { 0 });
+    }
+
+    /// Releases the payload of worker `worker`'s send once that send has completed.
+    fn settle(&mut self, worker: usize) {
+        if !is_active(self.send_reqs[worker]) {
+            if let Some(p) = self.payload_of[worker].take() {
+                self.readers[p] -= 1;
+            }
+        }
+    }
+
+    /// A payload no pending send reads: an idle one, else one freed by a completed send,
+    /// else a new one.
+    fn free_payload(&mut self) -> Result<usize, CommError> {
+        if let Some(p) = self.readers.iter().position(|&r| r == 0) {
+            return Ok(p);
+        }
+        for w in 0..self.workers.len() {
+            if self.payload_of[w].is_some() && test(&mut self.send_reqs[w])?.is_some() {
+                self.settle(w);
+            }
+        }
+        if let Some(p) = self.readers.iter().position(|&r| r == 0) {
+            return Ok(p);
+        }
+        self.payloads.push(vec![0.0; self.capacity]);
+        self.readers.push(0);
+        Ok(self.payloads.len() - 1)
+    }
+
+    /// The committed datatype of worker `worker`'s header followed by the first `len` values
+    /// of payload `p`, at their addresses relative to the header.
+    fn message_type(
+        &mut self,
+        worker: usize,
+        p: usize,
+        len: usize,
+    ) -> Result<ffi::MPI_Datatype, CommError> {
+        let cache = &mut self.types[worker];
+        if cache.len() <= p {
+            cache.resize(p + 1, None);
+        }
+        if let Some((l, dt)) = cache[p] {
+            if l == len {
+                return Ok(dt);
+            }
+            let mut old = dt;
+            // SAFETY: a datatype created here; sends still using it keep it alive.
+            check("MPI_Type_free", unsafe { ffi::MPI_Type_free(&mut old) })?;
+            cache[p] = None;
+        }
+        let header = address(self.headers[worker].as_ptr())?;
+        let payload = address(self.payloads[p].as_ptr())?;
+        let lengths = [HEADER_WORDS as c_int, c_count("ServerLink payload", len)?];
+        let displacements = [0, payload - header];
+        // SAFETY: reading an extern constant.
+        let mut dt = unsafe { ffi::RSMPI_DATATYPE_NULL };
+        // SAFETY: two blocks described by the arrays above; dt is a valid out-pointer.
+        check("MPI_Type_create_hindexed", unsafe {
+            ffi::MPI_Type_create_hindexed(
+                2,
+                lengths.as_ptr(),
+                displacements.as_ptr(),
+                ffi::RSMPI_FLOAT,
+                &mut dt,
+            )
+        })?;
+        // SAFETY: dt was just created.
+        check("MPI_Type_commit", unsafe { ffi::MPI_Type_commit(&mut dt) })?;
+        cache[p] = Some((len, dt));
+        Ok(dt)
     }
 
     /// Number of workers.
@@ -656,8 +830,18 @@ impl Drop for ServerLink {
         if mpi::environment::is_finalized() {
             return;
         }
-        for (req, buf) in self.send_reqs.iter_mut().zip(self.send_bufs.iter_mut()) {
-            release_send(req, buf);
+        let mut pending = false;
+        for req in &mut self.send_reqs {
+            pending |= abandon_send(req);
+        }
+        if pending {
+            // MPI still reads headers and payloads: leak them instead of freeing.
+            std::mem::forget(std::mem::take(&mut self.headers));
+            std::mem::forget(std::mem::take(&mut self.payloads));
+        }
+        for dt in self.types.iter_mut().flatten().flatten() {
+            // SAFETY: datatypes created here, each freed once; pending sends keep theirs alive.
+            unsafe { ffi::MPI_Type_free(&mut dt.1) };
         }
     }
 }

@@ -91,9 +91,8 @@ pub fn serve(
     let samples_per_push = cfg.optim.batch_size as f64 / ctx.train_len as f64;
     let mut ready = Vec::with_capacity(workers);
     let mut stats = ServeStats::default();
-    for w in 0..workers {
-        link.send_weights(w, ps.version(), false, 0, ps.weights())?;
-    }
+    let everyone: Vec<usize> = (0..workers).collect();
+    link.send_weights(&everyone, ps.version(), ps.weights(), |_| 0)?;
     let mut stopping = false;
     let mut epoch = 0.0;
     loop {
@@ -136,16 +135,14 @@ pub fn serve(
         if stopping {
             for v in 0..workers {
                 if ps.clock().is_waiting(v) && !link.is_retired(v) {
-                    link.send_weights(v, ps.version(), true, ps.last_staleness(v), &[])?;
+                    link.send_stop(v, ps.version(), ps.last_staleness(v))?;
                     ps.retire(v);
                 }
             }
         } else {
             ready.clear();
             ps.release(&mut ready);
-            for &r in &ready {
-                link.send_weights(r, ps.version(), false, ps.last_staleness(r), ps.weights())?;
-            }
+            link.send_weights(&ready, ps.version(), ps.weights(), |w| ps.last_staleness(w))?;
         }
         let send_s = t_send.elapsed().as_secs_f64();
         stats.busy_cpu_s += receive_cpu_s + (thread_cpu_s() - cpu_start);
