@@ -15,7 +15,7 @@
 use std::process::ExitCode;
 
 use gssp::comm::p2p::{PushRef, ServerLink, WorkerLink, HEADER_WORDS};
-use gssp::comm::rma::Window;
+use gssp::comm::rma::{LockKind, SharedWindow, Window};
 use gssp::comm::{Collectives, Comm, CommError};
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
@@ -402,22 +402,17 @@ fn speed_of(rank: usize) -> f32 {
 fn rma(comm: &Comm) -> Result<(), String> {
     let (me, size) = (comm.rank(), comm.size());
     let mut f = Findings::default();
-    let win = or_abort(comm, "Window::create", Window::create(comm, INBOX + size));
+    // An inbox that every peer accumulates into, drained by its owner under an exclusive
+    // lock while the others keep accumulating.
+    let mut win = or_abort(comm, "Window::create", Window::create(comm, INBOX + size));
     let mut acc = vec![0.0f32; INBOX];
-    // Takes the own inbox while peers may be adding to it: an atomic read, then the
-    // subtraction of exactly what was read, so that what arrives in between stays.
-    let mut taken = vec![0.0f32; INBOX];
-    let mut drain = |win: &Window, acc: &mut [f32]| -> Result<(), CommError> {
-        let mut own = win.at(me)?;
-        own.fetch(0, &mut taken)?;
-        own.flush()?;
-        for (a, x) in acc.iter_mut().zip(taken.iter_mut()) {
+    let drain = |win: &mut Window, acc: &mut [f32]| -> Result<(), CommError> {
+        let mut local = win.lock_local()?;
+        for (a, x) in acc.iter_mut().zip(local.iter_mut()) {
             *a += *x;
-            *x = -*x;
+            *x = 0.0;
         }
-        let mut own = win.at(me)?;
-        own.accumulate_sum(0, &taken)?;
-        own.flush()
+        local.unlock()
     };
     for round in 0..RMA_ROUNDS {
         // One committed datatype for every peer; dropped while the last accumulate using
@@ -428,40 +423,45 @@ fn rma(comm: &Comm) -> Result<(), String> {
             let peer = (me + step) % size;
             let c = contribution(me, peer, round);
             let own_scatter = or_abort(comm, "scatter", win.scatter(&c.indices));
-            let mut access = or_abort(comm, "at", win.at(peer));
+            let mut ep = or_abort(comm, "lock", win.lock(peer, LockKind::Shared));
             or_abort(
                 comm,
                 "accumulate_scattered",
-                access.accumulate_scattered(&own_scatter, &c.values),
+                ep.accumulate_scattered(&own_scatter, &c.values),
             );
             if let Some(sc) = &scatter {
                 or_abort(
                     comm,
                     "accumulate_scattered",
-                    access.accumulate_scattered(sc, &b_vals),
+                    ep.accumulate_scattered(sc, &b_vals),
                 );
             }
             if step == size - 1 {
                 drop(scatter.take());
             }
             if let Some((off, d)) = &c.dense {
-                or_abort(comm, "accumulate_sum", access.accumulate_sum(*off, d));
+                or_abort(comm, "accumulate_sum", ep.accumulate_sum(*off, d));
             }
-            or_abort(comm, "flush", access.flush());
+            or_abort(comm, "unlock", ep.complete());
         }
         if round.is_multiple_of(5) {
-            or_abort(comm, "drain", drain(&win, &mut acc));
+            or_abort(comm, "drain", drain(&mut win, &mut acc));
         }
     }
-    // Telemetry: everyone's speed in slot INBOX + rank of every window, its own included.
+    // Telemetry: everyone's speed in slot INBOX + rank of every window (own slot locally).
     let speed = [speed_of(me)];
-    for peer in 0..size {
-        let mut access = or_abort(comm, "at", win.at(peer));
-        or_abort(comm, "put", access.put(INBOX + me, &speed));
-        or_abort(comm, "flush", access.flush());
+    for step in 1..size {
+        let peer = (me + step) % size;
+        let mut ep = or_abort(comm, "lock", win.lock(peer, LockKind::Exclusive));
+        or_abort(comm, "put", ep.put(INBOX + me, &speed));
+        or_abort(comm, "unlock", ep.complete());
+    }
+    {
+        let mut local = or_abort(comm, "lock_local", win.lock_local());
+        local[INBOX + me] = speed[0];
     }
     or_abort(comm, "barrier", comm.barrier());
-    or_abort(comm, "drain", drain(&win, &mut acc));
+    or_abort(comm, "drain", drain(&mut win, &mut acc));
 
     let mut want = vec![0.0f32; INBOX];
     for src in (0..size).filter(|&s| s != me) {
@@ -489,32 +489,27 @@ fn rma(comm: &Comm) -> Result<(), String> {
             acc[i], want[i]
         )
     });
-    let mut left = vec![1.0f32; INBOX];
-    let mut own = or_abort(comm, "at", win.at(me));
-    or_abort(comm, "get", own.get(0, &mut left));
-    or_abort(comm, "flush", own.flush());
-    f.expect(left.iter().all(|&x| x == 0.0), || {
-        "the inbox is not empty after the last drain".into()
-    });
 
     let expected: Vec<f32> = (0..size).map(speed_of).collect();
-    for peer in 0..size {
+    for step in 1..size {
+        let peer = (me + step) % size;
         let mut tele = vec![0.0f32; size];
-        let mut fetched = vec![0.0f32; size];
-        let mut access = or_abort(comm, "at", win.at(peer));
-        or_abort(comm, "get", access.get(INBOX, &mut tele));
-        or_abort(comm, "fetch", access.fetch(INBOX, &mut fetched));
-        or_abort(comm, "flush", access.flush());
-        f.expect(tele == expected && fetched == expected, || {
-            format!(
-                "telemetry of rank {peer} reads {tele:?} (get) and {fetched:?} (fetch), expected {expected:?}"
-            )
+        let mut one = [0.0f32; 1];
+        let mut ep = or_abort(comm, "lock", win.lock(peer, LockKind::Shared));
+        or_abort(comm, "get", ep.get(INBOX, &mut tele));
+        let refused = ep.fetch(INBOX, &mut one).is_err();
+        or_abort(comm, "unlock", ep.complete());
+        f.expect(tele == expected, || {
+            format!("telemetry of rank {peer} reads {tele:?}, expected {expected:?}")
         });
+        f.expect(refused, || "a lock epoch allowed a fetch".into());
     }
-    // A u32 window moves bit patterns exactly (also ones that as f32 would be NaN): every
-    // rank puts its words into its slot at every peer, then reads every peer's slots. The
-    // last word of each rank's slot is a counter that every rank adds u32::MAX - rank to:
-    // sums of unsigned words wrap, which header updates by difference rely on.
+
+    // A shared window (one lock_all epoch): a u32 window moves bit patterns exactly (also
+    // ones that as f32 would be NaN): every rank puts its words into its slot at every peer,
+    // then reads every peer's slots. The last word of each window is a counter that every
+    // rank adds u32::MAX - rank to: sums of unsigned words wrap, which header updates by
+    // difference rely on.
     let words = |r: usize| [r as u32, 0x7fc0_0001 ^ r as u32, u32::MAX - r as u32];
     let counter = (0..size).fold(0u32, |c, r| c.wrapping_add(u32::MAX - r as u32));
     // What rank `owner`'s window holds once every other rank has put its words there.
@@ -523,7 +518,11 @@ fn rma(comm: &Comm) -> Result<(), String> {
             .flat_map(move |r| if r == owner { [0; 3] } else { words(r) })
             .chain([counter])
     };
-    let bits: Window<u32> = or_abort(comm, "Window::create", Window::create(comm, 3 * size + 1));
+    let bits: SharedWindow<u32> = or_abort(
+        comm,
+        "Window::create",
+        Window::create(comm, 3 * size + 1).and_then(Window::lock_all),
+    );
     let mine = words(me);
     let add = [u32::MAX - me as u32];
     for peer in 0..size {
@@ -536,7 +535,7 @@ fn rma(comm: &Comm) -> Result<(), String> {
             "accumulate_sum",
             access.accumulate_sum(3 * size, &add),
         );
-        or_abort(comm, "flush", access.flush());
+        or_abort(comm, "flush", access.complete());
     }
     or_abort(comm, "barrier", comm.barrier());
     let peeked: Vec<Option<u32>> = (0..3 * size + 2).map(|i| bits.peek_local(i)).collect();
@@ -545,17 +544,30 @@ fn rma(comm: &Comm) -> Result<(), String> {
         format!("peek of rank {me}'s own u32 window reads {peeked:x?}, expected {want:x?}")
     });
     for peer in 0..size {
-        let mut got = vec![0u32; 3 * size + 1];
+        let (mut got, mut fetched) = (vec![0u32; 3 * size + 1], vec![0u32; 3 * size + 1]);
         let mut access = or_abort(comm, "at", bits.at(peer));
-        or_abort(comm, "fetch", access.fetch(0, &mut got));
-        or_abort(comm, "flush", access.flush());
+        or_abort(comm, "get", access.get(0, &mut got));
+        or_abort(comm, "fetch", access.fetch(0, &mut fetched));
+        or_abort(comm, "flush", access.complete());
         let want: Vec<u32> = slots_of(peer).collect();
-        f.expect(got == want, || {
-            format!("u32 window of rank {peer} reads {got:x?}, expected {want:x?}")
+        f.expect(got == want && fetched == want, || {
+            format!("u32 window of rank {peer} reads {got:x?} (get) and {fetched:x?} (fetch), expected {want:x?}")
         });
     }
+    let past_end = [0u32; 2];
+    let r = bits
+        .at((me + 1) % size)
+        .and_then(|mut a| a.put(3 * size, &past_end));
+    f.expect(
+        matches!(&r, Err(e) if e.to_string().contains("exceeds the window length")),
+        || format!("a put past the window's end gave {r:?}"),
+    );
+    let refused = bits.at(size).is_err();
+    f.expect(refused, || {
+        format!("an access to rank {size} of {size} was allowed")
+    });
     or_abort(comm, "barrier", comm.barrier());
-    or_abort(comm, "Window::free", bits.free());
+    or_abort(comm, "SharedWindow::free", bits.free());
 
     // Bad input is an error naming the call, not an MPI fault.
     let out_of_range = win.scatter(&[0, (INBOX + size) as u32]);
@@ -563,50 +575,33 @@ fn rma(comm: &Comm) -> Result<(), String> {
         matches!(&out_of_range, Err(e) if e.to_string().contains("exceeds the window length")),
         || "scatter accepted an index past the window".into(),
     );
-    let past_end = [0.0f32; 2];
-    let r = win
-        .at((me + 1) % size)
-        .and_then(|mut a| a.put(INBOX + size - 1, &past_end));
-    f.expect(
-        matches!(&r, Err(e) if e.to_string().contains("exceeds the window length")),
-        || format!("a put past the window's end gave {r:?}"),
-    );
-    let refused = win.at(size).is_err();
-    f.expect(refused, || {
-        format!("an access to rank {size} of {size} was allowed")
-    });
     let sc = or_abort(comm, "scatter", win.scatter(&[1, 2, 3]));
     {
-        let mut access = or_abort(comm, "at", win.at((me + 1) % size));
+        let mut ep = or_abort(comm, "lock", win.lock((me + 1) % size, LockKind::Shared));
         let short = [1.0f32; 2];
-        let r = access.accumulate_scattered(&sc, &short);
+        let r = ep.accumulate_scattered(&sc, &short);
         f.expect(
             matches!(&r, Err(e) if e.to_string().contains("3 indices but 2 values")),
             || format!("accumulate_scattered with 2 values for 3 indices gave {r:?}"),
         );
-        or_abort(comm, "flush", access.flush());
+        or_abort(comm, "unlock", ep.complete());
     }
     // A scatter checked against one window is refused by another.
-    let other = or_abort(comm, "Window::create", Window::create(comm, 8));
+    let mut other = or_abort(comm, "Window::create", Window::create(comm, 8));
     {
-        let mut access = or_abort(comm, "at", other.at((me + 1) % size));
+        let mut ep = or_abort(comm, "lock", other.lock((me + 1) % size, LockKind::Shared));
         let vals = [1.0f32; 3];
-        let r = access.accumulate_scattered(&sc, &vals);
+        let r = ep.accumulate_scattered(&sc, &vals);
         f.expect(
             matches!(&r, Err(e) if e.to_string().contains("another window")),
             || format!("a scatter of another window gave {r:?}"),
         );
-        or_abort(comm, "flush", access.flush());
+        or_abort(comm, "unlock", ep.complete());
     }
-    or_abort(comm, "barrier", comm.barrier());
-    let mut seen = [1.0f32; 8];
-    let mut own = or_abort(comm, "at", other.at(me));
-    or_abort(comm, "fetch", own.fetch(0, &mut seen));
-    or_abort(comm, "flush", own.flush());
-    f.expect(seen.iter().all(|&x| x == 0.0), || {
+    let untouched = other.lock_local().map(|l| l.iter().all(|&x| x == 0.0));
+    f.expect(matches!(untouched, Ok(true)), || {
         "a refused accumulate changed the other window".into()
     });
-    or_abort(comm, "barrier", comm.barrier());
     or_abort(comm, "Window::free", other.free());
     drop(sc);
 

@@ -322,6 +322,10 @@ pub struct Summary {
     /// Parameter-server modes, one per server (layout order): share of the run it was busy
     /// (receiving and applying pushes, answering workers, exchanging).
     pub server_busy_fractions: Option<Vec<f64>>,
+    /// Parameter-server modes, one per server: milliseconds of busy time per applied push.
+    pub server_busy_ms_per_push: Option<Vec<f64>>,
+    /// Parameter-server modes: mean staleness of the applied pushes, all servers together.
+    pub mean_push_staleness: Option<f64>,
     /// gssp, one per group server: share of its busy time spent in the inter-group exchange
     /// (top-k, sends, drain).
     pub exchange_shares_of_busy: Option<Vec<f64>>,

@@ -274,10 +274,32 @@ pub trait Collectives: HasHandle {
 
     /// Gathers one `f64` per rank at `root`, in rank order (`None` on other ranks).
     fn gather_f64(&self, root: usize, value: f64) -> Result<Option<Vec<f64>>, CommError> {
+        let rows = self.gather_f64s(root, &[value])?;
+        Ok(rows.map(|rows| rows.into_iter().map(|r| r[0]).collect()))
+    }
+
+    /// Gathers `values` (the same length on every rank) at `root`: one row per rank, in rank
+    /// order (`None` on other ranks). Fails on every rank if the lengths differ.
+    fn gather_f64s(&self, root: usize, values: &[f64]) -> Result<Option<Vec<Vec<f64>>>, CommError> {
         let h = self.handle();
-        let r = c_rank("gather_f64 root", root, h.size)?;
+        let r = c_rank("gather_f64s root", root, h.size)?;
+        let len = values.len();
+        // SAFETY: reading extern constants.
+        let (u64t, max, min) = unsafe { (ffi::RSMPI_UINT64_T, ffi::RSMPI_MAX, ffi::RSMPI_MIN) };
+        let hi: u64 = allreduce_scalar(h, len as u64, u64t, max)?;
+        let lo: u64 = allreduce_scalar(h, len as u64, u64t, min)?;
+        if hi != lo {
+            return Err(CommError::Invalid {
+                what: "gather_f64s",
+                detail: format!("ranks disagree on the row length ({lo} to {hi})"),
+            });
+        }
+        if len == 0 {
+            return Ok((h.rank == root).then(|| vec![Vec::new(); h.size]));
+        }
+        let count = c_count("gather_f64s", len)?;
         let mut out = if h.rank == root {
-            vec![0.0f64; h.size]
+            vec![0.0f64; h.size * len]
         } else {
             Vec::new()
         };
@@ -286,20 +308,20 @@ pub trait Collectives: HasHandle {
         } else {
             std::ptr::null_mut()
         };
-        // SAFETY: the root's receive buffer holds size f64; others' is ignored by MPI.
+        // SAFETY: the root's receive buffer holds size x len f64; others' is ignored by MPI.
         check("MPI_Gather", unsafe {
             ffi::MPI_Gather(
-                (&value as *const f64).cast(),
-                1,
+                values.as_ptr().cast(),
+                count,
                 ffi::RSMPI_DOUBLE,
                 recv,
-                1,
+                count,
                 ffi::RSMPI_DOUBLE,
                 r,
                 h.raw,
             )
         })?;
-        Ok((h.rank == root).then_some(out))
+        Ok((h.rank == root).then(|| out.chunks(len).map(<[f64]>::to_vec).collect()))
     }
 
     /// Element-wise sum of `data` over all ranks, result in `data` on every rank.

@@ -1,23 +1,29 @@
-//! One-sided communication: a window of `f32` or `u32` per rank, inside one passive-target
-//! epoch that lasts from creation to free.
+//! One-sided communication: a window of `f32` or `u32` per rank, reached through
+//! passive-target epochs, in two flavours.
 //!
-//! Every rank opens `MPI_Win_lock_all` on its window right after creating it and closes it
-//! just before freeing it, so no operation pays for a lock round trip. Operations on one
-//! target go through an [`Access`], which ends with `MPI_Win_flush` on that target: when
-//! [`Access::flush`] returns, its operations are complete at the origin and at the target.
-//! The borrow checker enforces MPI's buffer rules: values given to [`Access::put`] or an
-//! accumulate cannot be modified, and the buffer given to [`Access::get`] or
-//! [`Access::fetch`] cannot be read, before that flush.
+//! * [`SharedWindow`] ([`Window::lock_all`]): every rank holds `MPI_Win_lock_all` on the
+//!   window from then until it is freed, so no operation pays for a lock. Operations on one
+//!   target go through an [`Access`] that ends with `MPI_Win_flush` on that target. A rank
+//!   reaches its own window the same way, because inside the shared epoch plain loads and
+//!   stores would race with the peers' operations. Accumulates and [`Access::fetch`] are
+//!   element-wise atomic with respect to each other (same datatype), so words that two ranks
+//!   touch at once are written as accumulates and read with `fetch`; `put` and `get` are for
+//!   memory that one rank writes while the other reads elsewhere.
+//! * [`Window`] itself: each [`Access`] opens `MPI_Win_lock` on its target and ends with
+//!   `MPI_Win_unlock`, and [`Window::lock_local`] gives this rank exclusive, direct access to
+//!   its own memory. That is what a read-and-zero of memory that peers accumulate into
+//!   needs: inside a shared epoch it would take an atomic fetch and a second accumulate,
+//!   two more passes over the memory.
 //!
-//! A rank reaches its own window the same way (an [`Access`] to itself), because inside a
-//! shared epoch plain loads and stores would race with the peers' operations. Accumulates
-//! and [`Access::fetch`] are element-wise atomic with respect to each other (same datatype),
-//! so a counter or an inbox that several ranks update is read and changed with them; `put`
-//! and `get` are for memory that only one rank writes while the other reads elsewhere.
-//! Operations of one [`Access`] are not ordered with each other beyond what MPI guarantees
-//! for accumulates to the same location: flush between two that must arrive in order.
+//! When [`Access::complete`] returns (or the access is dropped), its operations are complete
+//! at the origin and at the target. The borrow checker enforces MPI's buffer rules: values
+//! given to [`Access::put`] or an accumulate cannot be modified, and the buffer given to
+//! [`Access::get`] or [`Access::fetch`] cannot be read, before that. Operations of one access
+//! are not ordered with each other beyond what MPI guarantees for accumulates to the same
+//! location: complete one access before starting one whose effect must come after.
 //!
-//! No call here needs the target to take part.
+//! Only taking a lock may wait for other ranks (as MPI defines passive target); no call here
+//! needs the target to take part.
 
 use super::sealed::CommHandle;
 use super::Collectives;
@@ -54,16 +60,35 @@ impl Element for u32 {
     }
 }
 
+/// Lock type of a passive-target epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockKind {
+    /// `MPI_LOCK_SHARED`: concurrent with other shared epochs (accumulates stay element-atomic).
+    Shared,
+    /// `MPI_LOCK_EXCLUSIVE`: no other epoch on the target meanwhile.
+    Exclusive,
+}
+
+impl LockKind {
+    fn raw(self) -> c_int {
+        match self {
+            LockKind::Shared => ffi::MPI_LOCK_SHARED as c_int,
+            LockKind::Exclusive => ffi::MPI_LOCK_EXCLUSIVE as c_int,
+        }
+    }
+}
+
 /// The window's memory, allocated by MPI (`MPI_Win_allocate`) and freed by `MPI_Win_free`.
-/// A raw pointer, because MPI may write it at any time, so no Rust reference to it may exist
-/// (this rank reaches it through MPI operations, like its peers).
+/// A raw pointer, because MPI may write it at any time and no Rust reference to it may exist
+/// outside a [`LocalEpoch`].
 struct WinMemory<T> {
     base: *mut T,
     len: usize,
 }
 
 /// An RMA window over `len` elements owned by this rank (same `len` on every rank), zero at
-/// start, inside its passive-target epoch on every rank until it is freed.
+/// start, reached through per-target lock epochs (or, after [`Window::lock_all`], as a
+/// [`SharedWindow`]).
 ///
 /// Creating and dropping are collective over the communicator (`MPI_Win_allocate`/`MPI_Win_free`):
 /// all ranks must create and drop their windows together.
@@ -74,10 +99,8 @@ pub struct Window<T: Element = f32> {
     displs: RefCell<Vec<c_int>>,
     /// Valid until `MPI_Win_free`.
     mem: WinMemory<T>,
-    /// `len` zeros: the origin of [`Access::fetch`] (an atomic read is an accumulate of 0).
-    zeros: Vec<T>,
-    /// Whether the window's `MPI_Win_lock_all` epoch is open.
-    epoch_open: bool,
+    /// Whether this rank holds `MPI_Win_lock_all` on the window (a [`SharedWindow`]).
+    all_locked: bool,
 }
 
 impl<T: Element> Window<T> {
@@ -126,47 +149,66 @@ impl<T: Element> Window<T> {
             comm,
             displs: RefCell::new(Vec::new()),
             mem: WinMemory { base, len: n },
-            zeros: vec![T::default(); n],
-            epoch_open: false,
+            all_locked: false,
         };
         // SAFETY: win is live; ERRORS_RETURN is predefined.
         check("MPI_Win_set_errhandler", unsafe {
             ffi::MPI_Win_set_errhandler(window.win, ffi::RSMPI_ERRORS_RETURN)
         })?;
-        // MPI does not zero the allocation: zero it under an exclusive lock on this rank (the
-        // only time the memory is touched directly), then let no rank use the window before
-        // every rank has, then open the epoch that lasts until the window is freed.
-        let me = c_count("Window::create", window.comm.rank)?;
-        // SAFETY: win is live; no epoch is open yet.
-        check("MPI_Win_lock", unsafe {
-            ffi::MPI_Win_lock(ffi::MPI_LOCK_EXCLUSIVE as c_int, me, 0, window.win)
-        })?;
-        // SAFETY: the exclusive lock keeps every other rank out of this memory, which is
-        // `n` elements long and not referenced anywhere else.
-        unsafe { std::slice::from_raw_parts_mut(base, n) }.fill(T::default());
-        // SAFETY: the lock above is open.
-        check("MPI_Win_unlock", unsafe {
-            ffi::MPI_Win_unlock(me, window.win)
-        })?;
+        // MPI does not zero the allocation: zero it, then let no rank use the window before
+        // every rank has.
+        let mut own = window.lock_local()?;
+        own.fill(T::default());
+        own.unlock()?;
         // SAFETY: live communicator.
         check("MPI_Barrier", unsafe { ffi::MPI_Barrier(window.comm.raw) })?;
-        // SAFETY: win is live and no epoch is open on it.
-        check("MPI_Win_lock_all", unsafe {
-            ffi::MPI_Win_lock_all(0, window.win)
-        })?;
-        window.epoch_open = true;
         Ok(window)
     }
 
-    /// Operations on `target` (this rank included) inside the window's epoch; they are
-    /// complete when the returned [`Access`] is flushed (or dropped).
-    pub fn at<'b>(&self, target: usize) -> Result<Access<'_, 'b, T>, CommError> {
-        let target = c_rank("Window::at target", target, self.comm.size)?;
+    /// Opens a passive-target epoch on `target` (`MPI_Win_lock`); the returned [`Access`]
+    /// ends it (`MPI_Win_unlock`). Several epochs on different targets may be open.
+    pub fn lock<'b>(&self, target: usize, kind: LockKind) -> Result<Access<'_, 'b, T>, CommError> {
+        let t = c_rank("Window::lock target", target, self.comm.size)?;
+        // SAFETY: win is live.
+        check("MPI_Win_lock", unsafe {
+            ffi::MPI_Win_lock(kind.raw(), t, 0, self.win)
+        })?;
         Ok(Access {
             window: self,
-            target,
-            pending: false,
+            zeros: None,
+            target: t,
+            end: End::Unlock,
+            open: true,
             _origin: PhantomData,
+        })
+    }
+
+    /// Locks this rank's own window exclusively and gives access to its memory.
+    pub fn lock_local(&mut self) -> Result<LocalEpoch<'_, T>, CommError> {
+        let me = c_count("Window::lock_local", self.comm.rank)?;
+        // SAFETY: win is live.
+        check("MPI_Win_lock", unsafe {
+            ffi::MPI_Win_lock(LockKind::Exclusive.raw(), me, 0, self.win)
+        })?;
+        Ok(LocalEpoch {
+            window: self,
+            me,
+            open: true,
+        })
+    }
+
+    /// Opens `MPI_Win_lock_all` on the window for as long as the returned [`SharedWindow`]
+    /// lives (every rank calls it; it does not synchronise them).
+    pub fn lock_all(mut self) -> Result<SharedWindow<T>, CommError> {
+        // SAFETY: win is live and no epoch is open (epochs borrow the window).
+        check("MPI_Win_lock_all", unsafe {
+            ffi::MPI_Win_lock_all(0, self.win)
+        })?;
+        self.all_locked = true;
+        let zeros = vec![T::default(); self.mem.len];
+        Ok(SharedWindow {
+            window: self,
+            zeros,
         })
     }
 
@@ -174,7 +216,7 @@ impl<T: Element> Window<T> {
     /// wrote something, for deciding whether to lock at all. It may be stale (a remote write
     /// becomes visible to plain loads eventually in MPI's unified memory model, e.g. osc/sm,
     /// and perhaps only at the next synchronisation otherwise), so act on values only after
-    /// reading them again with [`Access::fetch`]. `None` when `at` is out of range.
+    /// reading them again through MPI. `None` when `at` is out of range.
     pub fn peek_local(&self, at: usize) -> Option<T> {
         if at >= self.mem.len {
             return None;
@@ -240,17 +282,17 @@ impl<T: Element> Window<T> {
         if self.win == null || mpi::environment::is_finalized() {
             return Ok(());
         }
-        let unlocked = if self.epoch_open {
-            self.epoch_open = false;
-            // SAFETY: the lock_all epoch opened in `create` is open; no Access is alive
-            // (each borrows the window).
+        let unlocked = if self.all_locked {
+            self.all_locked = false;
+            // SAFETY: the lock_all epoch of `lock_all` is open; no Access is alive (each
+            // borrows the window).
             check("MPI_Win_unlock_all", unsafe {
                 ffi::MPI_Win_unlock_all(self.win)
             })
         } else {
             Ok(())
         };
-        // SAFETY: win is live and its epoch is closed.
+        // SAFETY: win is live and no epoch is open.
         let r = check("MPI_Win_free", unsafe { ffi::MPI_Win_free(&mut self.win) });
         self.win = null;
         unlocked.and(r)
@@ -278,14 +320,27 @@ impl<T: Element> Drop for Window<T> {
     }
 }
 
-/// Operations on one target inside the window's epoch. `'b` is the lifetime of every origin
-/// buffer used: they stay borrowed until [`Access::flush`] (or the drop, which flushes) has
-/// completed the operations.
+/// How an [`Access`] ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// `MPI_Win_flush` on the target, inside a [`SharedWindow`]'s epoch (only if operations
+    /// were started).
+    Flush,
+    /// `MPI_Win_unlock` of the epoch [`Window::lock`] opened.
+    Unlock,
+}
+
+/// Operations on one target: inside a [`SharedWindow`]'s epoch, or in an epoch of their own
+/// ([`Window::lock`]). `'b` is the lifetime of every origin buffer used: they stay borrowed
+/// until [`Access::complete`] (or the drop, which completes) has completed the operations.
 pub struct Access<'w, 'b, T: Element = f32> {
     window: &'w Window<T>,
+    /// The shared window's zeros, the origin of [`Access::fetch`] (`None`: a lock epoch).
+    zeros: Option<&'w [T]>,
     target: c_int,
-    /// Whether operations were started since the last flush.
-    pending: bool,
+    end: End,
+    /// Flush: operations were started since the last completion. Unlock: the lock is held.
+    open: bool,
     _origin: PhantomData<&'b mut [T]>,
 }
 
@@ -313,8 +368,8 @@ impl<'w, 'b, T: Element> Access<'w, 'b, T> {
             return Ok(());
         };
         let count = c_count("Access::accumulate_scattered", values.len())?;
-        self.pending = true;
-        // SAFETY: values outlives the flush ('b); dt addresses only elements < len at target.
+        self.started();
+        // SAFETY: values outlives the completion ('b); dt addresses only elements < len at target.
         check("MPI_Accumulate", unsafe {
             ffi::MPI_Accumulate(
                 values.as_ptr().cast(),
@@ -339,8 +394,8 @@ impl<'w, 'b, T: Element> Access<'w, 'b, T> {
             return Ok(());
         }
         let count = c_count("Access::accumulate_sum", values.len())?;
-        self.pending = true;
-        // SAFETY: values outlives the flush ('b); the target range is inside the window.
+        self.started();
+        // SAFETY: values outlives the completion ('b); the target range is inside the window.
         check("MPI_Accumulate", unsafe {
             ffi::MPI_Accumulate(
                 values.as_ptr().cast(),
@@ -357,20 +412,25 @@ impl<'w, 'b, T: Element> Access<'w, 'b, T> {
     }
 
     /// Reads the target's elements `offset..offset + out.len()` into `out` atomically with
-    /// respect to accumulates (`MPI_Get_accumulate` of zeros); `out` is filled at the flush.
+    /// respect to accumulates (`MPI_Get_accumulate` of zeros); `out` is filled at the
+    /// completion. Only inside a [`SharedWindow`].
     pub fn fetch(&mut self, offset: usize, out: &'b mut [T]) -> Result<(), CommError> {
         self.window
             .check_range("Access::fetch", offset, out.len())?;
+        let zeros = self.zeros.ok_or(CommError::Invalid {
+            what: "Access::fetch",
+            detail: "only a SharedWindow's accesses fetch".into(),
+        })?;
         if out.is_empty() {
             return Ok(());
         }
         let count = c_count("Access::fetch", out.len())?;
-        self.pending = true;
+        self.started();
         // SAFETY: the origin is `count` zeros owned by the window, which outlives this
-        // access; out is exclusively borrowed until the flush completes the operation.
+        // access; out is exclusively borrowed until the completion.
         check("MPI_Get_accumulate", unsafe {
             ffi::MPI_Get_accumulate(
-                self.window.zeros.as_ptr().cast(),
+                zeros.as_ptr().cast(),
                 count,
                 T::datatype(),
                 out.as_mut_ptr().cast(),
@@ -394,8 +454,8 @@ impl<'w, 'b, T: Element> Access<'w, 'b, T> {
             return Ok(());
         }
         let count = c_count("Access::put", values.len())?;
-        self.pending = true;
-        // SAFETY: values outlives the flush ('b); the target range is inside the window.
+        self.started();
+        // SAFETY: values outlives the completion ('b); the target range is inside the window.
         check("MPI_Put", unsafe {
             ffi::MPI_Put(
                 values.as_ptr().cast(),
@@ -411,15 +471,15 @@ impl<'w, 'b, T: Element> Access<'w, 'b, T> {
     }
 
     /// Reads the target's elements `offset..offset + out.len()` into `out`, which is filled at
-    /// the flush (it stays mutably borrowed until then).
+    /// the completion (it stays mutably borrowed until then).
     pub fn get(&mut self, offset: usize, out: &'b mut [T]) -> Result<(), CommError> {
         self.window.check_range("Access::get", offset, out.len())?;
         if out.is_empty() {
             return Ok(());
         }
         let count = c_count("Access::get", out.len())?;
-        self.pending = true;
-        // SAFETY: out is exclusively borrowed for 'b, i.e. until the flush completes the get.
+        self.started();
+        // SAFETY: out is exclusively borrowed for 'b, i.e. until the completion.
         check("MPI_Get", unsafe {
             ffi::MPI_Get(
                 out.as_mut_ptr().cast(),
@@ -435,27 +495,37 @@ impl<'w, 'b, T: Element> Access<'w, 'b, T> {
     }
 
     /// Completes every operation of this access at the origin and the target
-    /// (`MPI_Win_flush`; nothing to do when none was started).
-    pub fn flush(mut self) -> Result<(), CommError> {
-        self.complete()
+    /// (`MPI_Win_flush` in a shared window, `MPI_Win_unlock` of a lock epoch).
+    pub fn complete(mut self) -> Result<(), CommError> {
+        self.close()
     }
 
-    fn complete(&mut self) -> Result<(), CommError> {
-        if !self.pending {
+    fn started(&mut self) {
+        self.open = true;
+    }
+
+    fn close(&mut self) -> Result<(), CommError> {
+        if !self.open {
             return Ok(());
         }
-        self.pending = false;
-        // SAFETY: the window's lock_all epoch is open (from `create` until it is freed,
-        // which this borrow prevents).
-        check("MPI_Win_flush", unsafe {
-            ffi::MPI_Win_flush(self.target, self.window.win)
-        })
+        self.open = false;
+        match self.end {
+            // SAFETY: the window's lock_all epoch is open while its SharedWindow lives,
+            // which this borrow guarantees.
+            End::Flush => check("MPI_Win_flush", unsafe {
+                ffi::MPI_Win_flush(self.target, self.window.win)
+            }),
+            // SAFETY: an epoch on target is open on win (taken by Window::lock).
+            End::Unlock => check("MPI_Win_unlock", unsafe {
+                ffi::MPI_Win_unlock(self.target, self.window.win)
+            }),
+        }
     }
 }
 
 impl<T: Element> Drop for Access<'_, '_, T> {
     fn drop(&mut self) {
-        if let Err(e) = self.complete() {
+        if let Err(e) = self.close() {
             eprintln!("error: rank {}: {e}", self.window.comm.rank);
         }
     }
@@ -479,6 +549,94 @@ impl Drop for Scatter {
                 // SAFETY: dt is a datatype created here and freed once.
                 unsafe { ffi::MPI_Type_free(&mut dt) };
             }
+        }
+    }
+}
+
+/// A window inside this rank's `MPI_Win_lock_all` epoch until it is freed (see the module
+/// docs). Dropping it is collective, like dropping a [`Window`].
+pub struct SharedWindow<T: Element = f32> {
+    window: Window<T>,
+    /// `len` zeros: the origin of [`Access::fetch`] (an atomic read is an accumulate of 0).
+    zeros: Vec<T>,
+}
+
+impl<T: Element> SharedWindow<T> {
+    /// Operations on `target` (this rank included); they are complete when the returned
+    /// [`Access`] completes (`MPI_Win_flush`).
+    pub fn at<'b>(&self, target: usize) -> Result<Access<'_, 'b, T>, CommError> {
+        let target = c_rank("SharedWindow::at target", target, self.window.comm.size)?;
+        Ok(Access {
+            window: &self.window,
+            zeros: Some(&self.zeros),
+            target,
+            end: End::Flush,
+            open: false,
+            _origin: PhantomData,
+        })
+    }
+
+    /// See [`Window::peek_local`].
+    pub fn peek_local(&self, at: usize) -> Option<T> {
+        self.window.peek_local(at)
+    }
+
+    /// See [`Window::scatter`].
+    pub fn scatter(&self, indices: &[u32]) -> Result<Scatter, CommError> {
+        self.window.scatter(indices)
+    }
+
+    /// Collectively closes the epoch and frees the window, reporting an MPI error.
+    pub fn free(self) -> Result<(), CommError> {
+        self.window.free()
+    }
+}
+
+/// Exclusive access to this rank's own window memory (derefs to `[T]`); unlocks on drop.
+pub struct LocalEpoch<'w, T: Element = f32> {
+    window: &'w mut Window<T>,
+    me: c_int,
+    open: bool,
+}
+
+impl<T: Element> LocalEpoch<'_, T> {
+    /// Ends the exclusive epoch, reporting an MPI error (dropping ignores it).
+    pub fn unlock(mut self) -> Result<(), CommError> {
+        self.close()
+    }
+
+    fn close(&mut self) -> Result<(), CommError> {
+        if !self.open {
+            return Ok(());
+        }
+        self.open = false;
+        // SAFETY: an exclusive epoch on this rank is open on win.
+        check("MPI_Win_unlock", unsafe {
+            ffi::MPI_Win_unlock(self.me, self.window.win)
+        })
+    }
+}
+
+impl<T: Element> std::ops::Deref for LocalEpoch<'_, T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: the exclusive lock on this rank keeps other ranks out of this memory, and the
+        // window is mutably borrowed, so this is the only view.
+        unsafe { std::slice::from_raw_parts(self.window.mem.base, self.window.mem.len) }
+    }
+}
+
+impl<T: Element> std::ops::DerefMut for LocalEpoch<'_, T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as for Deref.
+        unsafe { std::slice::from_raw_parts_mut(self.window.mem.base, self.window.mem.len) }
+    }
+}
+
+impl<T: Element> Drop for LocalEpoch<'_, T> {
+    fn drop(&mut self) {
+        if let Err(e) = self.close() {
+            eprintln!("error: rank {}: {e}", self.window.comm.rank);
         }
     }
 }

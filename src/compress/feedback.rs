@@ -105,19 +105,19 @@ impl PeerView {
         self.view[index] += value;
     }
 
-    /// Adds a dense copy of other groups' updates to the weights and the view, and negates
-    /// the copy in the same pass, ready to be subtracted from the inbox it came from.
+    /// Adds a dense inbox of other groups' updates to the weights and the view, and zeroes
+    /// it (one pass).
     pub fn receive_dense(
         &mut self,
         weights: &mut [f32],
-        received: &mut [f32],
+        inbox: &mut [f32],
     ) -> Result<(), CompressError> {
         self.check_len(weights.len())?;
-        self.check_len(received.len())?;
-        for ((w, v), x) in weights.iter_mut().zip(&mut self.view).zip(received) {
+        self.check_len(inbox.len())?;
+        for ((w, v), x) in weights.iter_mut().zip(&mut self.view).zip(inbox) {
             *w += *x;
             *v += *x;
-            *x = -*x;
+            *x = 0.0;
         }
         Ok(())
     }
@@ -202,14 +202,14 @@ mod tests {
     }
 
     #[test]
-    fn receive_dense_adds_to_both_and_negates_the_copy() {
+    fn receive_dense_adds_to_both_and_zeroes_the_inbox() {
         let initial = vec![1.0f32, 2.0, 3.0];
         let mut weights = vec![1.5f32, 2.0, 2.0];
         let mut view = PeerView::new(&initial);
         let mut inbox = vec![0.25f32, -1.0, 0.0];
         view.receive_dense(&mut weights, &mut inbox).unwrap();
         assert_eq!(weights, vec![1.75, 1.0, 2.0]);
-        assert_eq!(inbox, vec![-0.25, 1.0, -0.0]);
+        assert_eq!(inbox, vec![0.0; 3]);
         assert_eq!(
             view.unsent(&weights),
             vec![0.5, 0.0, -1.0],

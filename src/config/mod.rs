@@ -135,6 +135,17 @@ pub enum LrSchedule {
     Cosine,
 }
 
+/// How a parameter server scales the learning rate of a stale push.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum StalenessLr {
+    /// Every push at the schedule's learning rate.
+    None,
+    /// A push of staleness t at `lr / max(1, t)` (Zhang et al., "Staleness-aware
+    /// Async-SGD", IJCAI 2016).
+    Inverse,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct OptimConfig {
@@ -148,6 +159,9 @@ pub struct OptimConfig {
     pub lr_decay_epochs: Vec<f64>,
     /// Linear warm-up of the learning rate over this many epochs (0 = none).
     pub warmup_epochs: f64,
+    /// Learning rate of stale pushes where a server applies them one by one (asp, ssp, the
+    /// group servers of gssp).
+    pub staleness_lr: StalenessLr,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -318,6 +332,7 @@ impl Default for OptimConfig {
             lr_decay: 0.1,
             lr_decay_epochs: Vec::new(),
             warmup_epochs: 0.0,
+            staleness_lr: StalenessLr::None,
         }
     }
 }
@@ -506,6 +521,7 @@ display_as_config_name!(
     DatasetKind,
     ModelKind,
     LrSchedule,
+    StalenessLr,
     SyncMode,
     Grouping,
     SparseTransport,
@@ -564,6 +580,10 @@ mod tests {
         );
         check(&[ModelKind::Lenet5, ModelKind::Mlp]);
         check(&[LrSchedule::Constant, LrSchedule::Step, LrSchedule::Cosine]);
+        assert_eq!(
+            check(&[StalenessLr::None, StalenessLr::Inverse]),
+            ["none", "inverse"]
+        );
         check(&[Grouping::Profile, Grouping::Static]);
         check(&[SparseTransport::Mailbox, SparseTransport::Accumulate]);
         check(&[CompressionKind::Dense, CompressionKind::Topk]);

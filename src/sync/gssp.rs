@@ -30,7 +30,7 @@
 
 use anyhow::{Context, Result};
 
-use crate::comm::rma::Window;
+use crate::comm::rma::{LockKind, SharedWindow, Window};
 use crate::comm::{Collectives, SubComm};
 use crate::compress::feedback::PeerView;
 use crate::compress::ratio::{k_for_ratio, RatioSettings, SpeedMeter};
@@ -92,8 +92,9 @@ pub struct GroupExchange<'c> {
     /// Dense updates from peers: dense exchanges, messages too large for a mailbox, and the
     /// final flush.
     inbox: Window<f32>,
-    /// Sparse messages and telemetry from peers (format in [`crate::sync::mailbox`]).
-    mail: Window<u32>,
+    /// Sparse messages and telemetry from peers (format in [`crate::sync::mailbox`]), in
+    /// one shared epoch for the whole run.
+    mail: SharedWindow<u32>,
     layout: MailboxLayout,
     n: usize,
     groups: usize,
@@ -118,11 +119,10 @@ pub struct GroupExchange<'c> {
     /// Words consumed from each peer's ring, and the dense flushes seen from each peer.
     consumed: Vec<u32>,
     dense_seen: Vec<u32>,
-    /// Copies of this server's own mailbox headers and rings, and of its inbox, taken by the
-    /// drain (own memory is read through MPI inside the shared epoch, like a peer's).
+    /// Copies of this server's own mailbox headers and rings, taken by the drain (own
+    /// memory is read through MPI inside the shared epoch, like a peer's).
     heads: Vec<[u32; SENDER_WORDS]>,
     rings_copy: Vec<u32>,
-    inbox_copy: Vec<f32>,
     dense_sent: u32,
     speeds: Vec<f64>,
     peer_pushes: Vec<u64>,
@@ -152,7 +152,7 @@ impl<'c> GroupExchange<'c> {
         let k_target = if rings { k_for_ratio(n, c.ratio) } else { 0 };
         let layout = MailboxLayout::new(groups, k_target, cfg.sync.mailbox_messages);
         let inbox = Window::create(comm, n)?;
-        let mail = Window::create(comm, layout.window_len())?;
+        let mail = Window::create(comm, layout.window_len())?.lock_all()?;
         Ok(GroupExchange {
             comm,
             inbox,
@@ -178,7 +178,6 @@ impl<'c> GroupExchange<'c> {
             dense_seen: vec![0; groups],
             heads: vec![[0; SENDER_WORDS]; groups],
             rings_copy: vec![0; layout.window_len()],
-            inbox_copy: vec![0.0; n],
             dense_sent: 0,
             speeds: vec![0.0; groups],
             peer_pushes: vec![0; groups],
@@ -234,7 +233,7 @@ impl<'c> GroupExchange<'c> {
         if consumed {
             access.fetch(slot + CONSUMED, &mut self.peer_consumed[peer..peer + 1])?;
         }
-        access.flush()?;
+        access.complete()?;
         self.sent_header[peer] = header;
         Ok(())
     }
@@ -253,7 +252,7 @@ impl<'c> GroupExchange<'c> {
             let at = self.layout.slot(self.me) + CONSUMED;
             let mut access = self.mail.at(peer)?;
             access.fetch(at, &mut self.peer_consumed[peer..peer + 1])?;
-            access.flush()?;
+            access.complete()?;
             if self
                 .layout
                 .room(self.written[peer], self.peer_consumed[peer])
@@ -280,7 +279,7 @@ impl<'c> GroupExchange<'c> {
             for (at, from, len) in self.layout.pieces(pos, self.msg.len()) {
                 access.put(ring + at, &self.msg[from..from + len])?;
             }
-            access.flush()?;
+            access.complete()?;
             self.write_header(peer, header, true)?;
             self.written[peer] = written;
             self.bytes_sent += (4 * (self.msg.len() + header.len())) as u64;
@@ -313,12 +312,12 @@ impl<'c> GroupExchange<'c> {
             None
         };
         for peer in peers_of(self.me, self.groups) {
-            let mut access = self.inbox.at(peer)?;
+            let mut access = self.inbox.lock(peer, LockKind::Shared)?;
             match &scatter {
                 Some(scatter) => access.accumulate_scattered(scatter, &self.vals)?,
                 None => access.accumulate_sum(0, &self.vals)?,
             }
-            access.flush()?;
+            access.complete()?;
             // After the inbox update has completed: a peer that sees the new count finds the
             // values there.
             let header = self.header(self.written[peer], own_pushes);
@@ -349,7 +348,7 @@ impl<'c> GroupExchange<'c> {
         for (s, head) in self.heads.iter_mut().enumerate().filter(|&(s, _)| s != me) {
             access.fetch(layout.slot(s) + WRITTEN, head)?;
         }
-        access.flush()?;
+        access.complete()?;
         // The messages announced by them: complete (a sender flushes a message before its
         // header), and not written again before this server publishes its consumed count.
         let mut access = self.mail.at(me)?;
@@ -370,7 +369,7 @@ impl<'c> GroupExchange<'c> {
             access.get(layout.ring(s) + start, &mut tail[..first])?;
             access.get(layout.ring(s), &mut wrapped[..rest])?;
         }
-        access.flush()?;
+        access.complete()?;
         let mut dense_new = force;
         let mut consumed_delta = [0u32; 1];
         for s in peers_of(me, self.groups) {
@@ -386,7 +385,7 @@ impl<'c> GroupExchange<'c> {
                 self.consumed[s] = consumed;
                 let mut access = self.mail.at(me)?;
                 access.accumulate_sum(layout.slot(s) + CONSUMED, &consumed_delta)?;
-                access.flush()?;
+                access.complete()?;
             }
             self.speeds[s] = f32::from_bits(head[SPEED]) as f64;
             self.peer_pushes[s] = head[PUSHES] as u64;
@@ -396,15 +395,11 @@ impl<'c> GroupExchange<'c> {
             }
         }
         if dense_new {
-            // Take the inbox and subtract exactly what was taken: what a peer adds meanwhile
-            // stays for the next drain.
-            let mut access = self.inbox.at(me)?;
-            access.fetch(0, &mut self.inbox_copy)?;
-            access.flush()?;
-            self.view.receive_dense(weights, &mut self.inbox_copy)?;
-            let mut access = self.inbox.at(me)?;
-            access.accumulate_sum(0, &self.inbox_copy)?;
-            access.flush()?;
+            // The inbox takes accumulates from every peer: read and zero it under an
+            // exclusive lock (a shared epoch would need an atomic fetch and a subtraction).
+            let mut inbox = self.inbox.lock_local()?;
+            self.view.receive_dense(weights, &mut inbox)?;
+            inbox.unlock()?;
         }
         Ok(())
     }

@@ -15,7 +15,7 @@ use crate::metrics::{EvalRow, RunDir, RunTotals, ServerRow, Snapshots, Summary};
 use crate::sync::allreduce;
 use crate::sync::gssp::{self, Replicas};
 use crate::sync::layout::Layout;
-use crate::sync::ps::{Apply, ParamServer};
+use crate::sync::ps::{Apply, ParamServer, UpdateRule};
 use crate::sync::server::{self, NoExchange, ServeContext};
 use crate::sync::worker::{self, WorkerContext, WorkerStats};
 use crate::train::{ComputeStep, Evaluator};
@@ -145,6 +145,88 @@ struct RunContext<'a> {
     start: Instant,
 }
 
+/// One rank's numbers for the summary, gathered on rank 0 as one row of `f64`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct RankTotals {
+    /// 1 for a worker, 0 otherwise.
+    worker: f64,
+    wait_fraction: f64,
+    iterations: f64,
+    bytes_sent: f64,
+    bytes_inter_group: f64,
+    wall_s: f64,
+    epoch: f64,
+    /// Servers: pushes applied and the sum of their staleness.
+    pushes: f64,
+    staleness_sum: f64,
+    busy_fraction: f64,
+    busy_ms_per_push: f64,
+    exchange_share: f64,
+    exchange_cpu_share: f64,
+    exchange_ms: f64,
+}
+
+impl RankTotals {
+    fn of(role: &RoleOutcome) -> Self {
+        let w = role.worker.unwrap_or_default();
+        let s = role.server.unwrap_or_default();
+        RankTotals {
+            worker: if role.worker.is_some() { 1.0 } else { 0.0 },
+            wait_fraction: w.wait_fraction(),
+            iterations: w.iterations as f64,
+            bytes_sent: (w.bytes_sent + role.bytes_sent) as f64,
+            bytes_inter_group: role.bytes_inter_group as f64,
+            wall_s: role.server.map_or(w.wall_s, |s| s.wall_s),
+            epoch: s.epoch,
+            pushes: s.pushes as f64,
+            staleness_sum: s.staleness_sum as f64,
+            busy_fraction: s.busy_s() / s.wall_s.max(1e-9),
+            busy_ms_per_push: 1e3 * s.busy_s() / s.pushes.max(1) as f64,
+            exchange_share: s.exchange_s / s.busy_s().max(1e-12),
+            exchange_cpu_share: s.exchange_cpu_s / s.busy_cpu_s.max(1e-12),
+            exchange_ms: 1e3 * s.exchange_s / s.exchanges.max(1) as f64,
+        }
+    }
+
+    fn to_row(self) -> [f64; 14] {
+        [
+            self.worker,
+            self.wait_fraction,
+            self.iterations,
+            self.bytes_sent,
+            self.bytes_inter_group,
+            self.wall_s,
+            self.epoch,
+            self.pushes,
+            self.staleness_sum,
+            self.busy_fraction,
+            self.busy_ms_per_push,
+            self.exchange_share,
+            self.exchange_cpu_share,
+            self.exchange_ms,
+        ]
+    }
+
+    fn from_row(r: &[f64]) -> Self {
+        RankTotals {
+            worker: r[0],
+            wait_fraction: r[1],
+            iterations: r[2],
+            bytes_sent: r[3],
+            bytes_inter_group: r[4],
+            wall_s: r[5],
+            epoch: r[6],
+            pushes: r[7],
+            staleness_sum: r[8],
+            busy_fraction: r[9],
+            busy_ms_per_push: r[10],
+            exchange_share: r[11],
+            exchange_cpu_share: r[12],
+            exchange_ms: r[13],
+        }
+    }
+}
+
 /// What one rank brings to the summary.
 #[derive(Default)]
 pub struct RoleOutcome {
@@ -184,12 +266,15 @@ fn serve_group(
     let total_workers = layout.groups.iter().map(Vec::len).sum();
     let mut ps = ParamServer::new(
         step.net.params().to_vec(),
-        workers,
-        total_workers,
-        bound,
-        apply,
-        cfg.optim.momentum,
-        cfg.optim.weight_decay,
+        UpdateRule {
+            workers,
+            total_workers,
+            bound,
+            apply,
+            momentum: cfg.optim.momentum,
+            weight_decay: cfg.optim.weight_decay,
+            staleness_lr: cfg.optim.staleness_lr,
+        },
     );
     let rank = layout.servers[group];
     let mut log = ctx.run.csv::<ServerRow>(&format!("rank-{rank}.csv"))?;
@@ -237,24 +322,10 @@ fn finish(
     snapshots: Snapshots,
 ) -> Result<Option<Summary>> {
     let (comm, cfg, layout, run, test) = (ctx.comm, ctx.cfg, ctx.layout, ctx.run, ctx.test);
-    let w = role.worker.unwrap_or_default();
-    let is_worker = role.worker.is_some();
-    let gather = |v: f64| comm.gather_f64(0, v);
-    let worker_flags = gather(if is_worker { 1.0 } else { 0.0 })?;
-    let waits = gather(w.wait_fraction())?;
-    let iterations = gather(w.iterations as f64)?;
-    let bytes = gather((w.bytes_sent + role.bytes_sent) as f64)?;
-    let inter = gather(role.bytes_inter_group as f64)?;
     let deferred = comm.allreduce_sum_u64(role.exchanges_deferred)?;
     let arrival_drains = comm.allreduce_sum_u64(role.arrival_drains)?;
-    let walls = gather(role.server.map(|s| s.wall_s).unwrap_or(w.wall_s))?;
-    let epochs = gather(role.server.map(|s| s.epoch).unwrap_or(0.0))?;
     let replica_error = comm.allreduce_max_f64(role.replica_error.unwrap_or(0.0))?;
-    let serve = role.server.unwrap_or_default();
-    let busy_fractions = gather(serve.busy_s() / serve.wall_s.max(1e-9))?;
-    let exchange_shares = gather(serve.exchange_s / serve.busy_s().max(1e-12))?;
-    let exchange_ms = gather(1e3 * serve.exchange_s / serve.exchanges.max(1) as f64)?;
-    let exchange_cpu_shares = gather(serve.exchange_cpu_s / serve.busy_cpu_s.max(1e-12))?;
+    let rows = comm.gather_f64s(0, &RankTotals::of(&role).to_row())?;
 
     // The model to evaluate: the single server's, allreduce rank 0's, or the average of
     // the gssp group servers' replicas (snapshot by snapshot).
@@ -270,47 +341,23 @@ fn finish(
     if comm.rank() != 0 {
         return Ok(None);
     }
-    let (
-        Some(flags),
-        Some(waits),
-        Some(iters),
-        Some(bytes),
-        Some(inter),
-        Some(walls),
-        Some(epochs),
-        Some(busy_fractions),
-        Some(exchange_shares),
-        Some(exchange_ms),
-        Some(exchange_cpu_shares),
-    ) = (
-        worker_flags,
-        waits,
-        iterations,
-        bytes,
-        inter,
-        walls,
-        epochs,
-        busy_fractions,
-        exchange_shares,
-        exchange_ms,
-        exchange_cpu_shares,
-    )
-    else {
-        anyhow::bail!("rank 0 did not receive the gathered totals");
-    };
-    let final_weights = models.final_weights.context("rank 0 holds no model")?;
-    let wall_s = walls.iter().cloned().fold(0.0, f64::max);
-    let worker_waits: Vec<f64> = waits
+    let ranks: Vec<RankTotals> = rows
+        .context("rank 0 did not receive the gathered totals")?
         .iter()
-        .zip(&flags)
-        .filter(|(_, &f)| f > 0.0)
-        .map(|(&x, _)| x)
+        .map(|r| RankTotals::from_row(r))
         .collect();
-    let total_iters: f64 = iters.iter().sum();
+    let final_weights = models.final_weights.context("rank 0 holds no model")?;
+    let wall_s = ranks.iter().map(|r| r.wall_s).fold(0.0, f64::max);
+    let worker_waits: Vec<f64> = ranks
+        .iter()
+        .filter(|r| r.worker > 0.0)
+        .map(|r| r.wait_fraction)
+        .collect();
+    let total_iters: f64 = ranks.iter().map(|r| r.iterations).sum();
     let epoch = if cfg.sync.mode == SyncMode::Allreduce {
         total_iters * cfg.optim.batch_size as f64 / ctx.train.len() as f64
     } else {
-        epochs.iter().cloned().fold(0.0, f64::max)
+        ranks.iter().map(|r| r.epoch).fold(0.0, f64::max)
     };
 
     let mut evaluator = Evaluator::new(test, step.net.max_batch());
@@ -339,7 +386,11 @@ fn finish(
         100.0 * test_accuracy
     );
 
-    let per_server = |v: &[f64]| layout.servers.iter().map(|&r| v[r]).collect::<Vec<f64>>();
+    let per_server = |f: fn(&RankTotals) -> f64| -> Vec<f64> {
+        layout.servers.iter().map(|&r| f(&ranks[r])).collect()
+    };
+    let servers = || layout.servers.iter().map(|&r| &ranks[r]);
+    let pushes: f64 = servers().map(|r| r.pushes).sum();
     let has_servers = !layout.servers.is_empty();
     let exchanged = cfg.sync.mode == SyncMode::Gssp && layout.servers.len() > 1;
     let totals = RunTotals {
@@ -355,15 +406,18 @@ fn finish(
             worker_waits.iter().sum::<f64>() / worker_waits.len().max(1) as f64,
         ),
         worker_wait_fractions: Some(worker_waits),
-        bytes_sent: Some(bytes.iter().sum::<f64>() as u64),
-        bytes_inter_group: Some(inter.iter().sum::<f64>() as u64),
+        bytes_sent: Some(ranks.iter().map(|r| r.bytes_sent).sum::<f64>() as u64),
+        bytes_inter_group: Some(ranks.iter().map(|r| r.bytes_inter_group).sum::<f64>() as u64),
         replica_max_error: (cfg.sync.mode == SyncMode::Gssp).then_some(replica_error),
         exchanges_deferred: (cfg.sync.mode == SyncMode::Gssp).then_some(deferred),
         arrival_drains: (cfg.sync.mode == SyncMode::Gssp).then_some(arrival_drains),
-        server_busy_fractions: has_servers.then(|| per_server(&busy_fractions)),
-        exchange_shares_of_busy: exchanged.then(|| per_server(&exchange_shares)),
-        exchange_shares_of_busy_cpu: exchanged.then(|| per_server(&exchange_cpu_shares)),
-        mean_exchange_ms: exchanged.then(|| per_server(&exchange_ms)),
+        server_busy_fractions: has_servers.then(|| per_server(|r| r.busy_fraction)),
+        server_busy_ms_per_push: has_servers.then(|| per_server(|r| r.busy_ms_per_push)),
+        mean_push_staleness: has_servers
+            .then(|| servers().map(|r| r.staleness_sum).sum::<f64>() / pushes.max(1.0)),
+        exchange_shares_of_busy: exchanged.then(|| per_server(|r| r.exchange_share)),
+        exchange_shares_of_busy_cpu: exchanged.then(|| per_server(|r| r.exchange_cpu_share)),
+        mean_exchange_ms: exchanged.then(|| per_server(|r| r.exchange_ms)),
         ..common
     };
     run.write_json("summary.json", &summary)?;

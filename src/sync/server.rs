@@ -54,6 +54,8 @@ pub struct ServeStats {
     pub exchange_s: f64,
     /// Pushes after which the server exchanged with its peers (gssp).
     pub exchanges: u64,
+    /// Sum of the staleness of every applied push.
+    pub staleness_sum: u64,
     /// Thread CPU seconds from receiving each push to answering the workers (exchange and
     /// snapshots included), and of the exchange alone.
     pub busy_cpu_s: f64,
@@ -114,7 +116,7 @@ pub fn serve(
         let cpu_start = thread_cpu_s();
         let t_apply = Instant::now();
         let version_before = ps.version();
-        let staleness = ps.on_push(w, push.payload, lr);
+        let applied = ps.on_push(w, push.payload, lr);
         let apply_s = t_apply.elapsed().as_secs_f64();
         stats.pushes += 1;
 
@@ -152,6 +154,7 @@ pub fn serve(
         stats.send_s += send_s;
         stats.exchange_s += exchange_s;
         stats.exchanges += u64::from(ratio > 0.0);
+        stats.staleness_sum += applied.staleness;
         if stats.pushes.is_multiple_of(cfg.run.log_every as u64) {
             log.push(&ServerRow {
                 time_s,
@@ -159,7 +162,7 @@ pub fn serve(
                 pushes: stats.pushes,
                 version: ps.version(),
                 worker: w,
-                staleness,
+                staleness: applied.staleness,
                 clock_spread: ps.clock().spread(),
                 recv_wait_s,
                 receive_s,
@@ -167,7 +170,7 @@ pub fn serve(
                 send_s,
                 exchange_s,
                 loss,
-                lr,
+                lr: applied.lr,
                 ratio,
             })?;
         }
