@@ -77,6 +77,13 @@ enum BenchCommand {
         #[arg(long, default_value = "runs/bench-modes")]
         out: PathBuf,
     },
+    /// Runs every config as its header says and checks it reaches its own target accuracy.
+    Configs {
+        /// Configs to check (default: every configs/*.toml).
+        configs: Vec<PathBuf>,
+        #[arg(long, default_value = "runs/bench-configs")]
+        out: PathBuf,
+    },
     /// The paper's LeNet-5/MNIST experiment: 16 workers in four speed tiers, every mode.
     Paper {
         #[arg(long, default_value = "configs/paper_lenet5_mnist.toml")]
@@ -208,6 +215,14 @@ fn bench(which: BenchCommand) -> anyhow::Result<()> {
             overrides,
             out,
         } => bench::jobs::modes(&config, workers, &modes, &overrides, &out).map(|_| ()),
+        BenchCommand::Configs { configs, out } => {
+            let configs = if configs.is_empty() {
+                shipped_configs()?
+            } else {
+                configs
+            };
+            bench::configs::check_all(&configs, &out).map(|_| ())
+        }
         BenchCommand::Paper {
             config,
             budget_s,
@@ -216,6 +231,24 @@ fn bench(which: BenchCommand) -> anyhow::Result<()> {
             out,
         } => bench::jobs::paper(&config, budget_s, &seeds, &overrides, &out).map(|_| ()),
     }
+}
+
+/// Every `configs/*.toml` below the working directory, sorted.
+fn shipped_configs() -> anyhow::Result<Vec<PathBuf>> {
+    use anyhow::Context;
+    let dir = Path::new("configs");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| {
+            format!(
+                "cannot list {} (run from the repository root)",
+                dir.display()
+            )
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    files.sort();
+    Ok(files)
 }
 
 fn report(r: anyhow::Result<()>) -> ExitCode {

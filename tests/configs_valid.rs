@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
+use gssp::bench::configs::{declared_ranks, header};
 use gssp::config::Config;
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
@@ -25,48 +26,6 @@ fn config_files() -> Vec<PathBuf> {
     files.sort();
     assert!(!files.is_empty(), "no configs in {}", dir.display());
     files
-}
-
-/// The comment lines before the first non-comment, non-blank line.
-fn header(text: &str) -> Vec<&str> {
-    text.lines()
-        .take_while(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
-        .filter(|l| l.trim_start().starts_with('#'))
-        .collect()
-}
-
-/// The N of a `# ranks: N` header line: `Ok(None)` when there is none, `Err` when the line is
-/// there but malformed or repeated.
-fn declared_ranks(text: &str) -> Result<Option<usize>, String> {
-    let mut found = None;
-    for line in header(text) {
-        let body = line.trim_start().trim_start_matches('#').trim();
-        if let Some(rest) = body.strip_prefix("ranks:") {
-            let n: usize = rest
-                .trim()
-                .parse()
-                .map_err(|e| format!("`{line}`: ranks is not a positive integer: {e}"))?;
-            if n == 0 {
-                return Err(format!("`{line}`: ranks must be >= 1"));
-            }
-            if found.replace(n).is_some() {
-                return Err(format!("`{line}`: more than one ranks line"));
-            }
-        }
-    }
-    Ok(found)
-}
-
-#[test]
-fn ranks_comment_parsing() {
-    assert_eq!(declared_ranks("# x\n# ranks: 10\n\n[run]\n"), Ok(Some(10)));
-    assert_eq!(declared_ranks("#ranks:3\n[run]\n"), Ok(Some(3)));
-    assert_eq!(declared_ranks("# no count\n[run]\n"), Ok(None));
-    // Only the header counts: a ranks comment further down is not a declaration.
-    assert_eq!(declared_ranks("[run]\n# ranks: 4\n"), Ok(None));
-    assert!(declared_ranks("# ranks: many\n").is_err());
-    assert!(declared_ranks("# ranks: 0\n").is_err());
-    assert!(declared_ranks("# ranks: 2\n# ranks: 3\n").is_err());
 }
 
 #[test]

@@ -83,6 +83,87 @@ struct SummaryIn {
     exchange_shares_of_busy_cpu: Option<Vec<f64>>,
 }
 
+/// One training job of a benchmark.
+pub struct Job<'a> {
+    pub name: &'a str,
+    pub config: &'a Path,
+    /// World size under `mpirun`; `None` runs the binary directly (single mode).
+    pub ranks: Option<usize>,
+    pub overrides: &'a [String],
+    pub dir: &'a Path,
+    pub timeout_s: u64,
+}
+
+/// Runs `job` into its (emptied) directory, with the environment `scripts/env.sh` gives
+/// (root allowed, oversubscription, one BLAS thread a rank, its one-sided components);
+/// its output goes to `dir/mpirun.log`. Fails, quoting the end of the output, if it fails.
+pub fn launch(job: &Job<'_>) -> Result<()> {
+    let exe = std::env::current_exe().context("cannot find the gssp binary")?;
+    if !job.config.is_file() {
+        bail!("--config: no such file {}", job.config.display());
+    }
+    let _ = std::fs::remove_dir_all(job.dir);
+    std::fs::create_dir_all(job.dir)
+        .with_context(|| format!("cannot create {}", job.dir.display()))?;
+    let mut cmd = Command::new("timeout");
+    cmd.arg(job.timeout_s.to_string());
+    if let Some(ranks) = job.ranks {
+        cmd.arg("mpirun").args([
+            "-n",
+            &ranks.to_string(),
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+        ]);
+    }
+    cmd.arg(&exe)
+        .arg("train")
+        .arg("--config")
+        .arg(job.config)
+        .arg("--out")
+        .arg(job.dir);
+    for o in job.overrides {
+        cmd.arg("--set").arg(o);
+    }
+    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OPENBLAS_NUM_THREADS", "1")
+        .env("RUST_LOG", "warn");
+    if let Some(osc) = one_sided_components(
+        std::env::var("OMPI_MCA_osc").ok().as_deref(),
+        &ompi_info_text(),
+    ) {
+        cmd.env("OMPI_MCA_osc", osc);
+    }
+    eprintln!(
+        "bench: {} on {} rank(s) ...",
+        job.name,
+        job.ranks.unwrap_or(1)
+    );
+    let t = Instant::now();
+    let output = cmd
+        .output()
+        .context("cannot start mpirun (is OpenMPI installed?)")?;
+    let log = job.dir.join("mpirun.log");
+    std::fs::write(&log, [&output.stdout[..], &output.stderr[..]].concat()).ok();
+    if !output.status.success() {
+        bail!(
+            "bench: {} failed ({}) after {:.0} s; see {}\n{}",
+            job.name,
+            output.status,
+            t.elapsed().as_secs_f64(),
+            log.display(),
+            String::from_utf8_lossy(&output.stderr)
+                .lines()
+                .rev()
+                .take(5)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+    Ok(())
+}
+
 /// Runs every variant of `config` (with `common` overrides) under mpirun, one after the
 /// other, into `out/<name>`; returns the table rows in order.
 pub fn run_all(
@@ -92,68 +173,20 @@ pub fn run_all(
     out: &Path,
     job_timeout_s: u64,
 ) -> Result<Vec<BenchRow>> {
-    let exe = std::env::current_exe().context("cannot find the gssp binary")?;
-    if !config.is_file() {
-        bail!("--config: no such file {}", config.display());
-    }
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    let osc = one_sided_components(
-        std::env::var("OMPI_MCA_osc").ok().as_deref(),
-        &ompi_info_text(),
-    );
     let mut rows = Vec::new();
     for v in variants {
         let dir = out.join(&v.name);
-        let _ = std::fs::remove_dir_all(&dir);
-        let mut cmd = Command::new("timeout");
-        cmd.arg(job_timeout_s.to_string()).arg("mpirun").args([
-            "-n",
-            &v.ranks.to_string(),
-            "--oversubscribe",
-            "--bind-to",
-            "none",
-        ]);
-        cmd.arg(&exe)
-            .arg("train")
-            .arg("--config")
-            .arg(config)
-            .arg("--out")
-            .arg(&dir);
-        for o in common.iter().chain(&v.overrides) {
-            cmd.arg("--set").arg(o);
-        }
-        cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-            .env("OPENBLAS_NUM_THREADS", "1");
-        cmd.env("RUST_LOG", "warn");
-        if let Some(osc) = osc {
-            cmd.env("OMPI_MCA_osc", osc);
-        }
-        eprintln!("bench: {} on {} ranks ...", v.name, v.ranks);
+        let overrides: Vec<String> = common.iter().chain(&v.overrides).cloned().collect();
         let t = Instant::now();
-        let output = cmd
-            .output()
-            .context("cannot start mpirun (is OpenMPI installed?)")?;
-        std::fs::write(
-            dir.join("mpirun.log"),
-            [&output.stdout[..], &output.stderr[..]].concat(),
-        )
-        .ok();
-        if !output.status.success() {
-            bail!(
-                "bench: {} failed ({}) after {:.0} s; see {}\n{}",
-                v.name,
-                output.status,
-                t.elapsed().as_secs_f64(),
-                dir.join("mpirun.log").display(),
-                String::from_utf8_lossy(&output.stderr)
-                    .lines()
-                    .rev()
-                    .take(5)
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            );
-        }
+        launch(&Job {
+            name: &v.name,
+            config,
+            ranks: Some(v.ranks),
+            overrides: &overrides,
+            dir: &dir,
+            timeout_s: job_timeout_s,
+        })?;
         let row = read_row(&v.name, v.ranks, &dir)?;
         eprintln!(
             "bench: {} done in {:.0} s: time to target {}, accuracy {:.2}%",

@@ -1,26 +1,23 @@
 //! One-sided communication: a window of `f32` or `u32` per rank, reached through
 //! passive-target epochs, in two flavours.
 //!
+//! * [`Window`]: each [`Epoch`] locks one target (`MPI_Win_lock` .. `MPI_Win_unlock`), and
+//!   [`Window::lock_local`] gives this rank exclusive, direct access to its own memory. That
+//!   is what a read-and-zero of memory that peers accumulate into needs.
 //! * [`SharedWindow`] ([`Window::lock_all`]): every rank holds `MPI_Win_lock_all` on the
-//!   window from then until it is freed, so no operation pays for a lock. Operations on one
-//!   target go through an [`Access`] that ends with `MPI_Win_flush` on that target. A rank
-//!   reaches its own window the same way, because inside the shared epoch plain loads and
-//!   stores would race with the peers' operations. Accumulates and [`Access::fetch`] are
-//!   element-wise atomic with respect to each other (same datatype), so words that two ranks
-//!   touch at once are written as accumulates and read with `fetch`; `put` and `get` are for
-//!   memory that one rank writes while the other reads elsewhere.
-//! * [`Window`] itself: each [`Access`] opens `MPI_Win_lock` on its target and ends with
-//!   `MPI_Win_unlock`, and [`Window::lock_local`] gives this rank exclusive, direct access to
-//!   its own memory. That is what a read-and-zero of memory that peers accumulate into
-//!   needs: inside a shared epoch it would take an atomic fetch and a second accumulate,
-//!   two more passes over the memory.
+//!   window from then until it is freed, so no operation pays for a lock. Operations go in a
+//!   [`Batch`], on any ranks, completed together by one `MPI_Win_flush_all`. A rank reaches
+//!   its own window the same way, because inside the shared epoch plain loads and stores
+//!   would race with the peers' operations. Accumulates and [`Batch::fetch`] are element-wise
+//!   atomic with respect to each other (same datatype), so words that two ranks touch at
+//!   once are written as accumulates and read with `fetch`; `put` and `get` are for memory
+//!   that one rank writes while the other reads elsewhere.
 //!
-//! When [`Access::complete`] returns (or the access is dropped), its operations are complete
-//! at the origin and at the target. The borrow checker enforces MPI's buffer rules: values
-//! given to [`Access::put`] or an accumulate cannot be modified, and the buffer given to
-//! [`Access::get`] or [`Access::fetch`] cannot be read, before that. Operations of one access
-//! are not ordered with each other beyond what MPI guarantees for accumulates to the same
-//! location: complete one access before starting one whose effect must come after.
+//! The borrow checker enforces MPI's buffer rules: values given to a put or an accumulate
+//! cannot be modified, and the buffer given to a get or fetch cannot be read, before the
+//! epoch ends or the batch completes. Operations of one epoch or batch are not ordered with
+//! each other beyond what MPI guarantees for accumulates to the same location: complete one
+//! batch before starting one whose effect must come after.
 //!
 //! Only taking a lock may wait for other ranks (as MPI defines passive target); no call here
 //! needs the target to take part.
@@ -165,19 +162,17 @@ impl<T: Element> Window<T> {
         Ok(window)
     }
 
-    /// Opens a passive-target epoch on `target` (`MPI_Win_lock`); the returned [`Access`]
-    /// ends it (`MPI_Win_unlock`). Several epochs on different targets may be open.
-    pub fn lock<'b>(&self, target: usize, kind: LockKind) -> Result<Access<'_, 'b, T>, CommError> {
+    /// Opens a passive-target epoch on `target` (`MPI_Win_lock`); it ends when the returned
+    /// guard is dropped or [`Epoch::unlock`]ed. Several epochs on different targets may be open.
+    pub fn lock<'b>(&self, target: usize, kind: LockKind) -> Result<Epoch<'_, 'b, T>, CommError> {
         let t = c_rank("Window::lock target", target, self.comm.size)?;
         // SAFETY: win is live.
         check("MPI_Win_lock", unsafe {
             ffi::MPI_Win_lock(kind.raw(), t, 0, self.win)
         })?;
-        Ok(Access {
+        Ok(Epoch {
             window: self,
-            zeros: None,
             target: t,
-            end: End::Unlock,
             open: true,
             _origin: PhantomData,
         })
@@ -284,7 +279,7 @@ impl<T: Element> Window<T> {
         }
         let unlocked = if self.all_locked {
             self.all_locked = false;
-            // SAFETY: the lock_all epoch of `lock_all` is open; no Access is alive (each
+            // SAFETY: the lock_all epoch of `lock_all` is open; no Batch is alive (each
             // borrows the window).
             check("MPI_Win_unlock_all", unsafe {
                 ffi::MPI_Win_unlock_all(self.win)
@@ -320,31 +315,193 @@ impl<T: Element> Drop for Window<T> {
     }
 }
 
-/// How an [`Access`] ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum End {
-    /// `MPI_Win_flush` on the target, inside a [`SharedWindow`]'s epoch (only if operations
-    /// were started).
-    Flush,
-    /// `MPI_Win_unlock` of the epoch [`Window::lock`] opened.
-    Unlock,
+/// The operations, checked and started; completing them is the caller's job (an epoch's
+/// unlock or a batch's flush), and so is keeping the origin buffers untouched until then.
+impl<T: Element> Window<T> {
+    /// `MPI_Accumulate(SUM)` of `values` into `target`'s elements at the scatter's indices.
+    ///
+    /// # Safety
+    /// `values` must stay alive and unmodified until the operation is completed.
+    unsafe fn start_accumulate_scattered(
+        &self,
+        target: c_int,
+        scatter: &Scatter,
+        values: &[T],
+    ) -> Result<(), CommError> {
+        if scatter.window != self.win {
+            return Err(CommError::Invalid {
+                what: "accumulate_scattered",
+                detail: "the scatter was built for another window".into(),
+            });
+        }
+        if values.len() != scatter.len {
+            return Err(CommError::Invalid {
+                what: "accumulate_scattered",
+                detail: format!("{} indices but {} values", scatter.len, values.len()),
+            });
+        }
+        let Some(dt) = scatter.dt else {
+            return Ok(());
+        };
+        let count = c_count("accumulate_scattered", values.len())?;
+        // dt addresses only elements < len at the target (checked by `scatter`).
+        check(
+            "MPI_Accumulate",
+            ffi::MPI_Accumulate(
+                values.as_ptr().cast(),
+                count,
+                T::datatype(),
+                target,
+                0,
+                1,
+                dt,
+                ffi::RSMPI_SUM,
+                self.win,
+            ),
+        )
+    }
+
+    /// `MPI_Accumulate(SUM)` of `values` into `target`'s elements from `offset` on
+    /// (element-wise atomic).
+    ///
+    /// # Safety
+    /// As for [`Window::start_accumulate_scattered`].
+    unsafe fn start_accumulate_sum(
+        &self,
+        target: c_int,
+        offset: usize,
+        values: &[T],
+    ) -> Result<(), CommError> {
+        self.check_range("accumulate_sum", offset, values.len())?;
+        if values.is_empty() {
+            return Ok(());
+        }
+        let count = c_count("accumulate_sum", values.len())?;
+        check(
+            "MPI_Accumulate",
+            ffi::MPI_Accumulate(
+                values.as_ptr().cast(),
+                count,
+                T::datatype(),
+                target,
+                offset as ffi::MPI_Aint,
+                count,
+                T::datatype(),
+                ffi::RSMPI_SUM,
+                self.win,
+            ),
+        )
+    }
+
+    /// `MPI_Put` of `values` into `target`'s elements from `offset` on.
+    ///
+    /// # Safety
+    /// As for [`Window::start_accumulate_scattered`].
+    unsafe fn start_put(
+        &self,
+        target: c_int,
+        offset: usize,
+        values: &[T],
+    ) -> Result<(), CommError> {
+        self.check_range("put", offset, values.len())?;
+        if values.is_empty() {
+            return Ok(());
+        }
+        let count = c_count("put", values.len())?;
+        check(
+            "MPI_Put",
+            ffi::MPI_Put(
+                values.as_ptr().cast(),
+                count,
+                T::datatype(),
+                target,
+                offset as ffi::MPI_Aint,
+                count,
+                T::datatype(),
+                self.win,
+            ),
+        )
+    }
+
+    /// `MPI_Get` of `target`'s elements from `offset` on into `out`.
+    ///
+    /// # Safety
+    /// `out` must stay alive and unread until the operation is completed.
+    unsafe fn start_get(
+        &self,
+        target: c_int,
+        offset: usize,
+        out: &mut [T],
+    ) -> Result<(), CommError> {
+        self.check_range("get", offset, out.len())?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        let count = c_count("get", out.len())?;
+        check(
+            "MPI_Get",
+            ffi::MPI_Get(
+                out.as_mut_ptr().cast(),
+                count,
+                T::datatype(),
+                target,
+                offset as ffi::MPI_Aint,
+                count,
+                T::datatype(),
+                self.win,
+            ),
+        )
+    }
+
+    /// An atomic read (`MPI_Get_accumulate` of `zeros`) of `target`'s elements from
+    /// `offset` on into `out`.
+    ///
+    /// # Safety
+    /// As for [`Window::start_get`]; `zeros` (at least `out.len()` zeros) must stay alive
+    /// until the operation is completed.
+    unsafe fn start_fetch(
+        &self,
+        target: c_int,
+        offset: usize,
+        zeros: &[T],
+        out: &mut [T],
+    ) -> Result<(), CommError> {
+        self.check_range("fetch", offset, out.len())?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        let count = c_count("fetch", out.len())?;
+        check(
+            "MPI_Get_accumulate",
+            ffi::MPI_Get_accumulate(
+                zeros[..out.len()].as_ptr().cast(),
+                count,
+                T::datatype(),
+                out.as_mut_ptr().cast(),
+                count,
+                T::datatype(),
+                target,
+                offset as ffi::MPI_Aint,
+                count,
+                T::datatype(),
+                ffi::RSMPI_SUM,
+                self.win,
+            ),
+        )
+    }
 }
 
-/// Operations on one target: inside a [`SharedWindow`]'s epoch, or in an epoch of their own
-/// ([`Window::lock`]). `'b` is the lifetime of every origin buffer used: they stay borrowed
-/// until [`Access::complete`] (or the drop, which completes) has completed the operations.
-pub struct Access<'w, 'b, T: Element = f32> {
+/// A passive-target epoch on one target ([`Window::lock`]). `'b` is the lifetime of every
+/// origin buffer used in it: they stay borrowed until the epoch ends, when MPI has completed
+/// the operations.
+pub struct Epoch<'w, 'b, T: Element = f32> {
     window: &'w Window<T>,
-    /// The shared window's zeros, the origin of [`Access::fetch`] (`None`: a lock epoch).
-    zeros: Option<&'w [T]>,
     target: c_int,
-    end: End,
-    /// Flush: operations were started since the last completion. Unlock: the lock is held.
     open: bool,
     _origin: PhantomData<&'b mut [T]>,
 }
 
-impl<'w, 'b, T: Element> Access<'w, 'b, T> {
+impl<'w, 'b, T: Element> Epoch<'w, 'b, T> {
     /// Adds `values[i]` to the target's element at the `i`-th index of `scatter`, with one
     /// `MPI_Accumulate(SUM)` whose target datatype is the scatter's indexed block.
     pub fn accumulate_scattered(
@@ -352,156 +509,39 @@ impl<'w, 'b, T: Element> Access<'w, 'b, T> {
         scatter: &Scatter,
         values: &'b [T],
     ) -> Result<(), CommError> {
-        if scatter.window != self.window.win {
-            return Err(CommError::Invalid {
-                what: "Access::accumulate_scattered",
-                detail: "the scatter was built for another window".into(),
-            });
+        // SAFETY: values is borrowed until the epoch ends ('b).
+        unsafe {
+            self.window
+                .start_accumulate_scattered(self.target, scatter, values)
         }
-        if values.len() != scatter.len {
-            return Err(CommError::Invalid {
-                what: "Access::accumulate_scattered",
-                detail: format!("{} indices but {} values", scatter.len, values.len()),
-            });
-        }
-        let Some(dt) = scatter.dt else {
-            return Ok(());
-        };
-        let count = c_count("Access::accumulate_scattered", values.len())?;
-        self.started();
-        // SAFETY: values outlives the completion ('b); dt addresses only elements < len at target.
-        check("MPI_Accumulate", unsafe {
-            ffi::MPI_Accumulate(
-                values.as_ptr().cast(),
-                count,
-                T::datatype(),
-                self.target,
-                0,
-                1,
-                dt,
-                ffi::RSMPI_SUM,
-                self.window.win,
-            )
-        })
     }
 
-    /// Adds `values` to the target's elements `offset..offset + values.len()`
-    /// (`MPI_Accumulate(SUM)`, element-wise atomic).
+    /// Adds `values` to the target's elements `offset..offset + values.len()`.
     pub fn accumulate_sum(&mut self, offset: usize, values: &'b [T]) -> Result<(), CommError> {
-        self.window
-            .check_range("Access::accumulate_sum", offset, values.len())?;
-        if values.is_empty() {
-            return Ok(());
+        // SAFETY: values is borrowed until the epoch ends ('b).
+        unsafe {
+            self.window
+                .start_accumulate_sum(self.target, offset, values)
         }
-        let count = c_count("Access::accumulate_sum", values.len())?;
-        self.started();
-        // SAFETY: values outlives the completion ('b); the target range is inside the window.
-        check("MPI_Accumulate", unsafe {
-            ffi::MPI_Accumulate(
-                values.as_ptr().cast(),
-                count,
-                T::datatype(),
-                self.target,
-                offset as ffi::MPI_Aint,
-                count,
-                T::datatype(),
-                ffi::RSMPI_SUM,
-                self.window.win,
-            )
-        })
-    }
-
-    /// Reads the target's elements `offset..offset + out.len()` into `out` atomically with
-    /// respect to accumulates (`MPI_Get_accumulate` of zeros); `out` is filled at the
-    /// completion. Only inside a [`SharedWindow`].
-    pub fn fetch(&mut self, offset: usize, out: &'b mut [T]) -> Result<(), CommError> {
-        self.window
-            .check_range("Access::fetch", offset, out.len())?;
-        let zeros = self.zeros.ok_or(CommError::Invalid {
-            what: "Access::fetch",
-            detail: "only a SharedWindow's accesses fetch".into(),
-        })?;
-        if out.is_empty() {
-            return Ok(());
-        }
-        let count = c_count("Access::fetch", out.len())?;
-        self.started();
-        // SAFETY: the origin is `count` zeros owned by the window, which outlives this
-        // access; out is exclusively borrowed until the completion.
-        check("MPI_Get_accumulate", unsafe {
-            ffi::MPI_Get_accumulate(
-                zeros.as_ptr().cast(),
-                count,
-                T::datatype(),
-                out.as_mut_ptr().cast(),
-                count,
-                T::datatype(),
-                self.target,
-                offset as ffi::MPI_Aint,
-                count,
-                T::datatype(),
-                ffi::RSMPI_SUM,
-                self.window.win,
-            )
-        })
     }
 
     /// Writes `values` to the target's elements `offset..offset + values.len()`.
     pub fn put(&mut self, offset: usize, values: &'b [T]) -> Result<(), CommError> {
-        self.window
-            .check_range("Access::put", offset, values.len())?;
-        if values.is_empty() {
-            return Ok(());
-        }
-        let count = c_count("Access::put", values.len())?;
-        self.started();
-        // SAFETY: values outlives the completion ('b); the target range is inside the window.
-        check("MPI_Put", unsafe {
-            ffi::MPI_Put(
-                values.as_ptr().cast(),
-                count,
-                T::datatype(),
-                self.target,
-                offset as ffi::MPI_Aint,
-                count,
-                T::datatype(),
-                self.window.win,
-            )
-        })
+        // SAFETY: values is borrowed until the epoch ends ('b).
+        unsafe { self.window.start_put(self.target, offset, values) }
     }
 
-    /// Reads the target's elements `offset..offset + out.len()` into `out`, which is filled at
-    /// the completion (it stays mutably borrowed until then).
+    /// Reads the target's elements `offset..offset + out.len()` into `out`, filled when the
+    /// epoch ends (it stays mutably borrowed until then).
     pub fn get(&mut self, offset: usize, out: &'b mut [T]) -> Result<(), CommError> {
-        self.window.check_range("Access::get", offset, out.len())?;
-        if out.is_empty() {
-            return Ok(());
-        }
-        let count = c_count("Access::get", out.len())?;
-        self.started();
-        // SAFETY: out is exclusively borrowed for 'b, i.e. until the completion.
-        check("MPI_Get", unsafe {
-            ffi::MPI_Get(
-                out.as_mut_ptr().cast(),
-                count,
-                T::datatype(),
-                self.target,
-                offset as ffi::MPI_Aint,
-                count,
-                T::datatype(),
-                self.window.win,
-            )
-        })
+        // SAFETY: out is borrowed until the epoch ends ('b).
+        unsafe { self.window.start_get(self.target, offset, out) }
     }
 
-    /// Completes every operation of this access at the origin and the target
-    /// (`MPI_Win_flush` in a shared window, `MPI_Win_unlock` of a lock epoch).
-    pub fn complete(mut self) -> Result<(), CommError> {
+    /// Ends the epoch (`MPI_Win_unlock`): all its operations are complete at the origin and
+    /// the target.
+    pub fn unlock(mut self) -> Result<(), CommError> {
         self.close()
-    }
-
-    fn started(&mut self) {
-        self.open = true;
     }
 
     fn close(&mut self) -> Result<(), CommError> {
@@ -509,24 +549,107 @@ impl<'w, 'b, T: Element> Access<'w, 'b, T> {
             return Ok(());
         }
         self.open = false;
-        match self.end {
-            // SAFETY: the window's lock_all epoch is open while its SharedWindow lives,
-            // which this borrow guarantees.
-            End::Flush => check("MPI_Win_flush", unsafe {
-                ffi::MPI_Win_flush(self.target, self.window.win)
-            }),
-            // SAFETY: an epoch on target is open on win (taken by Window::lock).
-            End::Unlock => check("MPI_Win_unlock", unsafe {
-                ffi::MPI_Win_unlock(self.target, self.window.win)
-            }),
+        // SAFETY: an epoch on target is open on win.
+        check("MPI_Win_unlock", unsafe {
+            ffi::MPI_Win_unlock(self.target, self.window.win)
+        })
+    }
+}
+
+impl<T: Element> Drop for Epoch<'_, '_, T> {
+    fn drop(&mut self) {
+        if let Err(e) = self.close() {
+            eprintln!("error: rank {}: {e}", self.window.comm.rank);
         }
     }
 }
 
-impl<T: Element> Drop for Access<'_, '_, T> {
+/// Operations on any ranks of a [`SharedWindow`] (this rank included), completed together
+/// by one `MPI_Win_flush_all` ([`Batch::complete`], or the drop), so that operations on
+/// several peers wait for them in parallel. `'b` is the lifetime of every origin buffer used:
+/// they stay borrowed until the completion.
+pub struct Batch<'w, 'b, T: Element = f32> {
+    shared: &'w SharedWindow<T>,
+    started: bool,
+    _origin: PhantomData<&'b mut [T]>,
+}
+
+impl<'w, 'b, T: Element> Batch<'w, 'b, T> {
+    fn rank(&mut self, what: &'static str, target: usize) -> Result<c_int, CommError> {
+        let t = c_rank(what, target, self.shared.window.comm.size)?;
+        self.started = true;
+        Ok(t)
+    }
+
+    /// Adds `values` to `target`'s elements `offset..offset + values.len()` (element-wise
+    /// atomic).
+    pub fn accumulate_sum(
+        &mut self,
+        target: usize,
+        offset: usize,
+        values: &'b [T],
+    ) -> Result<(), CommError> {
+        let t = self.rank("Batch::accumulate_sum target", target)?;
+        // SAFETY: values is borrowed until the batch completes ('b).
+        unsafe { self.shared.window.start_accumulate_sum(t, offset, values) }
+    }
+
+    /// Writes `values` to `target`'s elements `offset..offset + values.len()`.
+    pub fn put(&mut self, target: usize, offset: usize, values: &'b [T]) -> Result<(), CommError> {
+        let t = self.rank("Batch::put target", target)?;
+        // SAFETY: values is borrowed until the batch completes ('b).
+        unsafe { self.shared.window.start_put(t, offset, values) }
+    }
+
+    /// Reads `target`'s elements `offset..offset + out.len()` into `out`, filled at the
+    /// completion.
+    pub fn get(&mut self, target: usize, offset: usize, out: &'b mut [T]) -> Result<(), CommError> {
+        let t = self.rank("Batch::get target", target)?;
+        // SAFETY: out is borrowed until the batch completes ('b).
+        unsafe { self.shared.window.start_get(t, offset, out) }
+    }
+
+    /// Reads `target`'s elements `offset..offset + out.len()` into `out` atomically with
+    /// respect to accumulates (`MPI_Get_accumulate` of zeros); filled at the completion.
+    pub fn fetch(
+        &mut self,
+        target: usize,
+        offset: usize,
+        out: &'b mut [T],
+    ) -> Result<(), CommError> {
+        let t = self.rank("Batch::fetch target", target)?;
+        // SAFETY: out is borrowed until the batch completes ('b); the zeros belong to the
+        // shared window, which outlives the batch, and cover the whole window.
+        unsafe {
+            self.shared
+                .window
+                .start_fetch(t, offset, &self.shared.zeros, out)
+        }
+    }
+
+    /// Completes every operation of the batch at the origin and the targets
+    /// (`MPI_Win_flush_all`; nothing to do when none was started).
+    pub fn complete(mut self) -> Result<(), CommError> {
+        self.close()
+    }
+
+    fn close(&mut self) -> Result<(), CommError> {
+        if !self.started {
+            return Ok(());
+        }
+        self.started = false;
+        // SAFETY: the window's lock_all epoch is open while the SharedWindow lives, which
+        // this borrow guarantees.
+        check("MPI_Win_flush_all", unsafe {
+            ffi::MPI_Win_flush_all(self.shared.window.win)
+        })
+    }
+}
+
+impl<T: Element> Drop for Batch<'_, '_, T> {
     fn drop(&mut self) {
         if let Err(e) = self.close() {
-            eprintln!("error: rank {}: {e}", self.window.comm.rank);
+            eprintln!("error: rank {}: {e}", self.shared.window.comm.rank);
         }
     }
 }
@@ -557,23 +680,18 @@ impl Drop for Scatter {
 /// docs). Dropping it is collective, like dropping a [`Window`].
 pub struct SharedWindow<T: Element = f32> {
     window: Window<T>,
-    /// `len` zeros: the origin of [`Access::fetch`] (an atomic read is an accumulate of 0).
+    /// `len` zeros: the origin of [`Batch::fetch`] (an atomic read is an accumulate of 0).
     zeros: Vec<T>,
 }
 
 impl<T: Element> SharedWindow<T> {
-    /// Operations on `target` (this rank included); they are complete when the returned
-    /// [`Access`] completes (`MPI_Win_flush`).
-    pub fn at<'b>(&self, target: usize) -> Result<Access<'_, 'b, T>, CommError> {
-        let target = c_rank("SharedWindow::at target", target, self.window.comm.size)?;
-        Ok(Access {
-            window: &self.window,
-            zeros: Some(&self.zeros),
-            target,
-            end: End::Flush,
-            open: false,
+    /// A batch of operations on any ranks, completed together (`MPI_Win_flush_all`).
+    pub fn batch<'b>(&self) -> Batch<'_, 'b, T> {
+        Batch {
+            shared: self,
+            started: false,
             _origin: PhantomData,
-        })
+        }
     }
 
     /// See [`Window::peek_local`].

@@ -116,6 +116,9 @@ pub struct GroupExchange<'c> {
     /// The header words this server last wrote into its slot at each peer: a new header
     /// is added as the difference to them, an accumulate, atomic against the peer's reads.
     sent_header: Vec<[u32; SENDER_WORDS]>,
+    /// Scratch for the header differences and consumed-count differences of one batch.
+    deltas: Vec<[u32; SENDER_WORDS]>,
+    consumed_delta: Vec<u32>,
     /// Words consumed from each peer's ring, and the dense flushes seen from each peer.
     consumed: Vec<u32>,
     dense_seen: Vec<u32>,
@@ -174,6 +177,8 @@ impl<'c> GroupExchange<'c> {
             written: vec![0; groups],
             peer_consumed: vec![0; groups],
             sent_header: vec![[0; SENDER_WORDS]; groups],
+            deltas: vec![[0; SENDER_WORDS]; groups],
+            consumed_delta: vec![0; groups],
             consumed: vec![0; groups],
             dense_seen: vec![0; groups],
             heads: vec![[0; SENDER_WORDS]; groups],
@@ -217,73 +222,67 @@ impl<'c> GroupExchange<'c> {
         ]
     }
 
-    /// Writes `header` into this server's slot at `peer` (an accumulate of the difference
-    /// to what is there, so that a peer reading its headers meanwhile sees old or new
-    /// words, never a torn one), and with `consumed` reads how far the peer has drained.
-    fn write_header(
-        &mut self,
-        peer: usize,
-        header: [u32; SENDER_WORDS],
-        consumed: bool,
-    ) -> Result<()> {
-        let slot = self.layout.slot(self.me);
-        let delta = header_delta(&self.sent_header[peer], &header);
-        let mut access = self.mail.at(peer)?;
-        access.accumulate_sum(slot + WRITTEN, &delta)?;
-        if consumed {
-            access.fetch(slot + CONSUMED, &mut self.peer_consumed[peer..peer + 1])?;
+    /// Writes this server's header (with its `written` count for each peer) into its slot at
+    /// every peer, as an accumulate of the difference to what is there, so that a peer
+    /// reading its headers meanwhile sees old or new words, never a torn one; with
+    /// `consumed`, also reads how far each peer has drained. One batch for all peers.
+    fn write_headers(&mut self, own_pushes: u64, consumed: bool) -> Result<()> {
+        let (me, slot) = (self.me, self.layout.slot(self.me));
+        for peer in peers_of(me, self.groups) {
+            let header = self.header(self.written[peer], own_pushes);
+            self.deltas[peer] = header_delta(&self.sent_header[peer], &header);
+            self.sent_header[peer] = header;
         }
-        access.complete()?;
-        self.sent_header[peer] = header;
+        let mut batch = self.mail.batch();
+        let peers = self.deltas.iter().zip(self.peer_consumed.iter_mut());
+        for (peer, (delta, seen)) in peers.enumerate().filter(|&(p, _)| p != me) {
+            batch.accumulate_sum(peer, slot + WRITTEN, delta)?;
+            if consumed {
+                batch.fetch(peer, slot + CONSUMED, std::slice::from_mut(seen))?;
+            }
+        }
+        batch.complete()?;
+        self.bytes_sent += (4 * SENDER_WORDS * (self.groups - 1)) as u64;
         Ok(())
     }
 
-    /// Whether every peer's ring has room for `words` (re-reading the consumed count of a
-    /// peer that looks full: the cached one only underestimates).
+    /// Whether every peer's ring has room for `words` (re-reading, in one batch, the
+    /// consumed count of the peers that look full: the cached one only underestimates).
     fn peers_have_room(&mut self, words: usize) -> Result<bool> {
-        for peer in peers_of(self.me, self.groups) {
-            if self
-                .layout
-                .room(self.written[peer], self.peer_consumed[peer])
-                >= words
-            {
-                continue;
-            }
-            let at = self.layout.slot(self.me) + CONSUMED;
-            let mut access = self.mail.at(peer)?;
-            access.fetch(at, &mut self.peer_consumed[peer..peer + 1])?;
-            access.complete()?;
-            if self
-                .layout
-                .room(self.written[peer], self.peer_consumed[peer])
-                < words
-            {
-                return Ok(false);
+        let (me, layout, at) = (self.me, self.layout, self.layout.slot(self.me) + CONSUMED);
+        let written = &self.written;
+        let full = |peer: usize, consumed: u32| layout.room(written[peer], consumed) < words;
+        if !peers_of(me, self.groups).any(|p| full(p, self.peer_consumed[p])) {
+            return Ok(true);
+        }
+        let mut batch = self.mail.batch();
+        for (peer, seen) in self.peer_consumed.iter_mut().enumerate() {
+            if peer != me && full(peer, *seen) {
+                batch.fetch(peer, at, std::slice::from_mut(seen))?;
             }
         }
-        Ok(true)
+        batch.complete()?;
+        Ok(!peers_of(me, self.groups).any(|p| full(p, self.peer_consumed[p])))
     }
 
-    /// Writes `idx`/`vals` as one message into every peer's ring (room checked), with this
-    /// server's telemetry, and reads back how far each peer has consumed.
+    /// Writes `idx`/`vals` as one message into every peer's ring (room checked), then this
+    /// server's header and telemetry, and reads back how far each peer has consumed.
     fn send_sparse(&mut self, own_pushes: u64) -> Result<()> {
         mailbox::encode(&self.idx, &self.vals, &mut self.msg);
-        let ring = self.layout.ring(self.me);
-        for peer in peers_of(self.me, self.groups) {
-            let pos = self.written[peer];
-            let written = pos.wrapping_add(self.msg.len() as u32);
-            let header = self.header(written, own_pushes);
-            // The message first, completed at the peer by the flush; only then the header
-            // that makes it visible.
-            let mut access = self.mail.at(peer)?;
-            for (at, from, len) in self.layout.pieces(pos, self.msg.len()) {
-                access.put(ring + at, &self.msg[from..from + len])?;
+        let (me, ring, len) = (self.me, self.layout.ring(self.me), self.msg.len());
+        let mut batch = self.mail.batch();
+        for peer in peers_of(me, self.groups) {
+            for (at, from, n) in self.layout.pieces(self.written[peer], len) {
+                batch.put(peer, ring + at, &self.msg[from..from + n])?;
             }
-            access.complete()?;
-            self.write_header(peer, header, true)?;
-            self.written[peer] = written;
-            self.bytes_sent += (4 * (self.msg.len() + header.len())) as u64;
         }
+        // Every message is complete at its peer before a header announces it.
+        batch.complete()?;
+        for peer in peers_of(me, self.groups) {
+            self.written[peer] = self.written[peer].wrapping_add(len as u32);
+        }
+        self.write_headers(own_pushes, true)?;
+        self.bytes_sent += (4 * len * (self.groups - 1)) as u64;
         self.record_sent(true);
         Ok(())
     }
@@ -312,19 +311,17 @@ impl<'c> GroupExchange<'c> {
             None
         };
         for peer in peers_of(self.me, self.groups) {
-            let mut access = self.inbox.lock(peer, LockKind::Shared)?;
+            let mut epoch = self.inbox.lock(peer, LockKind::Shared)?;
             match &scatter {
-                Some(scatter) => access.accumulate_scattered(scatter, &self.vals)?,
-                None => access.accumulate_sum(0, &self.vals)?,
+                Some(scatter) => epoch.accumulate_scattered(scatter, &self.vals)?,
+                None => epoch.accumulate_sum(0, &self.vals)?,
             }
-            access.complete()?;
-            // After the inbox update has completed: a peer that sees the new count finds the
-            // values there.
-            let header = self.header(self.written[peer], own_pushes);
-            self.write_header(peer, header, false)?;
+            epoch.unlock()?;
             let per_value = if sparse { 8 } else { 4 };
-            self.bytes_sent += (per_value * self.vals.len() + 4 * header.len()) as u64;
+            self.bytes_sent += (per_value * self.vals.len()) as u64;
         }
+        // After every inbox epoch has ended: a peer that sees the new count finds the values.
+        self.write_headers(own_pushes, false)?;
         self.record_sent(sparse);
         Ok(())
     }
@@ -344,14 +341,14 @@ impl<'c> GroupExchange<'c> {
     fn drain(&mut self, weights: &mut [f32], force: bool) -> Result<()> {
         let (me, layout) = (self.me, self.layout);
         // The headers the peers wrote, read atomically (they may be writing them now).
-        let mut access = self.mail.at(me)?;
+        let mut batch = self.mail.batch();
         for (s, head) in self.heads.iter_mut().enumerate().filter(|&(s, _)| s != me) {
-            access.fetch(layout.slot(s) + WRITTEN, head)?;
+            batch.fetch(me, layout.slot(s) + WRITTEN, head)?;
         }
-        access.complete()?;
-        // The messages announced by them: complete (a sender flushes a message before its
+        batch.complete()?;
+        // The messages announced by them: complete (a sender completes a message before its
         // header), and not written again before this server publishes its consumed count.
-        let mut access = self.mail.at(me)?;
+        let mut batch = self.mail.batch();
         for (s, slot) in self.rings_copy.chunks_mut(HEADER + layout.cap).enumerate() {
             let pending = self.heads[s][WRITTEN].wrapping_sub(self.consumed[s]) as usize;
             if s == me || pending == 0 {
@@ -366,12 +363,11 @@ impl<'c> GroupExchange<'c> {
             }
             let [(start, _, first), (_, _, rest)] = layout.pieces(self.consumed[s], pending);
             let (wrapped, tail) = slot[HEADER..].split_at_mut(start);
-            access.get(layout.ring(s) + start, &mut tail[..first])?;
-            access.get(layout.ring(s), &mut wrapped[..rest])?;
+            batch.get(me, layout.ring(s) + start, &mut tail[..first])?;
+            batch.get(me, layout.ring(s), &mut wrapped[..rest])?;
         }
-        access.complete()?;
+        batch.complete()?;
         let mut dense_new = force;
-        let mut consumed_delta = [0u32; 1];
         for s in peers_of(me, self.groups) {
             let ring = &self.rings_copy[layout.ring(s)..layout.ring(s) + layout.cap];
             let head = self.heads[s];
@@ -380,13 +376,8 @@ impl<'c> GroupExchange<'c> {
                 layout.decode(s, ring, self.consumed[s], head[WRITTEN], self.n, |i, v| {
                     view.receive(weights, i, v)
                 })?;
-            if consumed != self.consumed[s] {
-                consumed_delta[0] = consumed.wrapping_sub(self.consumed[s]);
-                self.consumed[s] = consumed;
-                let mut access = self.mail.at(me)?;
-                access.accumulate_sum(layout.slot(s) + CONSUMED, &consumed_delta)?;
-                access.complete()?;
-            }
+            self.consumed_delta[s] = consumed.wrapping_sub(self.consumed[s]);
+            self.consumed[s] = consumed;
             self.speeds[s] = f32::from_bits(head[SPEED]) as f64;
             self.peer_pushes[s] = head[PUSHES] as u64;
             if head[DENSE_FLUSHES] != self.dense_seen[s] {
@@ -394,6 +385,14 @@ impl<'c> GroupExchange<'c> {
                 dense_new = true;
             }
         }
+        // Publish the new consumed counts (the senders may reuse that ring space).
+        let mut batch = self.mail.batch();
+        for (s, delta) in self.consumed_delta.iter().enumerate() {
+            if s != me && *delta != 0 {
+                batch.accumulate_sum(me, layout.slot(s) + CONSUMED, std::slice::from_ref(delta))?;
+            }
+        }
+        batch.complete()?;
         if dense_new {
             // The inbox takes accumulates from every peer: read and zero it under an
             // exclusive lock (a shared epoch would need an atomic fetch and a subtraction).
