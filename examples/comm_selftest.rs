@@ -609,6 +609,18 @@ fn rma(comm: &Comm) -> Result<(), String> {
 
     // Nobody may still read a window when it is freed (MPI_Win_free also synchronises).
     or_abort(comm, "Window::free", win.free());
+
+    // Dropping a window never blocks (an error path must reach the abort, not wait in the
+    // collective free): every rank but 0 drops its window before a barrier that rank 0
+    // enters first. Were the drop a collective free, the job would hang here.
+    let dropped: Window<f32> = or_abort(comm, "Window::create", Window::create(comm, 4));
+    if me != 0 {
+        drop(dropped);
+        or_abort(comm, "barrier", comm.barrier());
+    } else {
+        or_abort(comm, "barrier", comm.barrier());
+        drop(dropped);
+    }
     f.into_result()
 }
 

@@ -94,6 +94,37 @@ fn single_mode_is_refused_under_mpirun() {
     );
 }
 
+/// A group server that fails mid-run (here: its workers' loss diverges) ends the whole job
+/// with its message, also when the other group servers are inside a collective by then.
+#[test]
+fn diverging_gssp_group_ends_the_job_with_its_error() {
+    let _lock = job_lock();
+    for seed in ["1", "2", "3"] {
+        let job = train_fails(
+            "diverge",
+            6,
+            &[
+                "sync.mode=gssp",
+                "sync.groups=2",
+                "sync.grouping=static",
+                "sync.static_groups=[[2,3],[4,5]]",
+                "sync.inter_group_every=2",
+                "compression.kind=topk",
+                "compression.ratio=0.05",
+                "optim.lr=1e6",
+                "optim.momentum=0.9",
+                &format!("run.seed={seed}"),
+            ],
+            Duration::from_secs(40),
+        );
+        assert!(
+            job.stderr.contains("non-finite loss"),
+            "seed {seed}: no message names the divergence\nstderr:\n{}",
+            job.stderr
+        );
+    }
+}
+
 #[test]
 fn killed_worker_ends_the_job() {
     let _lock = job_lock();

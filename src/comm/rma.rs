@@ -87,8 +87,9 @@ struct WinMemory<T> {
 /// start, reached through per-target lock epochs (or, after [`Window::lock_all`], as a
 /// [`SharedWindow`]).
 ///
-/// Creating and dropping are collective over the communicator (`MPI_Win_allocate`/`MPI_Win_free`):
-/// all ranks must create and drop their windows together.
+/// Creating and freeing are collective over the communicator (`MPI_Win_allocate`/
+/// `MPI_Win_free`): all ranks must create and [`Window::free`] their windows together.
+/// Dropping a window without freeing it leaves it to MPI (see the `Drop` impl).
 pub struct Window<T: Element = f32> {
     win: ffi::MPI_Win,
     comm: Rc<CommHandle>,
@@ -308,9 +309,17 @@ impl<T: Element> Window<T> {
 }
 
 impl<T: Element> Drop for Window<T> {
+    /// Closes this rank's shared epoch but does not free the window: `MPI_Win_free` is
+    /// collective, and a window dropped on an error path (its peers elsewhere, perhaps in
+    /// another collective) would hang the job there instead of reaching the abort. Free
+    /// windows explicitly ([`Window::free`], [`SharedWindow::free`]).
     fn drop(&mut self) {
-        if let Err(e) = self.free_win() {
-            eprintln!("error: rank {}: {e}", self.comm.rank);
+        // SAFETY: reading an extern constant.
+        let null = unsafe { ffi::RSMPI_WIN_NULL };
+        if self.all_locked && self.win != null && !mpi::environment::is_finalized() {
+            self.all_locked = false;
+            // SAFETY: the lock_all epoch is open and no Batch borrows the window.
+            unsafe { ffi::MPI_Win_unlock_all(self.win) };
         }
     }
 }
@@ -677,7 +686,7 @@ impl Drop for Scatter {
 }
 
 /// A window inside this rank's `MPI_Win_lock_all` epoch until it is freed (see the module
-/// docs). Dropping it is collective, like dropping a [`Window`].
+/// docs). Free it like a [`Window`].
 pub struct SharedWindow<T: Element = f32> {
     window: Window<T>,
     /// `len` zeros: the origin of [`Batch::fetch`] (an atomic read is an accumulate of 0).

@@ -403,6 +403,13 @@ impl<'c> GroupExchange<'c> {
         Ok(())
     }
 
+    /// Frees the windows (collective over the servers, after [`GroupExchange::finish`]).
+    pub fn close(self) -> Result<()> {
+        self.inbox.free()?;
+        self.mail.free()?;
+        Ok(())
+    }
+
     /// End of training: flush the unsent change densely, meet the other servers, drain, and
     /// check that the replica equals the initial weights plus every group's updates.
     pub fn finish(&mut self, ps: &mut ParamServer) -> Result<f64> {

@@ -295,6 +295,7 @@ fn serve_group(
         outcome.bytes_inter_group = ex.bytes_sent();
         outcome.exchanges_deferred = ex.deferred();
         outcome.arrival_drains = ex.arrival_drains();
+        ex.close()?;
         stats
     } else {
         server::serve(
