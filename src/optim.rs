@@ -80,8 +80,9 @@ mod tests {
     }
 }
 
-/// Learning rate at a (fractional) epoch: linear warm-up, then the configured schedule.
-pub fn lr_at(cfg: &crate::config::OptimConfig, total_epochs: f64, epoch: f64) -> f64 {
+/// Learning rate at a (fractional) epoch, `progress` of the way through the run (see
+/// [`crate::train::run_progress`]): linear warm-up, then the configured schedule.
+pub fn lr_at(cfg: &crate::config::OptimConfig, epoch: f64, progress: f64) -> f64 {
     use crate::config::LrSchedule;
     let base = match cfg.lr_schedule {
         LrSchedule::Constant => cfg.lr,
@@ -89,11 +90,10 @@ pub fn lr_at(cfg: &crate::config::OptimConfig, total_epochs: f64, epoch: f64) ->
             let passed = cfg.lr_decay_epochs.iter().filter(|&&e| epoch >= e).count();
             cfg.lr * cfg.lr_decay.powi(passed as i32)
         }
-        LrSchedule::Cosine if total_epochs > 0.0 => {
-            let t = (epoch / total_epochs).clamp(0.0, 1.0);
+        LrSchedule::Cosine => {
+            let t = progress.clamp(0.0, 1.0);
             cfg.lr * 0.5 * (1.0 + (std::f64::consts::PI * t).cos())
         }
-        LrSchedule::Cosine => cfg.lr,
     };
     if cfg.warmup_epochs > 0.0 && epoch < cfg.warmup_epochs {
         base * (epoch / cfg.warmup_epochs).max(0.01)
@@ -111,29 +111,31 @@ mod schedule_tests {
     fn step_cosine_and_warmup() {
         let mut c = OptimConfig {
             lr: 0.1,
+            lr_schedule: LrSchedule::Constant,
             ..OptimConfig::default()
         };
-        assert_eq!(lr_at(&c, 10.0, 3.0), 0.1);
+        assert_eq!(lr_at(&c, 3.0, 0.3), 0.1);
         c.lr_schedule = LrSchedule::Step;
         c.lr_decay = 0.5;
         c.lr_decay_epochs = vec![2.0, 4.0];
-        assert_eq!(lr_at(&c, 10.0, 1.9), 0.1);
-        assert_eq!(lr_at(&c, 10.0, 2.0), 0.05);
-        assert_eq!(lr_at(&c, 10.0, 5.0), 0.025);
+        assert_eq!(lr_at(&c, 1.9, 0.19), 0.1);
+        assert_eq!(lr_at(&c, 2.0, 0.2), 0.05);
+        assert_eq!(lr_at(&c, 5.0, 0.5), 0.025);
         c.lr_schedule = LrSchedule::Cosine;
-        assert!((lr_at(&c, 10.0, 5.0) - 0.05).abs() < 1e-12);
-        assert!(lr_at(&c, 10.0, 10.0).abs() < 1e-12);
+        assert!((lr_at(&c, 5.0, 0.5) - 0.05).abs() < 1e-12);
+        assert!(lr_at(&c, 10.0, 1.0).abs() < 1e-12);
+        assert!(lr_at(&c, 12.0, 1.2).abs() < 1e-12, "past the end: 0");
         c.warmup_epochs = 1.0;
         assert!(
-            (lr_at(&c, 10.0, 0.5)
+            (lr_at(&c, 0.5, 0.05)
                 - 0.5
                     * lr_at(
                         &OptimConfig {
                             warmup_epochs: 0.0,
                             ..c.clone()
                         },
-                        10.0,
-                        0.5
+                        0.5,
+                        0.05
                     ))
             .abs()
                 < 1e-12

@@ -114,6 +114,14 @@ impl Evaluator {
 }
 
 /// Whether a run with `epochs` / `budget_s` limits (0 = none) should stop.
+/// How far the run is: the larger of the epochs done over `run.epochs` and the seconds
+/// spent over `run.time_budget_s` (of the limits that are set), so 1 where it stops. The
+/// cosine schedule follows it, so a time-budget run ends at learning rate 0 as well.
+pub fn run_progress(cfg: &Config, epoch: f64, elapsed_s: f64) -> f64 {
+    let share = |done: f64, limit: f64| if limit > 0.0 { done / limit } else { 0.0 };
+    share(epoch, cfg.run.epochs).max(share(elapsed_s, cfg.run.time_budget_s))
+}
+
 pub fn should_stop(cfg: &Config, epoch: f64, elapsed_s: f64) -> bool {
     (cfg.run.epochs > 0.0 && epoch >= cfg.run.epochs)
         || (cfg.run.time_budget_s > 0.0 && elapsed_s >= cfg.run.time_budget_s)
@@ -156,7 +164,8 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
     let mut next_eval = cfg.run.eval_every_epochs;
     while !should_stop(cfg, step.epoch(), train_s) {
         let t0 = Instant::now();
-        let lr = optim::lr_at(&cfg.optim, cfg.run.epochs, step.epoch());
+        let progress = run_progress(cfg, step.epoch(), train_s);
+        let lr = optim::lr_at(&cfg.optim, step.epoch(), progress);
         let loss = step.compute(&train);
         if !loss.is_finite() {
             anyhow::bail!("training diverged: loss is {loss} at iteration {iteration}; lower optim.lr (now {})", cfg.optim.lr);
@@ -241,4 +250,31 @@ fn record_eval(
     eval_log.push(&row)?;
     evals.push(row);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(epochs: f64, budget_s: f64) -> Config {
+        let mut c = Config::from_str_with_overrides(
+            "[data]\ndataset = \"synthetic\"\n[model]\nname = \"mlp\"\n",
+            "test.toml",
+            &[],
+        )
+        .expect("a valid config");
+        (c.run.epochs, c.run.time_budget_s) = (epochs, budget_s);
+        c
+    }
+
+    #[test]
+    fn progress_follows_whichever_limit_ends_the_run() {
+        assert_eq!(run_progress(&cfg(2.0, 0.0), 0.5, 100.0), 0.25);
+        assert_eq!(run_progress(&cfg(0.0, 40.0), 5.0, 10.0), 0.25);
+        assert_eq!(run_progress(&cfg(2.0, 40.0), 0.5, 30.0), 0.75);
+        assert_eq!(run_progress(&cfg(2.0, 40.0), 1.5, 10.0), 0.75);
+        let c = cfg(2.0, 40.0);
+        assert!(!should_stop(&c, 1.99, 39.0) && run_progress(&c, 1.99, 39.0) < 1.0);
+        assert!(should_stop(&c, 2.0, 1.0) && run_progress(&c, 2.0, 1.0) >= 1.0);
+    }
 }

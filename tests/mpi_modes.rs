@@ -8,6 +8,7 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::time::Duration;
 
 use common::{job_lock, mean, median, num, Csv, Run, Scratch};
@@ -404,6 +405,37 @@ fn allreduce_workers_take_the_same_steps() {
     // Every rank used the same learning rate at every step.
     let lrs: Vec<Vec<f64>> = (0..4).map(|r| run.rank_csv(r).col("lr")).collect();
     assert!(lrs.iter().all(|l| l == &lrs[0]));
+}
+
+/// The model a run leaves behind is the best it gives: the shipped main job (shortened)
+/// ends with a final model no worse than its last snapshot less 0.3 points, after a final
+/// flush that lost nothing.
+#[test]
+fn main_job_final_model_is_at_least_its_last_snapshot() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/fashion_mnist_gssp.toml");
+    for seed in ["1", "2"] {
+        let run = scratch.train_config_ok(
+            &format!("main-{seed}"),
+            &config,
+            6,
+            &[
+                "run.epochs=0.5",
+                "run.snapshot_every_s=1",
+                &format!("run.seed={seed}"),
+            ],
+            Duration::from_secs(120),
+        );
+        let acc = run.eval().col("test_accuracy");
+        assert!(acc.len() >= 3, "seed {seed}: too few snapshots: {acc:?}");
+        let (last, fin) = (acc[acc.len() - 2], acc[acc.len() - 1]);
+        assert!(
+            fin >= last - 0.003,
+            "seed {seed}: final model {fin} below its last snapshot {last} (all: {acc:?})"
+        );
+        assert!(num(&run.summary(), "replica_max_error") < 1e-4);
+    }
 }
 
 #[test]

@@ -131,7 +131,10 @@ pub enum LrSchedule {
     Constant,
     /// Multiply by `lr_decay` at each epoch in `lr_decay_epochs`.
     Step,
-    /// Cosine from `lr` down to 0 over `run.epochs`.
+    /// Cosine from `lr` down to 0 at the end of the run (`run.epochs` or
+    /// `run.time_budget_s`, whichever ends it). The default: a run that ends at learning
+    /// rate 0 leaves a settled final model, and gssp's final flush then carries almost
+    /// nothing (measured in docs/benchmarks.md).
     Cosine,
 }
 
@@ -328,7 +331,7 @@ impl Default for OptimConfig {
             momentum: 0.9,
             weight_decay: 0.0005,
             batch_size: 64,
-            lr_schedule: LrSchedule::Constant,
+            lr_schedule: LrSchedule::Cosine,
             lr_decay: 0.1,
             lr_decay_epochs: Vec::new(),
             warmup_epochs: 0.0,

@@ -1,8 +1,9 @@
 //! `allreduce`: no server; every rank computes a gradient, `MPI_Allreduce` sums them,
 //! and every rank steps on the mean (what PyTorch DDP and Horovod do).
 //!
-//! The stop decision rides in the same reduction (one extra slot), so all ranks stop
-//! after the same iteration even under a wall-clock budget.
+//! The stop decision and rank 0's progress through the run ride in the same reduction (two
+//! extra slots), so all ranks stop after the same iteration and step at the same learning
+//! rate even under a wall-clock budget.
 
 use std::time::Instant;
 
@@ -13,7 +14,7 @@ use crate::config::Config;
 use crate::metrics::{Snapshots, WorkerRow};
 use crate::optim::{self, Sgd};
 use crate::sync::worker::{WorkerContext, WorkerStats};
-use crate::train::should_stop;
+use crate::train::{run_progress, should_stop};
 
 /// Trains until the run's epochs or time budget are used up; rank 0 takes the snapshots.
 pub fn work(
@@ -32,7 +33,7 @@ pub fn work(
     let n = step.net.num_params();
     let workers = comm.size();
     let mut sgd = Sgd::new(n, cfg.optim.momentum, cfg.optim.weight_decay);
-    let mut buf = vec![0.0f32; n + 1];
+    let mut buf = vec![0.0f32; n + 2];
     let bytes = (buf.len() * std::mem::size_of::<f32>()) as u64;
     let samples_per_step = (cfg.optim.batch_size * workers) as f64 / train.len() as f64;
     let mut stats = WorkerStats::default();
@@ -54,12 +55,17 @@ pub fn work(
         } else {
             0.0
         };
+        buf[n + 1] = if comm.rank() == 0 {
+            run_progress(cfg, epoch, time_s) as f32
+        } else {
+            0.0
+        };
         comm.allreduce_sum_f32_in_place(&mut buf)?;
         let wait_s = t1.elapsed().as_secs_f64();
         if buf[n] > 0.0 {
             break;
         }
-        let lr = optim::lr_at(&cfg.optim, cfg.run.epochs, epoch);
+        let lr = optim::lr_at(&cfg.optim, epoch, f64::from(buf[n + 1]));
         sgd.step(
             step.net.params_mut(),
             &buf[..n],

@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::metrics::{thread_cpu_s, CsvLog, ServerRow, Snapshots};
 use crate::optim;
 use crate::sync::ps::ParamServer;
-use crate::train::should_stop;
+use crate::train::{run_progress, should_stop};
 
 /// What a server does besides serving its own workers: nothing for the single-server
 /// modes, the inter-group exchange for gssp.
@@ -112,7 +112,8 @@ pub fn serve(
         }
         // Every push is applied, also one that arrives after the stop decision (the
         // worker computed it and counts it), so no work is lost.
-        let lr = optim::lr_at(&cfg.optim, cfg.run.epochs, epoch);
+        let progress = run_progress(cfg, epoch, ctx.start.elapsed().as_secs_f64());
+        let lr = optim::lr_at(&cfg.optim, epoch, progress);
         let cpu_start = thread_cpu_s();
         let t_apply = Instant::now();
         let version_before = ps.version();

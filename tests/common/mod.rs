@@ -292,8 +292,20 @@ impl Scratch {
     /// exits 0 within `deadline`. Returns the run directory.
     pub fn train_ok(&self, name: &str, ranks: usize, sets: &[&str], deadline: Duration) -> Run {
         let config = self.config("base", &base_toml());
+        self.train_config_ok(name, &config, ranks, sets, deadline)
+    }
+
+    /// Like [`Scratch::train_ok`] on the config file `config`.
+    pub fn train_config_ok(
+        &self,
+        name: &str,
+        config: &Path,
+        ranks: usize,
+        sets: &[&str],
+        deadline: Duration,
+    ) -> Run {
         let out = self.out(name);
-        let args = self.train_args(&config, sets, &out);
+        let args = self.train_args(config, sets, &out);
         let job = spawn_mpirun(ranks, &args, &out.display().to_string()).wait(deadline);
         job.assert_ok(name);
         eprintln!("{name}: {ranks} ranks, {:.1} s", job.elapsed.as_secs_f64());
