@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every figure of docs/benchmarks.md, one after the other (about 55 minutes on 2 cores).
+# Every figure of docs/benchmarks.md, one after the other (about 75 minutes on 2 cores).
 # Run on an otherwise idle machine: the figures are wall-clock times.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,7 +9,8 @@ bin=target/release/gssp
 mkdir -p runs
 "$bin" bench step --model lenet5 --batch 64 --threads 1 | tee runs/bench-step.txt
 "$bin" bench topk --n 11200000 --ratio 0.01 | tee runs/bench-topk.txt
-"$bin" bench paper --seeds 42,2,7 --out runs/bench-paper-mail | tee runs/bench-paper-mail.txt
+"$bin" bench paper --seeds 42,2,7 --out runs/bench-paper | tee runs/bench-paper.txt
+"$bin" bench configs --out runs/bench-configs | tee runs/bench-configs.txt
 "$bin" bench modes --config configs/modes_lenet5_mnist.toml --out runs/bench-modes-uniform | tee runs/bench-modes-uniform.txt
 "$bin" bench modes --config configs/modes_lenet5_mnist.toml --out runs/bench-modes-tiers \
     --set 'heterogeneity.tiers=[{factor=1.0,workers=2},{factor=2.0,workers=2},{factor=3.0,workers=2},{factor=4.0,workers=2}]' \
