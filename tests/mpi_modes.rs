@@ -247,20 +247,22 @@ fn gssp_topk_two_groups_converges_on_mnist() {
 
 /// Heterogeneous 3-worker ssp (slowdown [1,1,3]) for one epoch.
 fn ssp_run(scratch: &Scratch, name: &str, mode: &str, staleness: usize) -> Run {
+    ssp_run_with(scratch, name, mode, staleness, &[])
+}
+
+/// [`ssp_run`] with more overrides.
+fn ssp_run_with(scratch: &Scratch, name: &str, mode: &str, staleness: usize, more: &[&str]) -> Run {
     let mode = format!("sync.mode={mode}");
     let s = format!("sync.staleness={staleness}");
-    scratch.train_ok(
-        name,
-        4,
-        &[
-            &mode,
-            &s,
-            "run.epochs=1",
-            "heterogeneity.slowdown=[1.0,1.0,3.0]",
-            "heterogeneity.unit_s=0.01",
-        ],
-        DEADLINE,
-    )
+    let mut sets = vec![
+        mode.as_str(),
+        s.as_str(),
+        "run.epochs=1",
+        "heterogeneity.slowdown=[1.0,1.0,3.0]",
+        "heterogeneity.unit_s=0.01",
+    ];
+    sets.extend_from_slice(more);
+    scratch.train_ok(name, 4, &sets, DEADLINE)
 }
 
 fn iterations(run: &Run, ranks: &[usize]) -> Vec<u64> {
@@ -352,6 +354,42 @@ fn asp_lets_the_fast_worker_run_ahead() {
         its[0],
         its[1]
     );
+}
+
+/// `optim.staleness_lr = "inverse"`: the server applies every push of staleness t at
+/// lr / max(1, t), logs both, and the summary's mean staleness is that of the logged pushes.
+#[test]
+fn inverse_staleness_lr_scales_every_push() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let lr = 0.1;
+    for mode in ["asp", "ssp"] {
+        let run = ssp_run_with(
+            &scratch,
+            &format!("inverse-{mode}"),
+            mode,
+            2,
+            &["optim.staleness_lr=inverse", "optim.lr_schedule=constant"],
+        );
+        let csv = run.rank_csv(0);
+        let (staleness, applied) = (csv.col("staleness"), csv.col("lr"));
+        assert!(!staleness.is_empty(), "{mode}: no server rows");
+        for (i, (&t, &got)) in staleness.iter().zip(&applied).enumerate() {
+            let want = lr / t.max(1.0);
+            assert!(
+                (got - want).abs() <= 1e-5 * want,
+                "{mode} push {i}: staleness {t}, lr {got}, want {want}"
+            );
+        }
+        let stale = staleness.iter().filter(|&&t| t >= 2.0).count();
+        assert!(stale > 0, "{mode}: no push had staleness 2 or more");
+        let logged = mean(&staleness);
+        let summary = num(&run.summary(), "mean_push_staleness");
+        assert!(
+            (summary - logged).abs() < 1e-6 * logged.max(1.0),
+            "{mode}: summary mean staleness {summary}, server log {logged}"
+        );
+    }
 }
 
 /// Every gradient a worker computes is applied by the server: the server's final push count
