@@ -5,7 +5,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-use crate::config::Config;
+use crate::config::{Augment, Config};
+use crate::data::augment::Augmenter;
 use crate::data::sampler::ShardSampler;
 use crate::data::Dataset;
 use crate::hetero::Pacer;
@@ -18,6 +19,9 @@ use crate::optim::{self, Sgd};
 pub struct ComputeStep {
     pub net: Network,
     sampler: ShardSampler,
+    /// `data.augment`: this worker's crop and flip stream; `None` trains on the images as
+    /// they are.
+    augmenter: Option<Augmenter>,
     x: Vec<f32>,
     y: Vec<u8>,
     batch: usize,
@@ -30,7 +34,12 @@ impl ComputeStep {
         let batch = cfg.optim.batch_size;
         let net = build_model(cfg, train)?;
         let sampler = ShardSampler::new(train.len(), shards, shard, batch, cfg.run.seed)?;
+        let augmenter = match cfg.data.augment {
+            Augment::None => None,
+            Augment::CropFlip => Some(Augmenter::new(cfg.run.seed, shard)),
+        };
         Ok(ComputeStep {
+            augmenter,
             x: vec![0.0; batch * net.input_len()],
             y: vec![0; batch],
             net,
@@ -41,8 +50,15 @@ impl ComputeStep {
 
     /// One forward/backward pass on the next batch; returns the batch loss.
     pub fn compute(&mut self, train: &Dataset) -> f32 {
+        let epoch = self.sampler.upcoming_epoch();
         let idx = self.sampler.next_batch();
-        train.fill_batch(idx, &mut self.x, &mut self.y);
+        match &mut self.augmenter {
+            Some(aug) => {
+                aug.start_epoch(epoch);
+                aug.fill_batch(train, idx, &mut self.x, &mut self.y);
+            }
+            None => train.fill_batch(idx, &mut self.x, &mut self.y),
+        }
         self.net.forward_backward(&self.x, &self.y, self.batch).loss
     }
 

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gssp::config::{DataConfig, DatasetKind, SyntheticConfig, FASHION_MNIST_DEFAULT_DIR};
+use gssp::config::{Augment, DataConfig, DatasetKind, SyntheticConfig, FASHION_MNIST_DEFAULT_DIR};
 use gssp::data::{self, Dataset};
 
 fn shared(sub: &str) -> PathBuf {
@@ -57,6 +57,7 @@ fn mnist_via_config_with_limits() {
         train_limit: 1000,
         test_limit: 0,
         synthetic: SyntheticConfig::default(),
+        augment: Augment::None,
     };
     let (train, test) = data::load(&cfg, 0).unwrap();
     assert_eq!((train.len(), test.len()), (1000, 10000));
@@ -115,9 +116,86 @@ fn fashion_mnist_real() {
         train_limit: 0,
         test_limit: 500,
         synthetic: SyntheticConfig::default(),
+        augment: Augment::None,
     };
     let (train, test) = data::load(&cfg, 0).unwrap();
     assert_eq!((train.len(), test.len()), (60000, 500));
     assert_eq!(train.mean, [data::FASHION_MNIST_MEAN]);
     check_stats(&train, 1e-3);
+}
+
+/// `data.augment = "crop-flip"` on real CIFAR-10 images: the centre crop is the image, the
+/// flip mirrors every row, a shift moves rows and fills with black, and every draw of a
+/// batch is one of the 162 crops and flips of its image.
+#[test]
+fn cifar10_crop_flip_on_real_images() {
+    use gssp::data::augment::{write_augmented, Augmenter, Draw, CROP_PAD};
+    let train = data::load_cifar10_dir(&shared("cifar10"), true).unwrap();
+    let (sl, w, plane) = (train.sample_len(), train.width, train.height * train.width);
+    let mut plain = vec![0.0; sl];
+    let mut out = vec![0.0; sl];
+    for i in [0usize, 1, 9999] {
+        train.fill_batch(&[i], &mut plain, &mut [0]);
+        let centre = Draw {
+            dy: CROP_PAD,
+            dx: CROP_PAD,
+            flip: false,
+        };
+        write_augmented(&train, i, centre, &mut out);
+        assert_eq!(out, plain, "image {i}: centre crop");
+        write_augmented(
+            &train,
+            i,
+            Draw {
+                flip: true,
+                ..centre
+            },
+            &mut out,
+        );
+        for (o_row, p_row) in out.chunks_exact(w).zip(plain.chunks_exact(w)) {
+            let mirrored: Vec<f32> = p_row.iter().rev().copied().collect();
+            assert_eq!(o_row, &mirrored[..], "image {i}: flip");
+        }
+        // Crop one row lower: output row r is image row r + 1, the last row is padding.
+        write_augmented(
+            &train,
+            i,
+            Draw {
+                dy: CROP_PAD + 1,
+                ..centre
+            },
+            &mut out,
+        );
+        for c in 0..3 {
+            let (o, p) = (
+                &out[c * plane..(c + 1) * plane],
+                &plain[c * plane..(c + 1) * plane],
+            );
+            assert_eq!(&o[..plane - w], &p[w..], "image {i} channel {c}: shift");
+            let black = -train.mean[c] / train.std[c];
+            assert!(
+                o[plane - w..].iter().all(|&v| v == black),
+                "image {i}: padding"
+            );
+        }
+    }
+    // A batch: each sample equals one of its image's crops and flips.
+    let idx = [5usize, 6, 7, 8];
+    let mut aug = Augmenter::new(42, 3);
+    aug.start_epoch(1);
+    let mut x = vec![0.0; idx.len() * sl];
+    let mut y = vec![0u8; idx.len()];
+    aug.fill_batch(&train, &idx, &mut x, &mut y);
+    for (k, &i) in idx.iter().enumerate() {
+        assert_eq!(y[k], train.labels[i]);
+        let found = (0..=2 * CROP_PAD).any(|dy| {
+            (0..=2 * CROP_PAD).any(|dx| {
+                [false, true].iter().any(|&flip| {
+                    write_augmented(&train, i, Draw { dy, dx, flip }, &mut out);
+                    out[..] == x[k * sl..(k + 1) * sl]
+                })
+            })
+        });
+        assert!(found, "sample {k} is no crop of image {i}");
+    }
 }

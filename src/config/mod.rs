@@ -91,6 +91,20 @@ pub struct DataConfig {
     /// Synthetic dataset: number of train / test samples, image shape, classes.
     #[serde(default)]
     pub synthetic: SyntheticConfig,
+    /// Training-time augmentation (evaluation never augments).
+    #[serde(default)]
+    pub augment: Augment,
+}
+
+/// Training-time augmentation of the images a worker trains on.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Augment {
+    #[default]
+    None,
+    /// Random crop of the image zero-padded by 4 pixels, then a horizontal flip with
+    /// probability 1/2 (the CIFAR-10 recipe; mirroring suits natural images, not digits).
+    CropFlip,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -4,7 +4,7 @@
 use toml::{Table, Value};
 
 use super::{
-    default_mlp_hidden, CompressionConfig, Config, ConfigError, DataConfig, DatasetKind,
+    default_mlp_hidden, Augment, CompressionConfig, Config, ConfigError, DataConfig, DatasetKind,
     DeviceConfig, HeterogeneityConfig, ModelConfig, ModelKind, OptimConfig, RunConfig, SpeedTier,
     SyncConfig, SyntheticConfig,
 };
@@ -20,6 +20,7 @@ pub(super) fn schema() -> Table {
             train_limit: 0,
             test_limit: 0,
             synthetic: SyntheticConfig::default(),
+            augment: Augment::default(),
         },
         model: ModelConfig {
             name: ModelKind::Mlp,

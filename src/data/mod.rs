@@ -4,6 +4,7 @@
 //! Images are kept as raw `u8` (N x C x H x W, row-major) because every MPI rank holds its own
 //! copy; normalisation to `f32` happens only when a batch is filled.
 
+pub mod augment;
 pub mod cifar;
 pub mod idx;
 pub mod sampler;
@@ -206,6 +207,11 @@ impl Dataset {
         (mean, std)
     }
 
+    /// Channel `c`'s normalisation as `raw * scale + offset`: (raw / 255 - mean) / std.
+    pub fn channel_affine(&self, c: usize) -> (f32, f32) {
+        (1.0 / (255.0 * self.std[c]), -self.mean[c] / self.std[c])
+    }
+
     /// Writes the normalised samples `indices` into `x` (`indices.len() * sample_len()` values,
     /// sample-major, C x H x W each) and their labels into `y`. Allocates nothing.
     ///
@@ -223,8 +229,7 @@ impl Dataset {
         for ((&i, xs), ys) in indices.iter().zip(x.chunks_exact_mut(sl)).zip(y.iter_mut()) {
             let src = &self.pixels[i * sl..(i + 1) * sl];
             for c in 0..self.channels {
-                let scale = 1.0 / (255.0 * self.std[c]);
-                let offset = -self.mean[c] / self.std[c];
+                let (scale, offset) = self.channel_affine(c);
                 let range = c * plane..(c + 1) * plane;
                 for (d, &p) in xs[range.clone()].iter_mut().zip(&src[range]) {
                     *d = p as f32 * scale + offset;
@@ -287,7 +292,7 @@ pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, DataError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::SyntheticConfig;
+    use crate::config::{Augment, SyntheticConfig};
 
     fn tiny() -> Dataset {
         Dataset {
@@ -384,6 +389,7 @@ mod tests {
                 classes: 5,
                 noise: 0.1,
             },
+            augment: Augment::None,
         }
     }
 

@@ -121,6 +121,11 @@ impl ShardSampler {
         self.order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
     }
 
+    /// The epoch (0-based) of the batch [`ShardSampler::next_batch`] serves next.
+    pub fn upcoming_epoch(&self) -> u64 {
+        self.served / self.batches_per_epoch as u64
+    }
+
     /// The next `batch_size` indices; the last partial batch of an epoch is dropped and the
     /// next epoch (freshly shuffled) starts transparently.
     pub fn next_batch(&mut self) -> &[usize] {
@@ -160,6 +165,18 @@ impl ShardSampler {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn upcoming_epoch_turns_after_a_full_epoch() {
+        // 10 samples, 1 shard, batch 3: 3 batches an epoch (the partial one dropped).
+        let mut s = ShardSampler::new(10, 1, 0, 3, 1).unwrap();
+        let mut epochs = Vec::new();
+        for _ in 0..7 {
+            epochs.push(s.upcoming_epoch());
+            s.next_batch();
+        }
+        assert_eq!(epochs, vec![0, 0, 0, 1, 1, 1, 2]);
+    }
 
     #[test]
     fn shard_ranges_are_disjoint_balanced_and_cover() {
