@@ -1,5 +1,5 @@
-//! The training step allocates nothing once warmed up: batch fill, forward, backward and
-//! the optimizer step reuse the buffers built with the model (OpenBLAS keeps its own
+//! The training step allocates nothing once warmed up: batch fill (augmented or not), forward,
+//! backward and the optimizer step reuse the buffers built with the model (OpenBLAS keeps its own
 //! buffer pool, outside Rust's allocator).
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -29,26 +29,37 @@ static GLOBAL: Counting = Counting;
 
 #[test]
 fn lenet5_training_step_allocates_nothing_after_warm_up() {
-    let text = "[data]\ndataset = \"synthetic\"\n[data.synthetic]\ntrain = 512\ntest = 8\n\
-                [model]\nname = \"lenet5\"\n[optim]\nbatch_size = 64\n";
-    let cfg = gssp::config::Config::from_str_with_overrides(text, "test", &[]).unwrap();
-    cfg.validate().unwrap();
-    let (train, _) = gssp::data::load(&cfg.data, cfg.run.seed).unwrap();
-    let mut step = gssp::train::ComputeStep::new(&cfg, &train, 1, 0).unwrap();
-    let mut sgd = gssp::optim::Sgd::new(step.net.num_params(), 0.9, 5e-4);
-    let mut run = |iters: usize| {
-        for _ in 0..iters {
-            step.compute(&train);
-            let (p, g) = step.net.params_and_grads_mut();
-            sgd.step(p, g, 0.01, 1.0, 1.0);
-        }
-    };
-    run(3);
-    let before = ALLOCATIONS.load(Ordering::SeqCst);
-    run(20); // 20 steps of 64 cross an epoch boundary (8 batches per epoch): reshuffles too
-    let after = ALLOCATIONS.load(Ordering::SeqCst);
-    assert_eq!(after - before, 0, "allocations in 20 training steps");
+    for augment in ["none", "crop-flip"] {
+        let text = format!(
+            "[data]\ndataset = \"synthetic\"\naugment = \"{augment}\"\n[data.synthetic]\n\
+             train = 512\ntest = 8\n[model]\nname = \"lenet5\"\n[optim]\nbatch_size = 64\n"
+        );
+        let cfg = gssp::config::Config::from_str_with_overrides(&text, "test", &[]).unwrap();
+        cfg.validate().unwrap();
+        let (train, _) = gssp::data::load(&cfg.data, cfg.run.seed).unwrap();
+        let mut step = gssp::train::ComputeStep::new(&cfg, &train, 1, 0).unwrap();
+        let mut sgd = gssp::optim::Sgd::new(step.net.num_params(), 0.9, 5e-4);
+        let mut run = |iters: usize| {
+            for _ in 0..iters {
+                step.compute(&train);
+                let (p, g) = step.net.params_and_grads_mut();
+                sgd.step(p, g, 0.01, 1.0, 1.0);
+            }
+        };
+        run(3);
+        let before = ALLOCATIONS.load(Ordering::SeqCst);
+        // 20 steps of 64 cross an epoch boundary (8 batches per epoch): reshuffles (and
+        // reseeded augmentation) too.
+        run(20);
+        let after = ALLOCATIONS.load(Ordering::SeqCst);
+        assert_eq!(
+            after - before,
+            0,
+            "augment {augment}: allocations in 20 training steps"
+        );
+    }
     // The counter works: an allocation is seen.
+    let before = ALLOCATIONS.load(Ordering::SeqCst);
     let v = vec![1u8; 10];
-    assert!(ALLOCATIONS.load(Ordering::SeqCst) > after, "{v:?}");
+    assert!(ALLOCATIONS.load(Ordering::SeqCst) > before, "{v:?}");
 }
