@@ -1,17 +1,29 @@
 #!/usr/bin/env python3
-"""Single-process PyTorch reference for gssp's main job: the same LeNet-5, data and optimizer,
-to run side by side with `./scripts/run-main.sh` on the same machine.
+"""Single-process PyTorch reference for gssp: the same models, data, augmentation and optimizer,
+to run side by side with gssp on the same machine.
 
-LeNet-5 (conv 6@5x5 pad 2, relu, maxpool 2, conv 16@5x5, relu, maxpool 2, fc 120, relu,
-fc 84, relu, fc 10) on Fashion-MNIST (IDX files, gzipped or raw; inputs normalised with
-mean 0.2860 and std 0.3530), plain SGD with momentum and weight decay, a fresh shuffle every
-epoch, evaluation on the test set after each epoch.
+Models: LeNet-5 (conv 6@5x5 pad 2, relu, maxpool 2, conv 16@5x5, relu, maxpool 2, fc 120,
+relu, fc 84, relu, fc 10); ResNet-18 in its CIFAR form (3x3 stem, no max pool, stages
+64-128-256-512 of two basic blocks, 1x1 projection on a skip that changes shape, global
+average pool, linear; 11,173,962 parameters); VGG-19 with batch norm in its CIFAR form (16
+3x3 conv layers, max pools, linear 512 -> 10; 20,040,522 parameters). `--width` scales every
+channel count, as gssp's width multiplier does.
 
-    python3 scripts/pytorch_reference.py --seeds 1,2,3,4,5            # the reference: constant lr
+Data in the official formats: MNIST / Fashion-MNIST IDX (gzipped or raw), CIFAR-10 binary
+batches (every data_batch_*.bin; test_batch.bin or the single test_batch*.bin). Inputs are
+normalised with gssp's per-channel constants. `--augment crop-flip` (the default for
+CIFAR-10) draws a random crop of the image zero-padded by 4 pixels and a horizontal flip per
+sample, as gssp's `data.augment = "crop-flip"` does. Plain SGD with momentum and weight decay,
+a fresh shuffle every epoch, evaluation on the test set after each epoch.
+
+    python3 scripts/pytorch_reference.py --seeds 1,2,3,4,5                    # LeNet-5, Fashion-MNIST
     python3 scripts/pytorch_reference.py --seeds 1,2,3 --schedule cosine
+    python3 scripts/pytorch_reference.py --model resnet18 --data ../shared/data/cifar10 \\
+        --batch 32 --epochs 1 --seeds 1,2,3
+    python3 scripts/pytorch_reference.py --model vgg19 --bench-step 20 --batch 32   # images/s
 
-Needs `torch` and `numpy` (not installed by the project's scripts; CPU is enough). Prints
-one line per seed and the median of the final accuracies.
+Needs `torch` and `numpy`; `scripts/install_torch_cpu.sh` installs CPU PyTorch into a cache
+venv and prints its python. One thread by default (`--threads`), like one gssp rank.
 """
 
 import argparse
@@ -25,6 +37,13 @@ import time
 import numpy as np
 import torch
 from torch import nn
+
+MEAN_STD = {
+    "mnist": ([0.1307], [0.3081]),
+    "fashion-mnist": ([0.2860], [0.3530]),
+    "cifar10": ([0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616]),
+}
+CROP_PAD = 4
 
 
 def read_idx(folder, name):
@@ -42,25 +61,129 @@ def read_idx(folder, name):
     raise SystemExit(f"{folder}: no {name} or {name}.gz")
 
 
-def load(folder, prefix, mean, std):
-    images = read_idx(folder, f"{prefix}-images-idx3-ubyte").astype(np.float32) / 255.0
-    labels = read_idx(folder, f"{prefix}-labels-idx1-ubyte").astype(np.int64)
-    x = torch.from_numpy((images - mean) / std).unsqueeze(1)
+def read_cifar(folder, train):
+    """(images N x 3 x 32 x 32 uint8, labels) from the official binary batches."""
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    if train:
+        files = [n for n in names if n.startswith("data_batch_") and n.endswith(".bin")]
+        files.sort(key=lambda n: int("".join(c for c in n if c.isdigit()) or 0))
+    else:
+        files = ["test_batch.bin"] if "test_batch.bin" in names else [
+            n for n in names if n.startswith("test_batch") and n.endswith(".bin")]
+        if len(files) > 1:
+            raise SystemExit(f"{folder}: more than one test_batch*.bin: {files}")
+    if not files:
+        raise SystemExit(f"{folder}: no CIFAR-10 {'data_batch_*' if train else 'test_batch*'}.bin")
+    parts = []
+    for n in files:
+        raw = np.fromfile(os.path.join(folder, n), dtype=np.uint8)
+        if raw.size == 0 or raw.size % 3073:
+            raise SystemExit(f"{n}: {raw.size} bytes is not a multiple of the 3073-byte record")
+        parts.append(raw.reshape(-1, 3073))
+    rec = np.concatenate(parts)
+    return rec[:, 1:].reshape(-1, 3, 32, 32), rec[:, 0].astype(np.int64)
+
+
+def load(dataset, folder, train):
+    """(raw images as float in [0, 1], labels) of one split."""
+    if dataset == "cifar10":
+        images, labels = read_cifar(folder, train)
+    else:
+        prefix = "train" if train else "t10k"
+        images = read_idx(folder, f"{prefix}-images-idx3-ubyte")[:, None]
+        labels = read_idx(folder, f"{prefix}-labels-idx1-ubyte").astype(np.int64)
+    x = torch.from_numpy(images.astype(np.float32) / 255.0)
     return x, torch.from_numpy(labels)
 
 
-def lenet5(classes=10):
+def normalise(x, dataset):
+    mean, std = MEAN_STD[dataset]
+    m = torch.tensor(mean).view(1, -1, 1, 1)
+    s = torch.tensor(std).view(1, -1, 1, 1)
+    return (x - m) / s
+
+
+def crop_flip(x, gen):
+    """Random crop of each zero-padded image (same size) and a flip with probability 1/2."""
+    n, _, h, w = x.shape
+    padded = nn.functional.pad(x, (CROP_PAD,) * 4)
+    offsets = torch.randint(0, 2 * CROP_PAD + 1, (n, 2), generator=gen)
+    flips = torch.rand(n, generator=gen) < 0.5
+    out = torch.empty_like(x)
+    for i in range(n):
+        dy, dx = offsets[i].tolist()
+        img = padded[i, :, dy : dy + h, dx : dx + w]
+        out[i] = img.flip(2) if flips[i] else img
+    return out
+
+
+def lenet5(channels, side, classes=10, width=1.0):
+    c1, c2 = round(6 * width), round(16 * width)
+    s = ((side + 4 - 4) // 2 - 4) // 2  # conv pad 2, pool, conv, pool
     return nn.Sequential(
-        nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(channels, c1, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(c1, c2, 5), nn.ReLU(), nn.MaxPool2d(2),
         nn.Flatten(),
-        nn.Linear(16 * 5 * 5, 120), nn.ReLU(),
-        nn.Linear(120, 84), nn.ReLU(),
-        nn.Linear(84, classes),
+        nn.Linear(c2 * s * s, round(120 * width)), nn.ReLU(),
+        nn.Linear(round(120 * width), round(84 * width)), nn.ReLU(),
+        nn.Linear(round(84 * width), classes),
     )
 
 
-def accuracy(model, x, y, batch=1000):
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+            nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout),
+        )
+        self.skip = nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.skip = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                      nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + self.skip(x))
+
+
+def resnet18(channels, classes=10, width=1.0):
+    widths = [round(c * width) for c in (64, 128, 256, 512)]
+    layers = [nn.Conv2d(channels, widths[0], 3, 1, 1, bias=False), nn.BatchNorm2d(widths[0]),
+              nn.ReLU()]
+    cin = widths[0]
+    for i, cout in enumerate(widths):
+        for b in range(2):
+            layers.append(BasicBlock(cin, cout, 2 if (b == 0 and i > 0) else 1))
+            cin = cout
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes)]
+    return nn.Sequential(*layers)
+
+
+def vgg19(channels, classes=10, width=1.0):
+    plan = [64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M",
+            512, 512, 512, 512, "M", 512, 512, 512, 512, "M"]
+    layers, cin = [], channels
+    for v in plan:
+        if v == "M":
+            layers.append(nn.MaxPool2d(2))
+        else:
+            cout = round(v * width)
+            layers += [nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU()]
+            cin = cout
+    layers += [nn.Flatten(), nn.Linear(cin, classes)]
+    return nn.Sequential(*layers)
+
+
+def build(name, x, width):
+    channels, side = x.shape[1], x.shape[2]
+    if name == "lenet5":
+        return lenet5(channels, side, width=width)
+    if side != 32:
+        raise SystemExit(f"{name} takes 32x32 images (CIFAR-10), got {channels}x{side}x{side}")
+    return resnet18(channels, width=width) if name == "resnet18" else vgg19(channels, width=width)
+
+
+def accuracy(model, x, y, batch=500):
     model.eval()
     correct = 0
     with torch.no_grad():
@@ -70,54 +193,113 @@ def accuracy(model, x, y, batch=1000):
     return correct / len(x)
 
 
+def make_optimizer(model, args):
+    return torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
+                           weight_decay=args.weight_decay)
+
+
+def bench_step(args, train):
+    """Images per second of the training step (augmentation, forward, backward, SGD)."""
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    model = build(args.model, train[0], args.width)
+    opt = make_optimizer(model, args)
+    loss_fn = nn.CrossEntropyLoss()
+    x_raw, y = train[0][: args.batch], train[1][: args.batch]
+
+    def step():
+        x = crop_flip(x_raw, gen) if args.augment == "crop-flip" else x_raw
+        opt.zero_grad()
+        loss_fn(model(normalise(x, args.dataset)), y).backward()
+        opt.step()
+
+    for _ in range(3):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(args.bench_step):
+        step()
+    secs = time.perf_counter() - t0
+    params = sum(p.numel() for p in model.parameters())
+    print(f"pytorch {torch.__version__} {args.model} (width {args.width}, {params} parameters) "
+          f"batch {args.batch}, {args.threads} thread(s), augment {args.augment}: "
+          f"{args.bench_step} steps in {secs:.2f} s")
+    print(f"images_per_s: {args.batch * args.bench_step / secs:.1f}")
+
+
 def run(seed, args, train, test):
     torch.manual_seed(seed)
-    model = lenet5()
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
-                          weight_decay=args.weight_decay)
-    steps_per_epoch = math.ceil(len(train[0]) / args.batch)
+    gen = torch.Generator().manual_seed(seed)
+    model = build(args.model, train[0], args.width)
+    opt = make_optimizer(model, args)
+    n = len(train[0]) if args.train_limit == 0 else min(args.train_limit, len(train[0]))
+    steps_per_epoch = n // args.batch
     total = args.epochs * steps_per_epoch
     loss_fn = nn.CrossEntropyLoss()
+    test_x = normalise(test[0], args.dataset)
     step = 0
     t0 = time.time()
     for epoch in range(args.epochs):
-        order = torch.randperm(len(train[0]))
-        for i in range(0, len(order), args.batch):
+        order = torch.randperm(n, generator=gen)
+        for i in range(steps_per_epoch):
             if args.schedule == "cosine":
                 for g in opt.param_groups:
                     g["lr"] = args.lr * 0.5 * (1 + math.cos(math.pi * step / total))
-            idx = order[i : i + args.batch]
+            idx = order[i * args.batch : (i + 1) * args.batch]
+            x = train[0][idx]
+            if args.augment == "crop-flip":
+                x = crop_flip(x, gen)
             opt.zero_grad()
-            loss_fn(model(train[0][idx]), train[1][idx]).backward()
+            loss_fn(model(normalise(x, args.dataset)), train[1][idx]).backward()
             opt.step()
             step += 1
-        acc = accuracy(model, *test)
+        acc = accuracy(model, test_x, test[1])
         print(f"seed {seed} epoch {epoch + 1}: test accuracy {100 * acc:.2f}%", flush=True)
     return acc, time.time() - t0
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--model", choices=["lenet5", "resnet18", "vgg19"], default="lenet5")
+    p.add_argument("--dataset", choices=sorted(MEAN_STD),
+                   help="default: fashion-mnist for lenet5, cifar10 otherwise")
+    p.add_argument("--data", help="folder of the official files; default: "
+                   "/usr/share/datasets/fashion-mnist, or ../shared/data/<dataset>")
+    p.add_argument("--augment", choices=["none", "crop-flip"],
+                   help="default: crop-flip for cifar10, none otherwise")
+    p.add_argument("--width", type=float, default=1.0)
     p.add_argument("--seeds", default="1")
     p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--train-limit", type=int, default=0, help="first N training images (0 = all)")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--weight-decay", type=float, default=5e-4)
     p.add_argument("--schedule", choices=["constant", "cosine"], default="constant")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--bench-step", type=int, default=0, metavar="STEPS",
+                   help="only time STEPS training steps and print images_per_s")
     args = p.parse_args()
+    if args.dataset is None:
+        args.dataset = "fashion-mnist" if args.model == "lenet5" else "cifar10"
+    if args.augment is None:
+        args.augment = "crop-flip" if args.dataset == "cifar10" else "none"
+    if args.data is None:
+        args.data = ("/usr/share/datasets/fashion-mnist" if args.dataset == "fashion-mnist"
+                     else os.path.join("..", "shared", "data", args.dataset))
     torch.set_num_threads(args.threads)
-    train = load(args.data, "train", 0.2860, 0.3530)
-    test = load(args.data, "t10k", 0.2860, 0.3530)
+    train = load(args.dataset, args.data, True)
+    if args.bench_step > 0:
+        bench_step(args, train)
+        return
+    test = load(args.dataset, args.data, False)
     finals = []
     for seed in [int(s) for s in args.seeds.split(",")]:
         acc, secs = run(seed, args, train, test)
         finals.append(acc)
-        print(f"seed {seed}: final test accuracy {100 * acc:.2f}% in {secs:.1f} s "
-              f"(batch {args.batch}, lr {args.lr} {args.schedule}, momentum {args.momentum}, "
-              f"weight decay {args.weight_decay}, {args.epochs} epochs)", flush=True)
+        print(f"seed {seed}: final test accuracy {100 * acc:.2f}% in {secs:.1f} s ({args.model}, "
+              f"{args.dataset}, batch {args.batch}, lr {args.lr} {args.schedule}, momentum "
+              f"{args.momentum}, weight decay {args.weight_decay}, augment {args.augment}, "
+              f"{args.epochs} epochs)", flush=True)
     print(f"median final test accuracy over {len(finals)} seeds: "
           f"{100 * statistics.median(finals):.2f}%")
 
