@@ -3,7 +3,9 @@
 //! A slowed worker is emulated by padding its compute phase with a sleep. The emulated
 //! compute phase of an iteration lasts `max(real_compute_s, f_eff x unit)`, where
 //! `f_eff = factor x straggler_factor` with probability `straggler_prob` (a transient
-//! straggler) and `f_eff = factor` otherwise. The pad is absolute (a multiple of a fixed
+//! straggler) and `f_eff = factor` otherwise; `heterogeneity.changes` replace a worker's
+//! `factor` from a given second of the training clock on (a node that becomes slow mid-run).
+//! The pad is absolute (a multiple of a fixed
 //! unit), not proportional to the measured compute time, so the factors still hold when
 //! several ranks share (oversubscribe) the cores of one machine and every rank's real compute
 //! is inflated by contention.
@@ -51,6 +53,11 @@ const SPIN: Duration = Duration::from_micros(200);
 #[derive(Debug, Clone)]
 pub struct Pacer {
     factor: f64,
+    /// This worker's `heterogeneity.changes`: (seconds after the training clock starts,
+    /// factor from then on), ascending.
+    changes: Vec<(f64, f64)>,
+    /// The training clock; `None` until [`Pacer::start_clock`] (changes do not apply before).
+    clock: Option<Instant>,
     unit_s: Option<f64>,
     straggler_prob: f64,
     straggler_factor: f64,
@@ -79,6 +86,8 @@ impl Pacer {
         let calibrated = unit_s.is_finite() && unit_s > 0.0;
         Self {
             factor,
+            changes: Vec::new(),
+            clock: None,
             unit_s: calibrated.then_some(unit_s),
             straggler_prob,
             straggler_factor,
@@ -90,27 +99,61 @@ impl Pacer {
     }
 
     /// A pacer from the `[heterogeneity]` section for a worker with slowdown `factor` (see
-    /// [`worker_factors`]); `seed` should differ between workers.
+    /// [`worker_factors`]); `worker` is its worker index (`None` for a server), which picks
+    /// its `changes`; `seed` should differ between workers.
     pub fn from_config(
         cfg: &HeterogeneityConfig,
         factor: f64,
+        worker: Option<usize>,
         seed: u64,
         calibration: usize,
     ) -> Self {
-        Self::new(
+        let mut pacer = Self::new(
             factor,
             cfg.unit_s,
             cfg.straggler_prob,
             cfg.straggler_factor,
             seed,
             calibration,
-        )
+        );
+        pacer.changes = cfg
+            .changes
+            .iter()
+            .filter(|c| Some(c.worker) == worker)
+            .map(|c| (c.at_s, c.factor))
+            .collect();
+        pacer
+    }
+
+    /// Starts the clock that `heterogeneity.changes` count from (the run's training clock).
+    pub fn start_clock(&mut self) {
+        self.clock = Some(Instant::now());
+    }
+
+    /// The base factor `elapsed_s` seconds after the clock started (`None`: not started):
+    /// the last change at or before then, else the configured factor.
+    fn factor_at(&self, elapsed_s: Option<f64>) -> f64 {
+        let Some(t) = elapsed_s else {
+            return self.factor;
+        };
+        self.changes
+            .iter()
+            .take_while(|&&(at, _)| at <= t)
+            .last()
+            .map_or(self.factor, |&(_, f)| f)
     }
 
     /// Records an iteration's real compute time and returns how many seconds to sleep now so
     /// that the compute phase lasts `max(real_compute_s, f_eff x unit)`. Returns 0 while the
     /// unit is being calibrated. A negative or non-finite time counts as 0.
     pub fn pad_after_compute(&mut self, real_compute_s: f64) -> f64 {
+        let elapsed = self.clock.map(|c| c.elapsed().as_secs_f64());
+        self.pad_at(real_compute_s, elapsed)
+    }
+
+    /// [`Pacer::pad_after_compute`] at `elapsed_s` on the training clock.
+    fn pad_at(&mut self, real_compute_s: f64, elapsed_s: Option<f64>) -> f64 {
+        let factor = self.factor_at(elapsed_s);
         let real = if real_compute_s.is_finite() && real_compute_s > 0.0 {
             real_compute_s
         } else {
@@ -118,9 +161,9 @@ impl Pacer {
         };
         self.last_straggler = self.rng.gen::<f64>() < self.straggler_prob;
         let f_eff = if self.last_straggler {
-            self.factor * self.straggler_factor
+            factor * self.straggler_factor
         } else {
-            self.factor
+            factor
         };
         match self.unit_s {
             Some(unit) => (f_eff * unit - real).max(0.0),
@@ -313,7 +356,7 @@ mod tests {
             straggler_factor: 3.0,
             ..HeterogeneityConfig::default()
         };
-        let mut p = Pacer::from_config(&cfg, 2.0, 1, 5);
+        let mut p = Pacer::from_config(&cfg, 2.0, Some(0), 1, 5);
         assert_eq!(p.unit_s(), Some(0.002));
         assert_eq!(p.factor(), 2.0);
         assert!((p.pad_after_compute(0.0) - 0.012).abs() < 1e-12);
@@ -334,5 +377,48 @@ mod tests {
         sleep_precise(f64::NAN);
         sleep_precise(-1.0);
         assert!(start.elapsed() < Duration::from_millis(5));
+    }
+
+    #[test]
+    fn speed_changes_apply_from_their_second_on_the_training_clock() {
+        let cfg = HeterogeneityConfig {
+            unit_s: 1.0,
+            changes: vec![
+                crate::config::SpeedChange {
+                    at_s: 10.0,
+                    worker: 1,
+                    factor: 4.0,
+                },
+                crate::config::SpeedChange {
+                    at_s: 20.0,
+                    worker: 0,
+                    factor: 3.0,
+                },
+                crate::config::SpeedChange {
+                    at_s: 30.0,
+                    worker: 1,
+                    factor: 1.0,
+                },
+            ],
+            ..HeterogeneityConfig::default()
+        };
+        let mut p = Pacer::from_config(&cfg, 2.0, Some(1), 1, 1);
+        // Before the clock starts (calibration, profiling) the configured factor holds.
+        assert_eq!(p.pad_at(0.0, None), 2.0);
+        assert_eq!(p.pad_at(0.0, Some(9.99)), 2.0);
+        assert_eq!(p.pad_at(0.0, Some(10.0)), 4.0);
+        assert_eq!(p.pad_at(0.5, Some(25.0)), 3.5);
+        assert_eq!(p.pad_at(0.0, Some(30.0)), 1.0);
+        // Worker 0 sees only its own change; a server sees none.
+        let mut w0 = Pacer::from_config(&cfg, 1.0, Some(0), 1, 1);
+        assert_eq!(w0.pad_at(0.0, Some(15.0)), 1.0);
+        assert_eq!(w0.pad_at(0.0, Some(20.0)), 3.0);
+        let mut server = Pacer::from_config(&cfg, 1.0, None, 1, 1);
+        assert_eq!(server.pad_at(0.0, Some(40.0)), 1.0);
+        // The real clock: not started, then started (no change is due yet).
+        let mut live = Pacer::from_config(&cfg, 2.0, Some(1), 1, 1);
+        assert_eq!(live.pad_after_compute(0.0), 2.0);
+        live.start_clock();
+        assert_eq!(live.pad_after_compute(0.0), 2.0);
     }
 }

@@ -392,6 +392,55 @@ fn inverse_staleness_lr_scales_every_push() {
     }
 }
 
+/// `heterogeneity.changes`: a worker slowed mid-run computes at its new factor from that
+/// second of the training clock on, and the other worker keeps its pace.
+#[test]
+fn a_speed_change_slows_its_worker_from_its_second_on() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let run = scratch.train_ok(
+        "speed-change",
+        3,
+        &[
+            "sync.mode=asp",
+            "run.epochs=0",
+            "run.time_budget_s=3",
+            "heterogeneity.unit_s=0.01",
+            "heterogeneity.changes=[{at_s=1.5, worker=1, factor=5.0}]",
+        ],
+        DEADLINE,
+    );
+    let phase = |rank: usize, from: f64, to: f64| {
+        let csv = run.rank_csv(rank);
+        let (t, c) = (csv.col("time_s"), csv.col("compute_s"));
+        let v: Vec<f64> = t
+            .iter()
+            .zip(&c)
+            .filter(|(&t, _)| t > from && t < to)
+            .map(|(_, &c)| c)
+            .collect();
+        assert!(
+            v.len() >= 5,
+            "rank {rank}: {} iterations in ({from}, {to})",
+            v.len()
+        );
+        median(&v)
+    };
+    let (slowed_before, slowed_after) = (phase(2, 0.2, 1.4), phase(2, 1.7, 2.9));
+    let (steady_before, steady_after) = (phase(1, 0.2, 1.4), phase(1, 1.7, 2.9));
+    eprintln!(
+        "compute_s medians: worker 1 {slowed_before:.4} -> {slowed_after:.4}, worker 0 {steady_before:.4} -> {steady_after:.4}"
+    );
+    assert!(
+        slowed_after > 3.0 * slowed_before,
+        "worker 1: {slowed_before} s before the change, {slowed_after} s after"
+    );
+    assert!(
+        steady_after < 2.0 * steady_before,
+        "worker 0 slowed too: {steady_before} s -> {steady_after} s"
+    );
+}
+
 /// Every gradient a worker computes is applied by the server: the server's final push count
 /// equals the sum of the workers' iterations.
 #[test]

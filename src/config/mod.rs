@@ -288,6 +288,18 @@ pub struct HeterogeneityConfig {
     pub straggler_prob: f64,
     /// Extra slowdown factor of a transient straggler iteration (>= 1).
     pub straggler_factor: f64,
+    /// Speed changes during the run, in ascending `at_s` order: a node that becomes slow
+    /// (or recovers) mid-run.
+    pub changes: Vec<SpeedChange>,
+}
+
+/// From `at_s` seconds after training starts (the run's clock, the CSV `time_s`), worker
+/// `worker` (0-based, servers not counted, as in `slowdown`) runs at slowdown `factor`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SpeedChange {
+    pub at_s: f64,
+    pub worker: usize,
+    pub factor: f64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -392,6 +404,7 @@ impl Default for HeterogeneityConfig {
             unit_s: 0.0,
             straggler_prob: 0.0,
             straggler_factor: 1.0,
+            changes: Vec::new(),
         }
     }
 }

@@ -5,8 +5,8 @@ use toml::{Table, Value};
 
 use super::{
     default_mlp_hidden, Augment, CompressionConfig, Config, ConfigError, DataConfig, DatasetKind,
-    DeviceConfig, HeterogeneityConfig, ModelConfig, ModelKind, OptimConfig, RunConfig, SpeedTier,
-    SyncConfig, SyntheticConfig,
+    DeviceConfig, HeterogeneityConfig, ModelConfig, ModelKind, OptimConfig, RunConfig, SpeedChange,
+    SpeedTier, SyncConfig, SyntheticConfig,
 };
 
 /// A config with every optional list non-empty, serialised: the tree of allowed keys.
@@ -33,6 +33,11 @@ pub(super) fn schema() -> Table {
             tiers: vec![SpeedTier {
                 factor: 1.0,
                 workers: 1,
+            }],
+            changes: vec![SpeedChange {
+                at_s: 0.0,
+                worker: 0,
+                factor: 1.0,
             }],
             ..HeterogeneityConfig::default()
         },

@@ -136,7 +136,21 @@ impl Config {
             "in [0, 1]",
             h.straggler_prob,
         )?;
-        at_least("heterogeneity.straggler_factor", h.straggler_factor, 1.0)
+        at_least("heterogeneity.straggler_factor", h.straggler_factor, 1.0)?;
+        for (i, c) in h.changes.iter().enumerate() {
+            at_least(&format!("heterogeneity.changes[{i}].at_s"), c.at_s, 0.0)?;
+            at_least(&format!("heterogeneity.changes[{i}].factor"), c.factor, 1.0)?;
+            if i > 0 {
+                let before = h.changes[i - 1].at_s;
+                ensure(
+                    c.at_s >= before,
+                    &format!("heterogeneity.changes[{i}].at_s"),
+                    &format!("in ascending order (>= {before}, the entry before)"),
+                    c.at_s,
+                )?;
+            }
+        }
+        Ok(())
     }
 
     /// Runs [`Config::validate`], then checks what depends on the MPI world size: enough
@@ -177,6 +191,14 @@ impl Config {
                 "heterogeneity.slowdown",
                 &format!("one factor per worker ({workers} workers on {world_size} ranks)"),
                 format!("{} factors", h.slowdown.len()),
+            )?;
+        }
+        for (i, c) in h.changes.iter().enumerate() {
+            ensure(
+                c.worker < workers,
+                &format!("heterogeneity.changes[{i}].worker"),
+                &format!("a worker index < {workers} ({workers} workers on {world_size} ranks)"),
+                c.worker,
             )?;
         }
         if !h.tiers.is_empty() {
@@ -379,6 +401,9 @@ mod tests {
             (&["heterogeneity.unit_s=-1"], "heterogeneity.unit_s: must be >= 0, got -1"),
             (&["heterogeneity.straggler_prob=1.5"], "heterogeneity.straggler_prob: must be in [0, 1], got 1.5"),
             (&["heterogeneity.straggler_factor=0.5"], "heterogeneity.straggler_factor: must be >= 1, got 0.5"),
+            (&["heterogeneity.changes=[{at_s=-1, worker=0, factor=2}]"], "heterogeneity.changes[0].at_s: must be >= 0, got -1"),
+            (&["heterogeneity.changes=[{at_s=1, worker=0, factor=0.5}]"], "heterogeneity.changes[0].factor: must be >= 1, got 0.5"),
+            (&["heterogeneity.changes=[{at_s=5, worker=0, factor=2}, {at_s=3, worker=1, factor=2}]"], "heterogeneity.changes[1].at_s: must be in ascending order (>= 5, the entry before), got 3"),
         ];
         for (overrides, expected) in cases {
             let cfg = with(overrides).unwrap_or_else(|e| panic!("{overrides:?}: {e}"));
@@ -427,6 +452,7 @@ mod tests {
             (&["sync.mode=gssp", "sync.groups=2", "sync.grouping=static", "sync.static_groups=[[2,3],[4,5]]"], 5, "sync.static_groups[1]: must be worker ranks in 2..=4 (ranks 0..2 are servers), got 5"),
             (&["sync.mode=gssp", "sync.groups=2", "sync.grouping=static", "sync.static_groups=[[2,3],[3,4]]"], 5, "sync.static_groups: must be a list that holds each worker rank exactly once, got rank 3 more than once"),
             (&["sync.mode=gssp", "sync.groups=2", "sync.grouping=static", "sync.static_groups=[[2],[4]]"], 5, "sync.static_groups: must be a list that holds every worker rank 2..=4, got no group for rank 3"),
+            (&["sync.mode=asp", "heterogeneity.changes=[{at_s=1, worker=3, factor=2}]"], 4, "heterogeneity.changes[0].worker: must be a worker index < 3 (3 workers on 4 ranks), got 3"),
             (&["sync.mode=bsp", "heterogeneity.slowdown=[1, 2]"], 4, "heterogeneity.slowdown: must be one factor per worker (3 workers on 4 ranks), got 2 factors"),
             (&["sync.mode=allreduce", "heterogeneity.tiers=[{factor=1, workers=2}, {factor=3, workers=1}]"], 4, "heterogeneity.tiers: must be tiers whose worker counts sum to 4 (4 workers on 4 ranks), got 3 workers in total"),
         ];

@@ -40,9 +40,11 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
 
     let mut layout = Layout::from_config(cfg, comm.size());
     let factor = layout.slowdown[rank];
+    let worker_index = layout.worker_ranks().iter().position(|&r| r == rank);
     let mut pacer = Pacer::from_config(
         &cfg.heterogeneity,
         factor,
+        worker_index,
         cfg.run.seed ^ ((rank as u64 + 1) * 0x9E37),
         CALIBRATION_ITERATIONS,
     );
@@ -77,6 +79,7 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
     let mut role = RoleOutcome::default();
 
     comm.barrier()?;
+    pacer.start_clock();
     let ctx = RunContext {
         comm,
         cfg,
