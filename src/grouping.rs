@@ -114,19 +114,77 @@ pub fn partition_by_speed(times: &[f64], groups: usize) -> Result<Vec<Vec<usize>
     Ok(out)
 }
 
+/// Adjacent groups whose mean times lie within this fraction of the faster one count as
+/// equally fast: measurement noise, not speed, would decide how their workers split.
+pub const EQUAL_SPEED_TOLERANCE: f64 = 0.15;
+
+/// A worker's persistent seconds per iteration from its profiled iterations: the median, so
+/// that slow spells in fewer than half of them (a noisy neighbour, an I/O stall) do not make
+/// it look slow, as they would the mean. NaN for no samples.
+pub fn persistent_time(samples: &[f64]) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = samples.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+/// Evens out groups that are equally fast. `groups` come from [`partition_by_speed`] (fastest
+/// first). Each run of adjacent groups whose mean times stay within
+/// [`EQUAL_SPEED_TOLERANCE`] of the run's fastest group gets its workers dealt anew, in speed
+/// order, into sizes that differ by at most one (larger groups first). Groups of genuinely
+/// different speeds are left as they are.
+pub fn balance_equal_speeds(times: &[f64], groups: Vec<Vec<usize>>) -> Vec<Vec<usize>> {
+    let mean = |g: &Vec<usize>| g.iter().map(|&w| times[w]).sum::<f64>() / g.len().max(1) as f64;
+    let mut out = Vec::with_capacity(groups.len());
+    let mut start = 0;
+    while start < groups.len() {
+        let base = mean(&groups[start]);
+        let mut end = start + 1;
+        while end < groups.len() && mean(&groups[end]) <= base * (1.0 + EQUAL_SPEED_TOLERANCE) {
+            end += 1;
+        }
+        let mut members: Vec<usize> = groups[start..end].iter().flatten().copied().collect();
+        members.sort_by(|&a, &b| times[a].total_cmp(&times[b]).then(a.cmp(&b)));
+        let k = end - start;
+        let (size, extra) = (members.len() / k, members.len() % k);
+        let mut taken = 0;
+        for g in 0..k {
+            let len = size + usize::from(g < extra);
+            let mut grp = members[taken..taken + len].to_vec();
+            grp.sort_unstable();
+            out.push(grp);
+            taken += len;
+        }
+        start = end;
+    }
+    out
+}
+
 /// The workers' groups a gssp run uses.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkerGroups {
     /// World ranks of the workers of each group.
     pub groups: Vec<Vec<usize>>,
-    /// With `grouping = "profile"`: each worker's measured seconds per iteration, in the
-    /// order of the `worker_ranks` given to [`form_groups`].
+    /// With `grouping = "profile"`: each worker's measured seconds per iteration (the
+    /// median of its timed iterations), in the order of the `worker_ranks` given to
+    /// [`form_groups`].
     pub profiled_s: Option<Vec<f64>>,
+    /// With `grouping = "profile"`: what profiling cost, the longest any worker spent in it
+    /// (calibration included), in seconds.
+    pub profile_cost_s: Option<f64>,
 }
 
 /// Groups of worker ranks: from the config (`static`) or from measured speeds (`profile`:
 /// every worker times `profile_iters` of its local iterations, compute plus emulated
-/// slowdown; rank 0 partitions them exactly and broadcasts the result).
+/// slowdown, and reports their median; rank 0 partitions them exactly, evens out groups of
+/// equal speed ([`balance_equal_speeds`]) and broadcasts the result).
 ///
 /// `worker_ranks` are the world ranks of all workers; `iterate` runs one local iteration of
 /// this rank (only called on workers). Collective over `comm`, the world, when profiling.
@@ -140,38 +198,46 @@ pub fn form_groups<C: Collectives>(
         return Ok(WorkerGroups {
             groups: cfg.static_groups.clone(),
             profiled_s: None,
+            profile_cost_s: None,
         });
     }
-    let mut seconds = f64::NAN;
+    let (mut seconds, mut cost) = (f64::NAN, 0.0);
     if worker_ranks.contains(&comm.rank()) {
+        let start = Instant::now();
         // The pacer's calibration iterations first (no padding while calibrating), then the
-        // timed ones.
+        // timed ones, each on its own.
         for _ in 0..CALIBRATION_ITERATIONS {
             iterate();
         }
-        let t = Instant::now();
+        let mut samples = Vec::with_capacity(cfg.profile_iters);
         for _ in 0..cfg.profile_iters {
+            let t = Instant::now();
             iterate();
+            samples.push(t.elapsed().as_secs_f64());
         }
-        seconds = t.elapsed().as_secs_f64() / cfg.profile_iters as f64;
+        seconds = persistent_time(&samples);
+        cost = start.elapsed().as_secs_f64();
     }
-    let times = comm.gather_f64(0, seconds)?;
+    let rows = comm.gather_f64s(0, &[seconds, cost])?;
     let mut text = Vec::new();
-    if let Some(times) = times {
-        let worker_times: Vec<f64> = worker_ranks.iter().map(|&r| times[r]).collect();
+    if let Some(rows) = rows {
+        let worker_times: Vec<f64> = worker_ranks.iter().map(|&r| rows[r][0]).collect();
+        let cost = rows.iter().map(|r| r[1]).fold(0.0, f64::max);
         let parts = partition_by_speed(&worker_times, cfg.groups).context("grouping by profile")?;
+        let parts = balance_equal_speeds(&worker_times, parts);
         let groups: Vec<Vec<usize>> = parts
             .iter()
             .map(|p| p.iter().map(|&i| worker_ranks[i]).collect())
             .collect();
-        text = serde_json::to_vec(&(groups, worker_times))?;
+        text = serde_json::to_vec(&(groups, worker_times, cost))?;
     }
     comm.broadcast_bytes(0, &mut text)?;
-    let (groups, times): (Vec<Vec<usize>>, Vec<f64>) =
+    let (groups, times, cost): (Vec<Vec<usize>>, Vec<f64>, f64) =
         serde_json::from_slice(&text).context("layout broadcast")?;
     Ok(WorkerGroups {
         groups,
         profiled_s: Some(times),
+        profile_cost_s: Some(cost),
     })
 }
 
@@ -366,5 +432,46 @@ mod tests {
         let times: Vec<f64> = (0..2000).map(|_| rng.gen_range(0.1..2.0)).collect();
         let groups = partition_by_speed(&times, 8).unwrap();
         check_shape(&groups, &times, 8);
+    }
+
+    #[test]
+    fn persistent_time_ignores_a_minority_of_slow_spells() {
+        assert!(persistent_time(&[]).is_nan());
+        assert_eq!(persistent_time(&[0.01, 0.05, 0.01, 0.01, 0.05]), 0.01);
+        assert_eq!(persistent_time(&[0.04, 0.02]), 0.03);
+        // The mean of the same samples would call this worker 1.8x slower.
+        let spells = [0.01, 0.01, 0.05, 0.01, 0.01, 0.01, 0.05, 0.01, 0.01];
+        assert_eq!(persistent_time(&spells), 0.01);
+    }
+
+    #[test]
+    fn equal_speeds_are_dealt_evenly_and_tiers_kept() {
+        // Eight equal workers with noise: whatever split the partition made, sizes even out.
+        let times = [
+            0.0101, 0.0100, 0.0102, 0.0099, 0.0100, 0.0108, 0.0101, 0.0100,
+        ];
+        let lopsided = vec![vec![0, 1, 2, 3, 4, 6, 7], vec![5]];
+        let balanced = balance_equal_speeds(&times, lopsided);
+        assert_eq!(
+            balanced.iter().map(Vec::len).collect::<Vec<_>>(),
+            vec![4, 4]
+        );
+        // The faster half in the first group: 3, 1, 4, 7 (ties by index).
+        assert_eq!(balanced[0], vec![1, 3, 4, 7]);
+        // Two genuine tiers, more groups than tiers: the partition splits the slow tier by
+        // noise, balancing deals it evenly (2, 2, 1), and the fast tier stays whole.
+        let times = [1.0, 1.02, 1.01, 1.0, 4.0, 4.1, 4.05, 4.0, 3.98];
+        let parts = partition_by_speed(&times, 4).unwrap();
+        let balanced = balance_equal_speeds(&times, parts);
+        assert_eq!(balanced[0], vec![0, 1, 2, 3], "{balanced:?}");
+        let sizes: Vec<usize> = balanced.iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![4, 2, 2, 1]);
+        let slow: std::collections::BTreeSet<usize> =
+            balanced[1..].iter().flatten().copied().collect();
+        assert_eq!(slow, (4..9).collect());
+        // Distinct tiers (1x..4x) are untouched.
+        let times = [1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0, 4.0];
+        let parts = partition_by_speed(&times, 4).unwrap();
+        assert_eq!(balance_equal_speeds(&times, parts.clone()), parts);
     }
 }

@@ -653,6 +653,47 @@ fn gssp_profile_grouping_puts_equal_speeds_together() {
     }
 }
 
+/// Equal workers slowed only now and then (transient stragglers, 5x on a fifth of their
+/// iterations) are grouped by their persistent speed: two groups of equal size.
+#[test]
+fn gssp_profile_grouping_sees_through_transient_stragglers() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let run = scratch.train_ok(
+        "gssp-transient",
+        10,
+        &[
+            "sync.mode=gssp",
+            "sync.groups=2",
+            "sync.grouping=profile",
+            "run.epochs=0.05",
+            "heterogeneity.unit_s=0.01",
+            "heterogeneity.straggler_prob=0.2",
+            "heterogeneity.straggler_factor=5.0",
+        ],
+        DEADLINE,
+    );
+    let layout = run.layout();
+    let sizes: Vec<usize> = layout["groups"]
+        .as_array()
+        .unwrap_or_else(|| panic!("layout: {layout}"))
+        .iter()
+        .map(|g| g.as_array().map_or(0, |a| a.len()))
+        .collect();
+    assert_eq!(sizes, vec![4, 4], "layout: {layout}");
+    let profiled: Vec<f64> = layout["profiled_s"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_f64()).collect())
+        .unwrap_or_default();
+    assert_eq!(profiled.len(), 8, "layout: {layout}");
+    for (i, &t) in profiled.iter().enumerate() {
+        assert!(t < 0.02, "worker {i} profiled {t} s: a slow spell counted");
+    }
+    let cost = num(&layout, "profile_cost_s");
+    // 5 calibration + 15 timed iterations of about 0.01-0.05 s each.
+    assert!(cost > 0.1 && cost < 5.0, "profile_cost_s {cost}");
+}
+
 #[test]
 fn heterogeneity_emulation_holds_when_oversubscribed() {
     let _lock = job_lock();

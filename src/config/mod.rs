@@ -373,7 +373,7 @@ impl Default for SyncConfig {
             staleness: 3,
             groups: 1,
             grouping: Grouping::Profile,
-            profile_iters: 5,
+            profile_iters: 15,
             static_groups: Vec::new(),
             inter_group_every: 8,
             mailbox_messages: 8,

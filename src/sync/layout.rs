@@ -19,6 +19,9 @@ pub struct Layout {
     /// Seconds per local iteration each worker measured when grouping by profile.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profiled_s: Option<Vec<f64>>,
+    /// What grouping by profile cost: the longest any worker spent profiling, in seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile_cost_s: Option<f64>,
 }
 
 impl Layout {
@@ -39,6 +42,7 @@ impl Layout {
             groups: vec![workers],
             slowdown,
             profiled_s: None,
+            profile_cost_s: None,
         }
     }
 

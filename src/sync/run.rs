@@ -54,6 +54,7 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
         })?;
         layout.groups = formed.groups;
         layout.profiled_s = formed.profiled_s;
+        layout.profile_cost_s = formed.profile_cost_s;
     }
     let (group, is_server) = layout.role(rank);
     if rank == 0 {
@@ -62,6 +63,9 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
             layout.servers,
             layout.groups
         );
+        if let Some(cost) = layout.profile_cost_s {
+            log::info!("grouping by profile took {cost:.2} s");
+        }
         run.write_json("layout.json", &layout)?;
     }
     // One communicator per group: its server first (rank 0 there), then its workers.
