@@ -118,10 +118,14 @@ pub fn partition_by_speed(times: &[f64], groups: usize) -> Result<Vec<Vec<usize>
 /// equally fast: measurement noise, not speed, would decide how their workers split.
 pub const EQUAL_SPEED_TOLERANCE: f64 = 0.15;
 
-/// A worker's persistent seconds per iteration from its profiled iterations: the median, so
-/// that slow spells in fewer than half of them (a noisy neighbour, an I/O stall) do not make
-/// it look slow, as they would the mean. NaN for no samples.
-pub fn persistent_time(samples: &[f64]) -> f64 {
+/// On top of [`EQUAL_SPEED_TOLERANCE`]: groups also count as equally fast while their means
+/// differ by less than this many spreads ([`spread`]) of their most erratic worker, whose
+/// time the profile could not pin down (on oversubscribed cores, say).
+pub const NOISE_SPREADS: f64 = 3.0;
+
+/// Median of a non-empty sample (mean of the two middle values for an even count); NaN
+/// for none.
+fn median(samples: &[f64]) -> f64 {
     if samples.is_empty() {
         return f64::NAN;
     }
@@ -135,19 +139,47 @@ pub fn persistent_time(samples: &[f64]) -> f64 {
     }
 }
 
+/// A worker's persistent seconds per iteration from its profiled iterations: the median, so
+/// that slow spells in fewer than half of them (a noisy neighbour, an I/O stall) do not make
+/// it look slow, as they would the mean. NaN for no samples.
+pub fn persistent_time(samples: &[f64]) -> f64 {
+    median(samples)
+}
+
+/// How erratic a worker's profiled iterations were: the median absolute deviation from their
+/// median (0 when most took the same time, however slow the rest). NaN for no samples.
+pub fn spread(samples: &[f64]) -> f64 {
+    let m = median(samples);
+    let deviations: Vec<f64> = samples.iter().map(|x| (x - m).abs()).collect();
+    median(&deviations)
+}
+
 /// Evens out groups that are equally fast. `groups` come from [`partition_by_speed`] (fastest
-/// first). Each run of adjacent groups whose mean times stay within
-/// [`EQUAL_SPEED_TOLERANCE`] of the run's fastest group gets its workers dealt anew, in speed
-/// order, into sizes that differ by at most one (larger groups first). Groups of genuinely
-/// different speeds are left as they are.
-pub fn balance_equal_speeds(times: &[f64], groups: Vec<Vec<usize>>) -> Vec<Vec<usize>> {
+/// first); `times` and `spreads` are the workers' [`persistent_time`] and [`spread`]. Each
+/// run of adjacent groups whose mean times stay within [`EQUAL_SPEED_TOLERANCE`] of the run's
+/// fastest group, or within [`NOISE_SPREADS`] spreads of its most erratic worker, gets its
+/// workers dealt anew, in speed order, into sizes that differ by at most one (larger groups
+/// first). Groups of clearly different speeds are left as they are.
+pub fn balance_equal_speeds(
+    times: &[f64],
+    spreads: &[f64],
+    groups: Vec<Vec<usize>>,
+) -> Vec<Vec<usize>> {
     let mean = |g: &Vec<usize>| g.iter().map(|&w| times[w]).sum::<f64>() / g.len().max(1) as f64;
+    let noise = |g: &Vec<usize>| g.iter().map(|&w| spreads[w]).fold(0.0, f64::max);
     let mut out = Vec::with_capacity(groups.len());
     let mut start = 0;
     while start < groups.len() {
         let base = mean(&groups[start]);
+        let mut erratic = noise(&groups[start]);
         let mut end = start + 1;
-        while end < groups.len() && mean(&groups[end]) <= base * (1.0 + EQUAL_SPEED_TOLERANCE) {
+        while end < groups.len() {
+            let candidate_noise = erratic.max(noise(&groups[end]));
+            let limit = base * (1.0 + EQUAL_SPEED_TOLERANCE) + NOISE_SPREADS * candidate_noise;
+            if mean(&groups[end]) > limit {
+                break;
+            }
+            erratic = candidate_noise;
             end += 1;
         }
         let mut members: Vec<usize> = groups[start..end].iter().flatten().copied().collect();
@@ -176,6 +208,9 @@ pub struct WorkerGroups {
     /// median of its timed iterations), in the order of the `worker_ranks` given to
     /// [`form_groups`].
     pub profiled_s: Option<Vec<f64>>,
+    /// With `grouping = "profile"`: the [`spread`] of each worker's timed iterations, same
+    /// order.
+    pub profiled_spread_s: Option<Vec<f64>>,
     /// With `grouping = "profile"`: what profiling cost, the longest any worker spent in it
     /// (calibration included), in seconds.
     pub profile_cost_s: Option<f64>,
@@ -198,10 +233,11 @@ pub fn form_groups<C: Collectives>(
         return Ok(WorkerGroups {
             groups: cfg.static_groups.clone(),
             profiled_s: None,
+            profiled_spread_s: None,
             profile_cost_s: None,
         });
     }
-    let (mut seconds, mut cost) = (f64::NAN, 0.0);
+    let (mut seconds, mut noise, mut cost) = (f64::NAN, f64::NAN, 0.0);
     if worker_ranks.contains(&comm.rank()) {
         let start = Instant::now();
         // The pacer's calibration iterations first (no padding while calibrating), then the
@@ -216,27 +252,31 @@ pub fn form_groups<C: Collectives>(
             samples.push(t.elapsed().as_secs_f64());
         }
         seconds = persistent_time(&samples);
+        noise = spread(&samples);
         cost = start.elapsed().as_secs_f64();
     }
-    let rows = comm.gather_f64s(0, &[seconds, cost])?;
+    let rows = comm.gather_f64s(0, &[seconds, noise, cost])?;
     let mut text = Vec::new();
     if let Some(rows) = rows {
         let worker_times: Vec<f64> = worker_ranks.iter().map(|&r| rows[r][0]).collect();
-        let cost = rows.iter().map(|r| r[1]).fold(0.0, f64::max);
+        let spreads: Vec<f64> = worker_ranks.iter().map(|&r| rows[r][1]).collect();
+        let cost = rows.iter().map(|r| r[2]).fold(0.0, f64::max);
         let parts = partition_by_speed(&worker_times, cfg.groups).context("grouping by profile")?;
-        let parts = balance_equal_speeds(&worker_times, parts);
+        let parts = balance_equal_speeds(&worker_times, &spreads, parts);
         let groups: Vec<Vec<usize>> = parts
             .iter()
             .map(|p| p.iter().map(|&i| worker_ranks[i]).collect())
             .collect();
-        text = serde_json::to_vec(&(groups, worker_times, cost))?;
+        text = serde_json::to_vec(&(groups, worker_times, spreads, cost))?;
     }
     comm.broadcast_bytes(0, &mut text)?;
-    let (groups, times, cost): (Vec<Vec<usize>>, Vec<f64>, f64) =
+    type Profiled = (Vec<Vec<usize>>, Vec<f64>, Vec<f64>, f64);
+    let (groups, times, spreads, cost): Profiled =
         serde_json::from_slice(&text).context("layout broadcast")?;
     Ok(WorkerGroups {
         groups,
         profiled_s: Some(times),
+        profiled_spread_s: Some(spreads),
         profile_cost_s: Some(cost),
     })
 }
@@ -442,6 +482,9 @@ mod tests {
         // The mean of the same samples would call this worker 1.8x slower.
         let spells = [0.01, 0.01, 0.05, 0.01, 0.01, 0.01, 0.05, 0.01, 0.01];
         assert_eq!(persistent_time(&spells), 0.01);
+        assert_eq!(spread(&spells), 0.0);
+        assert!((spread(&[1.0, 2.0, 4.0]) - 1.0).abs() < 1e-12);
+        assert!(spread(&[]).is_nan());
     }
 
     #[test]
@@ -451,7 +494,7 @@ mod tests {
             0.0101, 0.0100, 0.0102, 0.0099, 0.0100, 0.0108, 0.0101, 0.0100,
         ];
         let lopsided = vec![vec![0, 1, 2, 3, 4, 6, 7], vec![5]];
-        let balanced = balance_equal_speeds(&times, lopsided);
+        let balanced = balance_equal_speeds(&times, &[0.0; 8], lopsided);
         assert_eq!(
             balanced.iter().map(Vec::len).collect::<Vec<_>>(),
             vec![4, 4]
@@ -462,7 +505,7 @@ mod tests {
         // noise, balancing deals it evenly (2, 2, 1), and the fast tier stays whole.
         let times = [1.0, 1.02, 1.01, 1.0, 4.0, 4.1, 4.05, 4.0, 3.98];
         let parts = partition_by_speed(&times, 4).unwrap();
-        let balanced = balance_equal_speeds(&times, parts);
+        let balanced = balance_equal_speeds(&times, &[0.0; 9], parts);
         assert_eq!(balanced[0], vec![0, 1, 2, 3], "{balanced:?}");
         let sizes: Vec<usize> = balanced.iter().map(Vec::len).collect();
         assert_eq!(sizes, vec![4, 2, 2, 1]);
@@ -472,6 +515,28 @@ mod tests {
         // Distinct tiers (1x..4x) are untouched.
         let times = [1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0, 4.0];
         let parts = partition_by_speed(&times, 4).unwrap();
-        assert_eq!(balance_equal_speeds(&times, parts.clone()), parts);
+        assert_eq!(
+            balance_equal_speeds(&times, &[0.0; 8], parts.clone()),
+            parts
+        );
+        // An erratic worker measured slow among equals: its spread says it is noise.
+        let times = [
+            0.00121, 0.00126, 0.00124, 0.00126, 0.00122, 0.0028, 0.00128, 0.00125,
+        ];
+        let mut spreads = [0.00002; 8];
+        let parts = partition_by_speed(&times, 2).unwrap();
+        assert_eq!(parts[1], vec![5]);
+        assert_eq!(balance_equal_speeds(&times, &spreads, parts.clone()), parts);
+        spreads[5] = 0.0008;
+        let balanced = balance_equal_speeds(&times, &spreads, parts);
+        assert_eq!(
+            balanced.iter().map(Vec::len).collect::<Vec<_>>(),
+            vec![4, 4]
+        );
+        // ... but a spread does not merge clear tiers (1x against 4x, erratic or not).
+        let times = [1.0, 1.0, 4.0, 4.0];
+        let parts = partition_by_speed(&times, 2).unwrap();
+        let spreads = [0.1, 0.1, 0.5, 0.5];
+        assert_eq!(balance_equal_speeds(&times, &spreads, parts.clone()), parts);
     }
 }

@@ -19,6 +19,9 @@ pub struct Layout {
     /// Seconds per local iteration each worker measured when grouping by profile.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profiled_s: Option<Vec<f64>>,
+    /// Median absolute deviation of each worker's profiled iterations (how erratic they were).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profiled_spread_s: Option<Vec<f64>>,
     /// What grouping by profile cost: the longest any worker spent profiling, in seconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profile_cost_s: Option<f64>,
@@ -42,6 +45,7 @@ impl Layout {
             groups: vec![workers],
             slowdown,
             profiled_s: None,
+            profiled_spread_s: None,
             profile_cost_s: None,
         }
     }

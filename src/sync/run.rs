@@ -54,6 +54,7 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
         })?;
         layout.groups = formed.groups;
         layout.profiled_s = formed.profiled_s;
+        layout.profiled_spread_s = formed.profiled_spread_s;
         layout.profile_cost_s = formed.profile_cost_s;
     }
     let (group, is_server) = layout.role(rank);
