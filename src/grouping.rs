@@ -14,7 +14,7 @@ use thiserror::Error;
 
 use crate::comm::Collectives;
 use crate::config::{Grouping, SyncConfig};
-use crate::hetero::CALIBRATION_ITERATIONS;
+use crate::hetero::{median, CALIBRATION_ITERATIONS};
 
 /// Why a set of measured times cannot be partitioned.
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -123,35 +123,19 @@ pub const EQUAL_SPEED_TOLERANCE: f64 = 0.15;
 /// time the profile could not pin down (on oversubscribed cores, say).
 pub const NOISE_SPREADS: f64 = 3.0;
 
-/// Median of a non-empty sample (mean of the two middle values for an even count); NaN
-/// for none.
-fn median(samples: &[f64]) -> f64 {
-    if samples.is_empty() {
-        return f64::NAN;
-    }
-    let mut v = samples.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        0.5 * (v[n / 2 - 1] + v[n / 2])
-    }
-}
-
 /// A worker's persistent seconds per iteration from its profiled iterations: the median, so
 /// that slow spells in fewer than half of them (a noisy neighbour, an I/O stall) do not make
 /// it look slow, as they would the mean. NaN for no samples.
 pub fn persistent_time(samples: &[f64]) -> f64 {
-    median(samples)
+    median(&mut samples.to_vec())
 }
 
 /// How erratic a worker's profiled iterations were: the median absolute deviation from their
 /// median (0 when most took the same time, however slow the rest). NaN for no samples.
 pub fn spread(samples: &[f64]) -> f64 {
-    let m = median(samples);
-    let deviations: Vec<f64> = samples.iter().map(|x| (x - m).abs()).collect();
-    median(&deviations)
+    let m = persistent_time(samples);
+    let mut deviations: Vec<f64> = samples.iter().map(|x| (x - m).abs()).collect();
+    median(&mut deviations)
 }
 
 /// Evens out groups that are equally fast. `groups` come from [`partition_by_speed`] (fastest

@@ -5,10 +5,9 @@
 //! `f_eff = factor x straggler_factor` with probability `straggler_prob` (a transient
 //! straggler) and `f_eff = factor` otherwise; `heterogeneity.changes` replace a worker's
 //! `factor` from a given second of the training clock on (a node that becomes slow mid-run).
-//! The pad is absolute (a multiple of a fixed
-//! unit), not proportional to the measured compute time, so the factors still hold when
-//! several ranks share (oversubscribe) the cores of one machine and every rank's real compute
-//! is inflated by contention.
+//! The pad is absolute (a multiple of a fixed unit), not proportional to the measured compute
+//! time, so the factors still hold when several ranks share (oversubscribe) the cores of one
+//! machine and every rank's real compute is inflated by contention.
 //!
 //! The unit is either given (`heterogeneity.unit_s`) or calibrated as the median real compute
 //! time of the worker's first iterations; no padding happens while calibrating. Calibrate when
@@ -206,14 +205,15 @@ impl Pacer {
     }
 }
 
-/// Median of a non-empty sample (mean of the two middle values for an even count).
-fn median(samples: &mut [f64]) -> f64 {
+/// Median of a sample, sorted in place (mean of the two middle values for an even count);
+/// NaN for an empty one. Shared by the pacer's calibration and grouping's profile.
+pub(crate) fn median(samples: &mut [f64]) -> f64 {
     samples.sort_by(f64::total_cmp);
     let n = samples.len();
-    if n % 2 == 1 {
-        samples[n / 2]
-    } else {
-        0.5 * (samples[n / 2 - 1] + samples[n / 2])
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => samples[n / 2],
+        _ => 0.5 * (samples[n / 2 - 1] + samples[n / 2]),
     }
 }
 

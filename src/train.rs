@@ -129,7 +129,6 @@ impl Evaluator {
     }
 }
 
-/// Whether a run with `epochs` / `budget_s` limits (0 = none) should stop.
 /// How far the run is: the larger of the epochs done over `run.epochs` and the seconds
 /// spent over `run.time_budget_s` (of the limits that are set), so 1 where it stops. The
 /// cosine schedule follows it, so a time-budget run ends at learning rate 0 as well.
@@ -138,6 +137,7 @@ pub fn run_progress(cfg: &Config, epoch: f64, elapsed_s: f64) -> f64 {
     share(epoch, cfg.run.epochs).max(share(elapsed_s, cfg.run.time_budget_s))
 }
 
+/// Whether a run with `epochs` / `budget_s` limits (0 = none) should stop.
 pub fn should_stop(cfg: &Config, epoch: f64, elapsed_s: f64) -> bool {
     (cfg.run.epochs > 0.0 && epoch >= cfg.run.epochs)
         || (cfg.run.time_budget_s > 0.0 && elapsed_s >= cfg.run.time_budget_s)
