@@ -107,6 +107,7 @@ const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    gssp::backend::cpu::blas_core::reexec_with_better_kernels();
     let cli = Cli::parse();
     match cli.command {
         Command::Train {

@@ -11,6 +11,11 @@
 //! Momentum stays per update: stretched to one decay per round of W pushes, it makes the
 //! asynchronous modes oscillate on stale gradients (figures in docs/benchmarks.md).
 
+use crate::backend::{cpu, Backend, SgdStep};
+use crate::model::Network;
+
+/// SGD over host buffers: the parameter servers' replicas. It runs the CPU backend's
+/// `sgd_step` kernel, the one [`NetworkSgd`] runs on a network's own backend.
 pub struct Sgd {
     momentum: f32,
     weight_decay: f32,
@@ -34,12 +39,50 @@ impl Sgd {
             self.velocity.len(),
             "optimizer built for another model"
         );
-        let (lr, mom, wd) = (lr as f32, self.momentum, self.weight_decay * share);
-        for ((w, v), &g) in params.iter_mut().zip(&mut self.velocity).zip(grads) {
-            let g = scale * g + wd * *w;
-            *v = mom * *v + g;
-            *w -= lr * *v;
+        let h = SgdStep {
+            lr: lr as f32,
+            momentum: self.momentum,
+            weight_decay: self.weight_decay * share,
+            scale,
+        };
+        cpu::sgd_step(params, &mut self.velocity, grads, &h);
+    }
+}
+
+/// SGD of a worker that updates its own network (single process, allreduce): the
+/// velocity lives on the network's backend, next to its parameters and gradients.
+pub struct NetworkSgd<B: Backend> {
+    momentum: f32,
+    weight_decay: f32,
+    velocity: B::Buf,
+    len: usize,
+}
+
+impl<B: Backend> NetworkSgd<B> {
+    pub fn new(net: &Network<B>, momentum: f64, weight_decay: f64) -> Self {
+        NetworkSgd {
+            momentum: momentum as f32,
+            weight_decay: weight_decay as f32,
+            velocity: net.backend().alloc(net.num_params()),
+            len: net.num_params(),
         }
+    }
+
+    /// A full step from the network's gradient buffer scaled by `scale` (1, or 1/W for
+    /// the sum of W workers' gradients).
+    pub fn step(&mut self, net: &mut Network<B>, lr: f64, scale: f32) {
+        assert_eq!(
+            net.num_params(),
+            self.len,
+            "optimizer built for another model"
+        );
+        let h = SgdStep {
+            lr: lr as f32,
+            momentum: self.momentum,
+            weight_decay: self.weight_decay,
+            scale,
+        };
+        net.sgd_step(&mut self.velocity, &h);
     }
 }
 

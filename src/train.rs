@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
+use crate::backend::cpu::Cpu;
 use crate::config::{Augment, Config};
 use crate::data::augment::Augmenter;
 use crate::data::sampler::ShardSampler;
@@ -12,12 +13,12 @@ use crate::data::Dataset;
 use crate::hetero::Pacer;
 use crate::metrics::{CsvLog, EvalRow, RunDir, RunTotals, Summary, WorkerRow};
 use crate::model::{self, Network};
-use crate::optim::{self, Sgd};
+use crate::optim::{self, NetworkSgd};
 
 /// A worker's data pipeline and model: fills a batch from its shard and computes the
 /// gradient into the network's gradient buffer. Buffers are allocated once.
 pub struct ComputeStep {
-    pub net: Network,
+    pub net: Network<Cpu>,
     sampler: ShardSampler,
     /// `data.augment`: this worker's crop and flip stream; `None` trains on the images as
     /// they are.
@@ -82,15 +83,60 @@ impl ComputeStep {
 }
 
 /// Builds the configured model for a dataset (identical weights on every rank).
-pub fn build_model(cfg: &Config, data: &Dataset) -> Result<Network> {
+pub fn build_model(cfg: &Config, data: &Dataset) -> Result<Network<Cpu>> {
     let shape = (data.channels, data.height, data.width);
     Ok(model::build(
         &cfg.model,
         shape,
         data.classes,
-        cfg.optim.batch_size.max(256),
+        model::workspace_batch(cfg.model.name, cfg.optim.batch_size),
         cfg.run.seed,
     )?)
+}
+
+/// Training images over which the distributed modes re-estimate batch-norm statistics
+/// before each evaluation.
+pub const BN_CALIBRATION_IMAGES: usize = 1024;
+
+/// Re-estimates batch-norm running statistics for the weights a network holds, from a
+/// fixed, seeded sample of training images (PyTorch's `swa_utils.update_bn`: a
+/// cumulative average over the batches).
+///
+/// Why: the distributed modes evaluate weights no worker trained with, a server's replica
+/// or the average of the group replicas, while each worker's running statistics belong to
+/// its own weights; so batch-norm statistics do not travel with the weights in any mode
+/// (the flat parameter buffer every mode sends stays trained values only), and the
+/// evaluating rank computes them for the weights it evaluates. The single-process mode
+/// evaluates its own weights with the statistics it trained, as PyTorch does.
+pub struct BnCalibration {
+    batches: Vec<Vec<usize>>,
+    x: Vec<f32>,
+    y: Vec<u8>,
+}
+
+impl BnCalibration {
+    pub fn new(train: &Dataset, batch: usize, seed: u64) -> BnCalibration {
+        use rand::seq::SliceRandom;
+        use rand::SeedableRng;
+        let mut order: Vec<usize> = (0..train.len()).collect();
+        order.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0xB4));
+        order.truncate(BN_CALIBRATION_IMAGES.min(train.len()));
+        let batch = batch.max(1);
+        BnCalibration {
+            batches: order.chunks(batch).map(<[usize]>::to_vec).collect(),
+            x: vec![0.0; batch * train.sample_len()],
+            y: vec![0; batch],
+        }
+    }
+
+    /// Replaces `net`'s running statistics with those of the sample under its weights.
+    pub fn run(&mut self, net: &mut Network<Cpu>, train: &Dataset) {
+        for (k, idx) in self.batches.iter().enumerate() {
+            let len = idx.len() * train.sample_len();
+            train.fill_batch(idx, &mut self.x[..len], &mut self.y[..idx.len()]);
+            net.calibrate_batch(&self.x[..len], idx.len(), k);
+        }
+    }
 }
 
 /// Test-set evaluation with its own buffers, reused across calls.
@@ -98,6 +144,7 @@ pub struct Evaluator {
     indices: Vec<usize>,
     x: Vec<f32>,
     y: Vec<u8>,
+    calibration: Option<BnCalibration>,
 }
 
 impl Evaluator {
@@ -106,11 +153,42 @@ impl Evaluator {
             indices: (0..test.len()).collect(),
             x: vec![0.0; max_batch * test.sample_len()],
             y: vec![0; max_batch],
+            calibration: None,
         }
     }
 
+    /// An evaluator that first re-estimates batch-norm statistics (see
+    /// [`BnCalibration`]); the same as [`Evaluator::new`] for a network without them.
+    pub fn with_bn_calibration(
+        test: &Dataset,
+        net: &Network<Cpu>,
+        train: &Dataset,
+        seed: u64,
+    ) -> Evaluator {
+        let mut ev = Evaluator::new(test, net.max_batch());
+        if net.has_state() {
+            ev.calibration = Some(BnCalibration::new(train, net.max_batch(), seed));
+        }
+        ev
+    }
+
+    /// Mean loss and accuracy of `net` on the whole test set (its batch-norm statistics
+    /// re-estimated first where the evaluator was built so). `train` feeds the
+    /// re-estimation.
+    pub fn evaluate_calibrated(
+        &mut self,
+        net: &mut Network<Cpu>,
+        train: &Dataset,
+        test: &Dataset,
+    ) -> (f64, f64) {
+        if let Some(c) = &mut self.calibration {
+            c.run(net, train);
+        }
+        self.evaluate(net, test)
+    }
+
     /// Mean loss and accuracy of `net` on the whole test set.
-    pub fn evaluate(&mut self, net: &mut Network, test: &Dataset) -> (f64, f64) {
+    pub fn evaluate(&mut self, net: &mut Network<Cpu>, test: &Dataset) -> (f64, f64) {
         let b = net.max_batch();
         let (mut loss, mut correct) = (0.0f64, 0usize);
         for chunk in self.indices.chunks(b) {
@@ -163,11 +241,7 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
         step.net.name(),
         step.net.num_params()
     );
-    let mut sgd = Sgd::new(
-        step.net.num_params(),
-        cfg.optim.momentum,
-        cfg.optim.weight_decay,
-    );
+    let mut sgd = NetworkSgd::new(&step.net, cfg.optim.momentum, cfg.optim.weight_decay);
     let mut evaluator = Evaluator::new(&test, step.net.max_batch());
     let mut log = run.worker_log(0, cfg.run.log_every)?;
     let mut eval_log = run.csv::<EvalRow>("eval.csv")?;
@@ -187,8 +261,7 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
             anyhow::bail!("training diverged: loss is {loss} at iteration {iteration}; lower optim.lr (now {})", cfg.optim.lr);
         }
         let compute_s = t0.elapsed().as_secs_f64();
-        let (params, grads) = step.net.params_and_grads_mut();
-        sgd.step(params, grads, lr, 1.0, 1.0);
+        sgd.step(&mut step.net, lr, 1.0);
         train_s += t0.elapsed().as_secs_f64();
         iteration += 1;
         log.record(&WorkerRow {
@@ -245,7 +318,7 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
 /// Evaluates `net` on the test set at (time, epoch, iteration), logs and keeps the row.
 fn record_eval(
     ev: &mut Evaluator,
-    net: &mut Network,
+    net: &mut Network<Cpu>,
     test: &Dataset,
     (time_s, epoch, iteration): (f64, f64, u64),
     eval_log: &mut CsvLog<EvalRow>,

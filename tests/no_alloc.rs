@@ -27,39 +27,61 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+/// The allocation counter is global: the tests take turns.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Allocations in `steps` training steps (forward, backward, SGD) after 3 warm-up
+/// steps, for a synthetic dataset shaped for the model.
+fn allocations_in_steps(
+    model: &str,
+    extra: &str,
+    augment: &str,
+    batch: usize,
+    steps: usize,
+) -> usize {
+    let text = format!(
+        "[data]\ndataset = \"synthetic\"\naugment = \"{augment}\"\n[data.synthetic]\n\
+         train = {train}\ntest = 8\n{extra}[model]\nname = \"{model}\"\n[optim]\nbatch_size = {batch}\n",
+        train = 8 * batch
+    );
+    let cfg = gssp::config::Config::from_str_with_overrides(&text, "test", &[]).unwrap();
+    cfg.validate().unwrap();
+    let (train, _) = gssp::data::load(&cfg.data, cfg.run.seed).unwrap();
+    let mut step = gssp::train::ComputeStep::new(&cfg, &train, 1, 0).unwrap();
+    let mut sgd = gssp::optim::NetworkSgd::new(&step.net, 0.9, 5e-4);
+    let mut run = |iters: usize| {
+        for _ in 0..iters {
+            step.compute(&train);
+            sgd.step(&mut step.net, 0.01, 1.0);
+        }
+    };
+    run(3);
+    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    run(steps);
+    ALLOCATIONS.load(Ordering::SeqCst) - before
+}
+
 #[test]
 fn lenet5_training_step_allocates_nothing_after_warm_up() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     for augment in ["none", "crop-flip"] {
-        let text = format!(
-            "[data]\ndataset = \"synthetic\"\naugment = \"{augment}\"\n[data.synthetic]\n\
-             train = 512\ntest = 8\n[model]\nname = \"lenet5\"\n[optim]\nbatch_size = 64\n"
-        );
-        let cfg = gssp::config::Config::from_str_with_overrides(&text, "test", &[]).unwrap();
-        cfg.validate().unwrap();
-        let (train, _) = gssp::data::load(&cfg.data, cfg.run.seed).unwrap();
-        let mut step = gssp::train::ComputeStep::new(&cfg, &train, 1, 0).unwrap();
-        let mut sgd = gssp::optim::Sgd::new(step.net.num_params(), 0.9, 5e-4);
-        let mut run = |iters: usize| {
-            for _ in 0..iters {
-                step.compute(&train);
-                let (p, g) = step.net.params_and_grads_mut();
-                sgd.step(p, g, 0.01, 1.0, 1.0);
-            }
-        };
-        run(3);
-        let before = ALLOCATIONS.load(Ordering::SeqCst);
         // 20 steps of 64 cross an epoch boundary (8 batches per epoch): reshuffles (and
         // reseeded augmentation) too.
-        run(20);
-        let after = ALLOCATIONS.load(Ordering::SeqCst);
-        assert_eq!(
-            after - before,
-            0,
-            "augment {augment}: allocations in 20 training steps"
-        );
+        let n = allocations_in_steps("lenet5", "", augment, 64, 20);
+        assert_eq!(n, 0, "augment {augment}: allocations in 20 training steps");
     }
     // The counter works: an allocation is seen.
     let before = ALLOCATIONS.load(Ordering::SeqCst);
     let v = vec![1u8; 10];
     assert!(ALLOCATIONS.load(Ordering::SeqCst) > before, "{v:?}");
+}
+
+#[test]
+fn resnet18_training_step_allocates_nothing_after_warm_up() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // The full-width network at batch 2: batch norm, residual blocks, projections and the
+    // chunked convolutions of the late stages, 10 steps across an epoch boundary.
+    let cifar = "channels = 3\nheight = 32\nwidth = 32\n";
+    let n = allocations_in_steps("resnet18", cifar, "crop-flip", 2, 10);
+    assert_eq!(n, 0, "allocations in 10 resnet18 training steps");
 }

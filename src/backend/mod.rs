@@ -1,13 +1,22 @@
-//! Compute backends.
+//! Compute backends: one trait, [`Backend`], that owns its buffer type and provides every
+//! operation the layers and the optimizer need.
 //!
-//! Every backend provides the same set of operations, named after the layer and the
-//! direction (`conv2d_forward`, `conv2d_backward`, ...), in the style of llm.c: outputs
-//! first, then inputs, then shapes. Layers in [`crate::model`] call these operations on
-//! slices of the model's flat parameter and gradient buffers, so a device backend (CUDA,
-//! cargo feature `cuda`) implements the same functions over device buffers and the layers
-//! stay unchanged.
+//! Operations come in forward/backward pairs named after the layer (`conv2d_forward`,
+//! `conv2d_backward`, ...), in the style of llm.c: outputs first, then inputs, then
+//! shapes, with the shapes in each doc comment. Parameters, their gradients and the
+//! non-trained state (batch-norm statistics) are three flat buffers per network; an
+//! operation receives the whole buffer and the [`Span`] of its layer in it, so pushes,
+//! top-k and RMA windows stay one contiguous slice each and a device backend never has to
+//! split its allocations. Parameter gradients are accumulated (`+=`); the network zeroes
+//! them once per step. Activations are NCHW, batch first; a linear weight is `[out x in]`
+//! and a convolution weight `[out_c x in_c*k*k]`, PyTorch's layouts.
+//!
+//! The CPU backend ([`cpu::Cpu`]) is the only one in this build; docs/architecture.md
+//! shows how another plugs in.
 
 pub mod cpu;
+
+use std::ops::Range;
 
 use crate::config::DeviceKind;
 
@@ -30,6 +39,324 @@ pub fn select(kind: DeviceKind) -> anyhow::Result<Device> {
             "device.kind: this build has no CUDA backend, so \"cuda\" cannot run; use \"cpu\" or \"auto\", got \"cuda\""
         ),
     }
+}
+
+/// Where one layer's tensors sit in a flat buffer: a weight (or scale) and an optional
+/// bias (or shift) right after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Span {
+    pub weight: Range<usize>,
+    pub bias: Option<Range<usize>>,
+}
+
+/// Shapes of `c[m x n] = op(a) * op(b)` with `op(a)` `m x k` and `op(b)` `k x n`.
+/// `trans_a` means `a` is stored `k x m`; `trans_b` means `b` is stored `n x k`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmDims {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub trans_a: bool,
+    pub trans_b: bool,
+}
+
+impl GemmDims {
+    /// `a` stored `m x k` and `b` stored `k x n`.
+    pub fn new(m: usize, n: usize, k: usize) -> Self {
+        Self {
+            m,
+            n,
+            k,
+            trans_a: false,
+            trans_b: false,
+        }
+    }
+
+    /// `a` stored `k x m`.
+    pub fn a_transposed(self) -> Self {
+        Self {
+            trans_a: true,
+            ..self
+        }
+    }
+
+    /// `b` stored `n x k`.
+    pub fn b_transposed(self) -> Self {
+        Self {
+            trans_b: true,
+            ..self
+        }
+    }
+}
+
+/// Shape of a 2-D convolution or pooling window over one image plane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window2d {
+    pub channels: usize,
+    pub height: usize,
+    pub width: usize,
+    pub kernel: usize,
+    pub stride: usize,
+    pub pad: usize,
+}
+
+impl Window2d {
+    pub fn out_height(&self) -> usize {
+        (self.height + 2 * self.pad - self.kernel) / self.stride + 1
+    }
+    pub fn out_width(&self) -> usize {
+        (self.width + 2 * self.pad - self.kernel) / self.stride + 1
+    }
+    /// Rows of the im2col matrix: `channels * kernel * kernel`.
+    pub fn col_rows(&self) -> usize {
+        self.channels * self.kernel * self.kernel
+    }
+    /// Columns of the im2col matrix: output pixels per channel.
+    pub fn col_cols(&self) -> usize {
+        self.out_height() * self.out_width()
+    }
+    /// Input values per image.
+    pub fn in_len(&self) -> usize {
+        self.channels * self.height * self.width
+    }
+}
+
+/// A convolution over a batch: `batch` images shaped as `window` says, through `out_c`
+/// filters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conv2dDims {
+    pub batch: usize,
+    pub out_c: usize,
+    pub window: Window2d,
+}
+
+/// A fully connected layer over a batch: `batch` rows of `in_f` features to `out_f`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinearDims {
+    pub batch: usize,
+    pub in_f: usize,
+    pub out_f: usize,
+}
+
+/// Batch norm over `batch` images of `channels` planes of `plane` values each.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchNormDims {
+    pub batch: usize,
+    pub channels: usize,
+    pub plane: usize,
+    pub eps: f32,
+}
+
+/// How a batch-norm forward normalises.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BatchNormMode {
+    /// With the batch's statistics, folding them into the running ones with weight
+    /// `momentum` (PyTorch's rule: `run = (1 - momentum) * run + momentum * batch`, the
+    /// variance unbiased).
+    Train { momentum: f32 },
+    /// With the running statistics.
+    Eval,
+}
+
+/// One SGD step's hyper-parameters (PyTorch's rule, see [`crate::optim`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SgdStep {
+    pub lr: f32,
+    pub momentum: f32,
+    /// Already multiplied by the step's share of a synchronous step.
+    pub weight_decay: f32,
+    /// Factor on the gradient.
+    pub scale: f32,
+}
+
+/// The operations a compute device provides. `Buf` is a buffer of `f32` the backend
+/// owns (host memory for the CPU, device memory for an accelerator); the only ways in and
+/// out of it are [`Backend::upload`] and [`Backend::download`], used where gradients
+/// leave a worker, weights arrive and snapshots are evaluated.
+pub trait Backend: Sized + 'static {
+    type Buf;
+
+    /// A zeroed buffer of `len` values.
+    fn alloc(&self, len: usize) -> Self::Buf;
+    /// `dst[..src.len()] = src`, host to device.
+    fn upload(&self, dst: &mut Self::Buf, src: &[f32]);
+    /// `dst = src[..dst.len()]`, device to host.
+    fn download(&self, dst: &mut [f32], src: &Self::Buf);
+    /// `buf[range] = value`.
+    fn fill(&self, buf: &mut Self::Buf, range: Range<usize>, value: f32);
+    /// `dst[..len] = src[..len]`.
+    fn copy(&self, dst: &mut Self::Buf, src: &Self::Buf, len: usize);
+    /// Residual add. out: `[len]` = a: `[len]` + b: `[len]`. Its backward hands `dout`
+    /// to both inputs, so it needs no op of its own.
+    fn add(&self, out: &mut Self::Buf, a: &Self::Buf, b: &Self::Buf, len: usize);
+    /// Sum of squares of `buf[..len]`, in f64 (norms, divergence checks).
+    fn sum_squares(&self, buf: &Self::Buf, len: usize) -> f64;
+
+    /// out: `[n x out_f]` = inp: `[n x in_f]` * weight^T + bias, weight `[out_f x in_f]`.
+    fn linear_forward(
+        &self,
+        out: &mut Self::Buf,
+        inp: &Self::Buf,
+        params: &Self::Buf,
+        at: &Span,
+        dims: &LinearDims,
+    );
+    /// Accumulates the weight and bias gradients; writes dinp: `[n x in_f]` when given.
+    #[allow(clippy::too_many_arguments)]
+    fn linear_backward(
+        &self,
+        dinp: Option<&mut Self::Buf>,
+        grads: &mut Self::Buf,
+        dout: &Self::Buf,
+        inp: &Self::Buf,
+        params: &Self::Buf,
+        at: &Span,
+        dims: &LinearDims,
+    );
+
+    /// Scratch values a convolution of `dims` needs (shared by all layers, so the
+    /// largest one decides).
+    fn conv2d_scratch_len(&self, dims: &Conv2dDims) -> usize;
+    /// out: `[n x out_c x OH x OW]` = conv(inp: `[n x C x H x W]`, weight
+    /// `[out_c x C*k*k]`) + bias `[out_c]` (if any), zero padding.
+    #[allow(clippy::too_many_arguments)]
+    fn conv2d_forward(
+        &self,
+        out: &mut Self::Buf,
+        scratch: &mut Self::Buf,
+        inp: &Self::Buf,
+        params: &Self::Buf,
+        at: &Span,
+        dims: &Conv2dDims,
+    );
+    /// Accumulates the weight (and bias) gradients; writes dinp: `[n x C x H x W]` when
+    /// given.
+    #[allow(clippy::too_many_arguments)]
+    fn conv2d_backward(
+        &self,
+        dinp: Option<&mut Self::Buf>,
+        grads: &mut Self::Buf,
+        scratch: &mut Self::Buf,
+        dout: &Self::Buf,
+        inp: &Self::Buf,
+        params: &Self::Buf,
+        at: &Span,
+        dims: &Conv2dDims,
+    );
+
+    /// out: `[n x C x plane]` = gamma * (inp - mean) / sqrt(var + eps) + beta, with
+    /// gamma and beta `[C]` at `at` in `params`, the running mean and variance `[C]` each
+    /// at `stats` in `state`; saved: `[2C]`, the batch mean and 1/std for backward.
+    #[allow(clippy::too_many_arguments)]
+    fn batchnorm_forward(
+        &self,
+        out: &mut Self::Buf,
+        saved: &mut Self::Buf,
+        state: &mut Self::Buf,
+        inp: &Self::Buf,
+        params: &Self::Buf,
+        at: &Span,
+        stats: &Span,
+        dims: &BatchNormDims,
+        mode: BatchNormMode,
+    );
+    /// Backward of a training-mode forward: accumulates gamma's and beta's gradients and
+    /// writes dinp: `[n x C x plane]`.
+    #[allow(clippy::too_many_arguments)]
+    fn batchnorm_backward(
+        &self,
+        dinp: &mut Self::Buf,
+        grads: &mut Self::Buf,
+        dout: &Self::Buf,
+        inp: &Self::Buf,
+        saved: &Self::Buf,
+        params: &Self::Buf,
+        at: &Span,
+        dims: &BatchNormDims,
+    );
+
+    /// out = max(inp, 0) over `len` values.
+    fn relu_forward(&self, out: &mut Self::Buf, inp: &Self::Buf, len: usize);
+    /// dinp = dout * (out > 0), from the forward's output.
+    fn relu_backward(&self, dinp: &mut Self::Buf, dout: &Self::Buf, out: &Self::Buf, len: usize);
+
+    /// Max pooling, no padding, over `planes` planes shaped as `window` says
+    /// (its `channels` is ignored). out: `[planes x OH x OW]`; the first maximum wins.
+    fn maxpool_forward(&self, out: &mut Self::Buf, inp: &Self::Buf, planes: usize, g: &Window2d);
+    /// Routes each output gradient to its window's first maximum, found again from the
+    /// forward's input and output (so no index buffer is kept).
+    fn maxpool_backward(
+        &self,
+        dinp: &mut Self::Buf,
+        dout: &Self::Buf,
+        inp: &Self::Buf,
+        out: &Self::Buf,
+        planes: usize,
+        g: &Window2d,
+    );
+    /// Average pooling, no padding. out: `[planes x OH x OW]`.
+    fn avgpool_forward(&self, out: &mut Self::Buf, inp: &Self::Buf, planes: usize, g: &Window2d);
+    /// dinp: `[planes x H x W]`, each input gets its windows' dout / k^2.
+    fn avgpool_backward(&self, dinp: &mut Self::Buf, dout: &Self::Buf, planes: usize, g: &Window2d);
+    /// out: `[planes]` = mean of each plane of inp: `[planes x plane]`.
+    fn global_avgpool_forward(
+        &self,
+        out: &mut Self::Buf,
+        inp: &Self::Buf,
+        planes: usize,
+        plane: usize,
+    );
+    /// dinp: `[planes x plane]` = dout / plane.
+    fn global_avgpool_backward(
+        &self,
+        dinp: &mut Self::Buf,
+        dout: &Self::Buf,
+        planes: usize,
+        plane: usize,
+    );
+
+    /// Inverted dropout: mask: `[len]` = 0 with probability `p`, else 1 / (1 - p), drawn
+    /// from a counter-based hash of (`seed`, index) so every backend draws the same mask;
+    /// out = inp * mask.
+    fn dropout_forward(
+        &self,
+        out: &mut Self::Buf,
+        mask: &mut Self::Buf,
+        inp: &Self::Buf,
+        len: usize,
+        p: f32,
+        seed: u64,
+    );
+    /// dinp = dout * mask.
+    fn dropout_backward(
+        &self,
+        dinp: &mut Self::Buf,
+        dout: &Self::Buf,
+        mask: &Self::Buf,
+        len: usize,
+    );
+
+    /// Softmax cross-entropy over `n` rows of `classes` logits with host `labels`: writes
+    /// dlogits (the gradient of the batch-mean loss) and returns (mean loss, rows whose
+    /// arg-max is the label).
+    fn softmax_xent(
+        &self,
+        dlogits: &mut Self::Buf,
+        logits: &Self::Buf,
+        labels: &[u8],
+        n: usize,
+        classes: usize,
+    ) -> (f32, usize);
+
+    /// SGD with momentum and weight decay over `params.len()` values:
+    /// `g = scale * grad + wd * w; v = momentum * v + g; w -= lr * v`.
+    fn sgd_step(
+        &self,
+        params: &mut Self::Buf,
+        velocity: &mut Self::Buf,
+        grads: &Self::Buf,
+        h: &SgdStep,
+    );
 }
 
 #[cfg(test)]

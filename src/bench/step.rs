@@ -5,7 +5,7 @@ use std::time::Instant;
 use anyhow::Result;
 
 use crate::config::Config;
-use crate::optim::Sgd;
+use crate::optim::NetworkSgd;
 use crate::train::ComputeStep;
 
 /// Throughput of the full training step (batch fill, forward, backward, SGD update) of
@@ -13,13 +13,16 @@ use crate::train::ComputeStep;
 pub fn step(model: &str, batch: usize, threads: usize, seconds: f64) -> Result<f64> {
     let (c, h, w) = match model {
         "lenet5" | "mlp" => (1, 28, 28),
-        other => anyhow::bail!("--model: must be lenet5 or mlp, got {other}"),
+        "resnet18" | "vgg19" => crate::model::zoo::CIFAR_INPUT,
+        other => anyhow::bail!("--model: must be lenet5, mlp, resnet18 or vgg19, got {other}"),
     };
     if batch == 0 || threads == 0 {
         anyhow::bail!("--batch and --threads: must be >= 1");
     }
+    // The CIFAR models train with crop-flip, as the PyTorch reference's step does.
+    let augment = if c == 3 { "crop-flip" } else { "none" };
     let text = format!(
-        "[data]\ndataset = \"synthetic\"\n[data.synthetic]\ntrain = {n}\ntest = 1\nchannels = {c}\nheight = {h}\nwidth = {w}\n\
+        "[data]\ndataset = \"synthetic\"\naugment = \"{augment}\"\n[data.synthetic]\ntrain = {n}\ntest = 1\nchannels = {c}\nheight = {h}\nwidth = {w}\n\
          [model]\nname = \"{model}\"\n[optim]\nbatch_size = {batch}\n[run]\nthreads = {threads}\n",
         n = (batch * 16).max(1024)
     );
@@ -28,20 +31,23 @@ pub fn step(model: &str, batch: usize, threads: usize, seconds: f64) -> Result<f
     crate::backend::cpu::set_threads(threads);
     let (train, _) = crate::data::load(&cfg.data, cfg.run.seed)?;
     let mut step = ComputeStep::new(&cfg, &train, 1, 0)?;
-    let mut sgd = Sgd::new(step.net.num_params(), 0.9, 5e-4);
+    let mut sgd = NetworkSgd::new(&step.net, 0.9, 5e-4);
     let mut run = |iters: usize| {
         for _ in 0..iters {
             step.compute(&train);
-            let (p, g) = step.net.params_and_grads_mut();
-            sgd.step(p, g, 0.01, 1.0, 1.0);
+            sgd.step(&mut step.net, 0.01, 1.0);
         }
     };
-    run(10); // warm-up: caches, OpenBLAS buffers
+    // Warm-up (caches, OpenBLAS buffers), then rounds of a tenth of a second or more.
+    let t = Instant::now();
+    run(1);
+    let per_round = ((0.1 / t.elapsed().as_secs_f64().max(1e-6)) as usize).clamp(1, 10);
+    run(per_round);
     let t = Instant::now();
     let mut iters = 0;
     while t.elapsed().as_secs_f64() < seconds {
-        run(10);
-        iters += 10;
+        run(per_round);
+        iters += per_round;
     }
     let s = t.elapsed().as_secs_f64();
     println!(

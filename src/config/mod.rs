@@ -125,6 +125,8 @@ pub struct SyntheticConfig {
 pub enum ModelKind {
     Lenet5,
     Mlp,
+    Resnet18,
+    Vgg19,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -133,10 +135,18 @@ pub struct ModelConfig {
     /// Hidden layer widths of the MLP (ignored by other models).
     #[serde(default = "default_mlp_hidden")]
     pub mlp_hidden: Vec<usize>,
+    /// Channel multiplier of resnet18 and vgg19 (narrow versions for tests); must stay 1
+    /// for the others.
+    #[serde(default = "default_width")]
+    pub width: f64,
 }
 
 fn default_mlp_hidden() -> Vec<usize> {
     vec![128]
+}
+
+pub(crate) fn default_width() -> f64 {
+    1.0
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -608,7 +618,12 @@ mod tests {
             check(&[D::Mnist, D::FashionMnist, D::Cifar10, D::Synthetic]),
             ["mnist", "fashion-mnist", "cifar10", "synthetic"]
         );
-        check(&[ModelKind::Lenet5, ModelKind::Mlp]);
+        check(&[
+            ModelKind::Lenet5,
+            ModelKind::Mlp,
+            ModelKind::Resnet18,
+            ModelKind::Vgg19,
+        ]);
         check(&[LrSchedule::Constant, LrSchedule::Step, LrSchedule::Cosine]);
         assert_eq!(
             check(&[StalenessLr::None, StalenessLr::Inverse]),

@@ -4,9 +4,9 @@
 use toml::{Table, Value};
 
 use super::{
-    default_mlp_hidden, Augment, CompressionConfig, Config, ConfigError, DataConfig, DatasetKind,
-    DeviceConfig, HeterogeneityConfig, ModelConfig, ModelKind, OptimConfig, RunConfig, SpeedChange,
-    SpeedTier, SyncConfig, SyntheticConfig,
+    default_mlp_hidden, default_width, Augment, CompressionConfig, Config, ConfigError, DataConfig,
+    DatasetKind, DeviceConfig, HeterogeneityConfig, ModelConfig, ModelKind, OptimConfig, RunConfig,
+    SpeedChange, SpeedTier, SyncConfig, SyntheticConfig,
 };
 
 /// A config with every optional list non-empty, serialised: the tree of allowed keys.
@@ -25,6 +25,7 @@ pub(super) fn schema() -> Table {
         model: ModelConfig {
             name: ModelKind::Mlp,
             mlp_hidden: default_mlp_hidden(),
+            width: default_width(),
         },
         optim: OptimConfig::default(),
         sync: SyncConfig::default(),

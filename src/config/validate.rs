@@ -16,6 +16,25 @@ impl Config {
         for (i, &w) in self.model.mlp_hidden.iter().enumerate() {
             ensure(w >= 1, &format!("model.mlp_hidden[{i}]"), ">= 1", w)?;
         }
+        let width = self.model.width;
+        ensure(
+            width.is_finite() && width > 0.0 && width <= 4.0,
+            "model.width",
+            "in (0, 4]",
+            width,
+        )?;
+        self.validate_model_input()?;
+        if !matches!(
+            self.model.name,
+            super::ModelKind::Resnet18 | super::ModelKind::Vgg19
+        ) {
+            ensure(
+                width == 1.0,
+                "model.width",
+                "1 for lenet5 and mlp (it scales resnet18 and vgg19)",
+                width,
+            )?;
+        }
         self.validate_optim()?;
         let s = &self.sync;
         ensure(s.groups >= 1, "sync.groups", ">= 1", s.groups)?;
@@ -321,6 +340,34 @@ fn ensure(ok: bool, key: &str, requirement: &str, got: impl Display) -> Result<(
     }
 }
 
+impl Config {
+    /// ResNet-18 and VGG-19 take CIFAR-10's 3x32x32 images: a dataset of another shape
+    /// is refused here, naming both shapes, rather than after the data has loaded.
+    fn validate_model_input(&self) -> Result<(), ConfigError> {
+        use super::ModelKind;
+        let model = match self.model.name {
+            ModelKind::Resnet18 => "resnet18",
+            ModelKind::Vgg19 => "vgg19",
+            ModelKind::Lenet5 | ModelKind::Mlp => return Ok(()),
+        };
+        let s = &self.data.synthetic;
+        let shape = match self.data.dataset {
+            DatasetKind::Mnist | DatasetKind::FashionMnist => (1, 28, 28),
+            DatasetKind::Cifar10 => (3, 32, 32),
+            DatasetKind::Synthetic => (s.channels, s.height, s.width),
+        };
+        ensure(
+            shape == crate::model::zoo::CIFAR_INPUT,
+            "model.name",
+            &format!(
+                "a model for the dataset's {}x{}x{} images ({model} takes 3x32x32, CIFAR-10's)",
+                shape.0, shape.1, shape.2
+            ),
+            model,
+        )
+    }
+}
+
 /// NaN and infinities slip through range comparisons, so every float is checked first.
 fn finite(key: &str, v: f64) -> Result<(), ConfigError> {
     ensure(v.is_finite(), key, "a finite number", v)
@@ -363,6 +410,12 @@ mod tests {
             (&["data.dataset=mnist"], "data.dir: must be the dataset folder (required for dataset mnist), got \"\""),
             (&["data.dataset=cifar10", "data.dir=' '"], "data.dir: must be the dataset folder (required for dataset cifar10), got \" \""),
             (&["data.synthetic.train=0"], "data.synthetic.train: must be >= 1, got 0"),
+            (
+                &["model.name=resnet18", "data.dataset=mnist", "data.dir=/data/mnist"],
+                "model.name: must be a model for the dataset's 1x28x28 images (resnet18 takes 3x32x32, CIFAR-10's), got resnet18",
+            ),
+            (&["model.width=0.5"], "model.width: must be 1 for lenet5 and mlp (it scales resnet18 and vgg19), got 0.5"),
+            (&["model.name=vgg19", "data.dataset=synthetic", "data.synthetic.channels=3", "data.synthetic.height=32", "data.synthetic.width=32", "model.width=0"], "model.width: must be in (0, 4], got 0"),
             (&["data.synthetic.test=0"], "data.synthetic.test: must be >= 1, got 0"),
             (&["data.synthetic.channels=0"], "data.synthetic.channels: must be >= 1, got 0"),
             (&["data.synthetic.height=0"], "data.synthetic.height: must be >= 1, got 0"),

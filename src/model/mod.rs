@@ -1,16 +1,27 @@
-//! Networks: a stack of layers over one flat parameter buffer and one flat gradient buffer.
+//! Networks: a [`Sequential`] of modules over one flat parameter buffer, one flat
+//! gradient buffer and one flat state buffer, all owned by the backend.
 //!
 //! All activation and scratch memory is allocated once for `max_batch` samples, so a
-//! training step allocates nothing.
+//! training step allocates nothing. The host sees the buffers only through
+//! [`Network::params_to_host`], [`Network::params_from_host`],
+//! [`Network::grads_to_host`] and the state copies: where gradients leave a worker,
+//! weights arrive and snapshots are evaluated. On the CPU backend the buffers are host
+//! memory already, and `Network<Cpu>` lends them out without a copy.
 
+pub mod builder;
+pub mod compose;
 pub mod layers;
+pub mod module;
 pub mod zoo;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::backend::cpu;
-use layers::{Layer, LayerScratch, Shape};
+use crate::backend::cpu::Cpu;
+use crate::backend::Backend;
+pub use builder::Builder;
+use compose::Sequential;
+pub use module::{shape_len, Flat, Init, Mode, Module, Plan, Shape, TensorSpec};
 
 /// Loss and accuracy of one forward pass.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -39,83 +50,97 @@ pub enum ModelError {
     },
 }
 
-pub struct Network {
+pub struct Network<B: Backend> {
+    be: B,
     name: String,
-    layers: Vec<Layer>,
+    body: Sequential<B>,
     input: Shape,
     classes: usize,
     max_batch: usize,
-    params: Vec<f32>,
-    grads: Vec<f32>,
-    /// outs[i]: output of layer i, `max_batch` samples.
-    outs: Vec<Vec<f32>>,
-    /// out_lens[i]: per-sample length of outs[i].
-    out_lens: Vec<usize>,
-    /// douts[i]: gradient of the loss w.r.t. outs[i].
-    douts: Vec<Vec<f32>>,
-    scratch: Vec<LayerScratch>,
+    flat: Flat<B>,
+    params: Vec<TensorSpec>,
+    state: Vec<TensorSpec>,
+    /// The input batch, uploaded.
+    x: B::Buf,
+    dlogits: B::Buf,
+    /// Training forwards so far and this network's dropout stream (see
+    /// [`Network::set_dropout_stream`]).
+    steps: u64,
+    dropout_stream: u64,
 }
 
-impl Network {
-    /// Builds a network from layers whose parameter ranges tile `0..num_params`,
-    /// initialised as PyTorch does: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases.
-    pub fn from_layers(
-        name: &str,
-        layers: Vec<Layer>,
-        input: Shape,
-        max_batch: usize,
-        seed: u64,
-    ) -> Network {
-        let mut shape = input;
-        let mut outs = Vec::with_capacity(layers.len());
-        let mut scratch = Vec::with_capacity(layers.len());
-        let mut num_params = 0;
-        for layer in &layers {
-            shape = layer.out_shape(shape);
-            outs.push(vec![0.0; max_batch * layers::shape_len(shape)]);
-            let (cols, dcol, argmax) = layer.scratch_len(max_batch);
-            scratch.push(LayerScratch {
-                cols: vec![0.0; cols],
-                dcol: vec![0.0; dcol],
-                argmax: vec![0; argmax],
-            });
-            if let Some((_, b)) = layer.param_ranges() {
-                num_params = num_params.max(b.end);
-            }
-        }
-        let classes = layers::shape_len(shape);
-        let mut params = vec![0.0; num_params];
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        for layer in &layers {
-            if let (Some((w, b)), Some(fan_in)) = (layer.param_ranges(), layer.fan_in()) {
+/// Initial values of the tensors `specs` describe, drawn in order from `seed`.
+fn initial_values(specs: &[TensorSpec], seed: u64) -> Vec<f32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut v = vec![0.0; specs.last().map_or(0, |s| s.range.end)];
+    for s in specs {
+        let dst = &mut v[s.range.clone()];
+        match s.init {
+            Init::KaimingUniform { fan_in } => {
                 let bound = 1.0 / (fan_in as f32).sqrt();
-                for p in &mut params[w.start..b.end] {
-                    *p = rng.gen_range(-bound..bound);
-                }
+                dst.iter_mut()
+                    .for_each(|p| *p = rng.gen_range(-bound..bound));
             }
+            Init::Uniform { bound } => dst
+                .iter_mut()
+                .for_each(|p| *p = rng.gen_range(-bound..bound)),
+            Init::Ones => dst.fill(1.0),
+            Init::Zeros => dst.fill(0.0),
         }
-        let douts = outs.iter().map(|o| vec![0.0; o.len()]).collect();
-        let out_lens = outs.iter().map(|o| o.len() / max_batch.max(1)).collect();
+    }
+    v
+}
+
+impl<B: Backend> Network<B> {
+    /// The network `body` (built with `plan`) on `be`, initialised from `seed` (the same
+    /// weights on every rank).
+    pub fn new(
+        be: B,
+        name: &str,
+        plan: Plan,
+        body: Sequential<B>,
+        input: Shape,
+        seed: u64,
+    ) -> Self {
+        let classes = shape_len(body.out_shape());
+        let max_batch = plan.max_batch;
+        let mut flat = Flat {
+            params: be.alloc(plan.num_params()),
+            grads: be.alloc(plan.num_params()),
+            state: be.alloc(plan.num_state()),
+            scratch: be.alloc(plan.scratch),
+            dropout_seed: 0,
+        };
+        be.upload(&mut flat.params, &initial_values(&plan.params, seed));
+        be.upload(&mut flat.state, &initial_values(&plan.state, seed));
         Network {
+            x: be.alloc(max_batch * shape_len(input)),
+            dlogits: be.alloc(max_batch * classes),
+            be,
             name: name.to_string(),
-            layers,
+            body,
             input,
             classes,
             max_batch,
-            grads: vec![0.0; num_params],
-            params,
-            outs,
-            out_lens,
-            douts,
-            scratch,
+            flat,
+            params: plan.params,
+            state: plan.state,
+            steps: 0,
+            dropout_stream: 0,
         }
     }
 
     pub fn name(&self) -> &str {
         &self.name
     }
+    pub fn backend(&self) -> &B {
+        &self.be
+    }
+    pub fn input_shape(&self) -> Shape {
+        self.input
+    }
     pub fn input_len(&self) -> usize {
-        layers::shape_len(self.input)
+        shape_len(self.input)
     }
     pub fn classes(&self) -> usize {
         self.classes
@@ -124,20 +149,50 @@ impl Network {
         self.max_batch
     }
     pub fn num_params(&self) -> usize {
-        self.params.len()
+        self.params.last().map_or(0, |s| s.range.end)
     }
-    pub fn params(&self) -> &[f32] {
+    /// Values of non-trained state (batch-norm running statistics).
+    pub fn num_state(&self) -> usize {
+        self.state.last().map_or(0, |s| s.range.end)
+    }
+    /// The trained tensors: names, ranges in the flat buffer, initialisation.
+    pub fn param_specs(&self) -> &[TensorSpec] {
         &self.params
     }
-    pub fn params_mut(&mut self) -> &mut [f32] {
-        &mut self.params
+    pub fn state_specs(&self) -> &[TensorSpec] {
+        &self.state
     }
-    pub fn grads(&self) -> &[f32] {
-        &self.grads
+    /// Bytes of activations and scratch the network allocated.
+    pub fn workspace_bytes(&self) -> usize {
+        let own = self.max_batch * (shape_len(self.input) + 2 * self.classes);
+        4 * (own + self.body.activation_len())
     }
-    /// Parameters (read) and gradients (write) at once, for an optimizer step.
-    pub fn params_and_grads_mut(&mut self) -> (&mut [f32], &mut [f32]) {
-        (&mut self.params, &mut self.grads)
+
+    /// Draws dropout masks from `stream` from now on (each worker its own).
+    pub fn set_dropout_stream(&mut self, stream: u64) {
+        self.dropout_stream = stream;
+    }
+
+    pub fn params_to_host(&self, host: &mut [f32]) {
+        self.be.download(host, &self.flat.params);
+    }
+    pub fn params_from_host(&mut self, host: &[f32]) {
+        assert_eq!(host.len(), self.num_params(), "weights of another model");
+        self.be.upload(&mut self.flat.params, host);
+    }
+    pub fn grads_to_host(&self, host: &mut [f32]) {
+        self.be.download(host, &self.flat.grads);
+    }
+    pub fn grads_from_host(&mut self, host: &[f32]) {
+        assert_eq!(host.len(), self.num_params(), "gradients of another model");
+        self.be.upload(&mut self.flat.grads, host);
+    }
+    pub fn state_to_host(&self, host: &mut [f32]) {
+        self.be.download(host, &self.flat.state);
+    }
+    pub fn state_from_host(&mut self, host: &[f32]) {
+        assert_eq!(host.len(), self.num_state(), "state of another model");
+        self.be.upload(&mut self.flat.state, host);
     }
 
     /// Checks that a dataset's sample shape and class count fit this network.
@@ -159,41 +214,40 @@ impl Network {
         Ok(())
     }
 
-    /// Forward pass over `n <= max_batch` samples of `x`; returns the logits `[n x classes]`.
-    pub fn forward(&mut self, x: &[f32], n: usize) -> &[f32] {
+    /// Forward pass over `n <= max_batch` samples of `x` (host) in `mode`; a training
+    /// forward starts a new step (fresh dropout masks).
+    fn forward(&mut self, x: &[f32], n: usize, mode: Mode) {
+        if mode == Mode::Train {
+            self.steps += 1;
+        }
+        self.run_forward(x, n, mode);
+    }
+
+    /// Forward pass within the current step.
+    fn run_forward(&mut self, x: &[f32], n: usize, mode: Mode) {
         assert!(
             n <= self.max_batch,
             "batch {n} exceeds the workspace ({})",
             self.max_batch
         );
         assert_eq!(x.len(), n * self.input_len(), "input length");
-        for i in 0..self.layers.len() {
-            let (before, rest) = self.outs.split_at_mut(i);
-            let inp: &[f32] = if i == 0 {
-                x
-            } else {
-                &before[i - 1][..n * self.out_lens[i - 1]]
-            };
-            layers::forward(
-                &self.layers[i],
-                &mut rest[0],
-                inp,
-                &self.params,
-                &mut self.scratch[i],
-                n,
-            );
-        }
-        let last = self.layers.len() - 1;
-        &self.outs[last][..n * self.classes]
+        self.be.upload(&mut self.x, x);
+        self.flat.dropout_seed = mask_hash(self.dropout_stream, self.steps);
+        self.body
+            .forward(&self.be, &mut self.flat, &self.x, n, mode);
     }
 
-    /// Loss and accuracy of `n` samples without touching the gradients.
+    /// Loss and accuracy of `n` samples in evaluation mode, without touching the
+    /// gradients.
     pub fn evaluate_batch(&mut self, x: &[f32], labels: &[u8], n: usize) -> BatchStats {
-        self.forward(x, n);
-        let last = self.layers.len() - 1;
-        let (loss, correct) = cpu::softmax_xent_forward_backward(
-            &mut self.douts[last],
-            &self.outs[last],
+        self.forward(x, n, Mode::Eval);
+        self.loss(labels, n)
+    }
+
+    fn loss(&mut self, labels: &[u8], n: usize) -> BatchStats {
+        let (loss, correct) = self.be.softmax_xent(
+            &mut self.dlogits,
+            self.body.output(),
             labels,
             n,
             self.classes,
@@ -201,55 +255,191 @@ impl Network {
         BatchStats { loss, correct }
     }
 
-    /// Forward and backward over `n` samples: overwrites the gradient buffer with the
-    /// gradient of the batch-mean cross-entropy and returns the batch's stats.
+    /// The training-mode loss of `n` samples with the dropout masks of the last
+    /// [`Network::forward_backward`], touching neither gradients nor the step count
+    /// (finite-difference checks). Batch norm still folds the batch into its running
+    /// statistics, which training-mode outputs do not read.
+    pub fn training_loss(&mut self, x: &[f32], labels: &[u8], n: usize) -> BatchStats {
+        self.run_forward(x, n, Mode::Train);
+        self.loss(labels, n)
+    }
+
+    /// Forward and backward over `n` samples in training mode: overwrites the gradient
+    /// buffer with the gradient of the batch-mean cross-entropy and returns the batch's
+    /// stats.
     pub fn forward_backward(&mut self, x: &[f32], labels: &[u8], n: usize) -> BatchStats {
-        let stats = self.evaluate_batch(x, labels, n);
-        self.grads.fill(0.0);
-        for i in (0..self.layers.len()).rev() {
-            let (dbefore, drest) = self.douts.split_at_mut(i);
-            let dinp = if i == 0 {
-                None
-            } else {
-                Some(&mut dbefore[i - 1][..n * self.out_lens[i - 1]])
-            };
-            let inp: &[f32] = if i == 0 {
-                x
-            } else {
-                &self.outs[i - 1][..n * self.out_lens[i - 1]]
-            };
-            let len = n * self.out_lens[i];
-            let io = layers::BackwardIo {
-                dinp,
-                dout: &drest[0][..len],
-                inp,
-                out: &self.outs[i][..len],
-            };
-            layers::backward(
-                &self.layers[i],
-                io,
-                &self.params,
-                &mut self.grads,
-                &mut self.scratch[i],
-                n,
-            );
-        }
+        self.forward(x, n, Mode::Train);
+        let stats = self.loss(labels, n);
+        let len = self.num_params();
+        self.be.fill(&mut self.flat.grads, 0..len, 0.0);
+        self.body
+            .backward(&self.be, &mut self.flat, &self.x, &self.dlogits, n, false);
         stats
+    }
+
+    /// Folds batch number `batch` (from 0) of a re-estimation into a cumulative average
+    /// of the batch-norm running statistics (PyTorch's `swa_utils.update_bn`).
+    pub fn calibrate_batch(&mut self, x: &[f32], n: usize, batch: usize) {
+        self.forward(x, n, Mode::Calibrate { batch });
+    }
+
+    /// Whether any layer keeps running statistics.
+    pub fn has_state(&self) -> bool {
+        self.num_state() > 0
+    }
+
+    /// One SGD step over the network's own buffers.
+    pub fn sgd_step(&mut self, velocity: &mut B::Buf, h: &crate::backend::SgdStep) {
+        let Flat { params, grads, .. } = &mut self.flat;
+        self.be.sgd_step(params, velocity, grads, h);
     }
 }
 
-/// Builds a model from the config for a dataset's sample shape and class count.
+/// The dropout seed of step `step` of stream `stream` (the mask kernel hashes it with
+/// each element's index).
+fn mask_hash(stream: u64, step: u64) -> u64 {
+    stream.wrapping_mul(0xD6E8_FEB8_6659_FD93) ^ step.wrapping_mul(0xC2B2_AE3D_27D4_EB4F)
+}
+
+/// The CPU buffers are host memory: lent out without copies.
+impl Network<Cpu> {
+    pub fn params(&self) -> &[f32] {
+        &self.flat.params
+    }
+    pub fn params_mut(&mut self) -> &mut [f32] {
+        &mut self.flat.params
+    }
+    pub fn grads(&self) -> &[f32] {
+        &self.flat.grads
+    }
+    pub fn state(&self) -> &[f32] {
+        &self.flat.state
+    }
+    /// Parameters (read) and gradients (write) at once, for an optimizer step.
+    pub fn params_and_grads_mut(&mut self) -> (&mut [f32], &mut [f32]) {
+        (&mut self.flat.params, &mut self.flat.grads)
+    }
+}
+
+/// Samples the workspace holds: the training batch, and for the small models at least 256
+/// so that evaluation runs in wide GEMMs (the CNNs evaluate in training-sized chunks:
+/// their activations at 256 images would take GBs).
+pub fn workspace_batch(model: crate::config::ModelKind, batch: usize) -> usize {
+    use crate::config::ModelKind;
+    match model {
+        ModelKind::Lenet5 | ModelKind::Mlp => batch.max(256),
+        ModelKind::Resnet18 | ModelKind::Vgg19 => batch,
+    }
+}
+
+/// Builds a model from the config for a dataset's sample shape and class count, on the
+/// CPU backend.
 pub fn build(
     cfg: &crate::config::ModelConfig,
     input: Shape,
     classes: usize,
     max_batch: usize,
     seed: u64,
-) -> Result<Network, ModelError> {
+) -> Result<Network<Cpu>, ModelError> {
+    use crate::config::ModelKind;
+    let width = cfg.width;
     let net = match cfg.name {
-        crate::config::ModelKind::Lenet5 => zoo::lenet5(input, classes, max_batch, seed),
-        crate::config::ModelKind::Mlp => zoo::mlp(input, &cfg.mlp_hidden, classes, max_batch, seed),
+        ModelKind::Lenet5 => zoo::lenet5(Cpu, input, classes, max_batch, seed),
+        ModelKind::Mlp => zoo::mlp(Cpu, input, &cfg.mlp_hidden, classes, max_batch, seed),
+        ModelKind::Resnet18 => {
+            zoo::check_cifar_input("resnet18", input)?;
+            zoo::resnet18(Cpu, input, classes, width, max_batch, seed)
+        }
+        ModelKind::Vgg19 => {
+            zoo::check_cifar_input("vgg19", input)?;
+            zoo::vgg19(Cpu, input, classes, width, max_batch, seed)
+        }
     };
     net.check_data_shape(input, classes)?;
     Ok(net)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Batch norm straight on a 2-channel input, then a linear classifier.
+    fn bn_net() -> Network<Cpu> {
+        zoo::custom(Cpu, "bn", (2, 2, 2), 4, 1, |b| {
+            b.batchnorm().flatten().linear(3);
+        })
+    }
+
+    fn batch(shift: f32) -> Vec<f32> {
+        (0..4 * 8)
+            .map(|i| ((i * 7 % 11) as f32) * 0.3 + shift)
+            .collect()
+    }
+
+    /// Per channel of a `[4 x 2 x 2 x 2]` batch: (mean, unbiased variance).
+    fn channel_stats(x: &[f32]) -> Vec<(f32, f32)> {
+        (0..2)
+            .map(|c| {
+                let v: Vec<f32> = (0..4)
+                    .flat_map(|i| x[i * 8 + c * 4..i * 8 + c * 4 + 4].to_vec())
+                    .collect();
+                let m = v.iter().sum::<f32>() / 16.0;
+                let var = v.iter().map(|x| (x - m).powi(2)).sum::<f32>() / 15.0;
+                (m, var)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn training_folds_batch_statistics_into_the_running_ones_and_evaluation_uses_them() {
+        let mut net = bn_net();
+        let (x, y) = (batch(1.0), [0u8, 1, 2, 0]);
+        assert_eq!(
+            net.state(),
+            &[0.0, 0.0, 1.0, 1.0],
+            "initial mean 0, variance 1"
+        );
+        for _ in 0..3 {
+            net.forward_backward(&x, &y, 4);
+        }
+        let stats = channel_stats(&x);
+        let kept = 1.0 - 0.9f32.powi(3);
+        for (c, (mean, var)) in stats.iter().enumerate() {
+            assert!((net.state()[c] - kept * mean).abs() < 1e-5);
+            assert!((net.state()[2 + c] - (0.9f32.powi(3) + kept * var)).abs() < 1e-4);
+        }
+        // Evaluation normalises with the running statistics: a sample's loss does not
+        // depend on the rest of its batch; in training mode it does.
+        let alone = net.evaluate_batch(&x[..8], &y[..1], 1).loss;
+        let mut other = batch(5.0);
+        other[..8].copy_from_slice(&x[..8]);
+        let eval_in = |net: &mut Network<Cpu>, xs: &[f32]| {
+            net.evaluate_batch(xs, &[0, 0, 0, 0], 4);
+            let logits = net.body.output()[..3].to_vec();
+            logits
+        };
+        let a = eval_in(&mut net, &x);
+        let b = eval_in(&mut net, &other);
+        assert_eq!(a, b);
+        assert!(alone.is_finite());
+        let ta = net.training_loss(&x, &y, 4).loss;
+        let tb = net.training_loss(&other, &y, 4).loss;
+        assert_ne!(ta, tb);
+    }
+
+    #[test]
+    fn calibration_replaces_running_statistics_with_the_sample_average() {
+        let mut net = bn_net();
+        let (a, b) = (batch(1.0), batch(-2.0));
+        net.forward_backward(&batch(9.0), &[0, 1, 2, 0], 4);
+        net.calibrate_batch(&a, 4, 0);
+        net.calibrate_batch(&b, 4, 1);
+        let (sa, sb) = (channel_stats(&a), channel_stats(&b));
+        for c in 0..2 {
+            let mean = (sa[c].0 + sb[c].0) / 2.0;
+            let var = (sa[c].1 + sb[c].1) / 2.0;
+            assert!((net.state()[c] - mean).abs() < 1e-5, "{:?}", net.state());
+            assert!((net.state()[2 + c] - var).abs() < 1e-4, "{:?}", net.state());
+        }
+    }
 }

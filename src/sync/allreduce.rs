@@ -12,7 +12,7 @@ use anyhow::Result;
 use crate::comm::{Collectives, Comm};
 use crate::config::Config;
 use crate::metrics::{Snapshots, WorkerRow};
-use crate::optim::{self, Sgd};
+use crate::optim::{self, NetworkSgd};
 use crate::sync::worker::{WorkerContext, WorkerStats};
 use crate::train::{run_progress, should_stop};
 
@@ -32,7 +32,7 @@ pub fn work(
     } = w;
     let n = step.net.num_params();
     let workers = comm.size();
-    let mut sgd = Sgd::new(n, cfg.optim.momentum, cfg.optim.weight_decay);
+    let mut sgd = NetworkSgd::new(&step.net, cfg.optim.momentum, cfg.optim.weight_decay);
     let mut buf = vec![0.0f32; n + 2];
     let bytes = (buf.len() * std::mem::size_of::<f32>()) as u64;
     let samples_per_step = (cfg.optim.batch_size * workers) as f64 / train.len() as f64;
@@ -49,7 +49,7 @@ pub fn work(
         // Waiting for the slowest rank and the transfer are one call here; it is counted
         // as waiting, since on a heterogeneous cluster the wait dominates.
         let t1 = Instant::now();
-        buf[..n].copy_from_slice(step.net.grads());
+        step.net.grads_to_host(&mut buf[..n]);
         buf[n] = if should_stop(cfg, epoch, time_s) {
             1.0
         } else {
@@ -66,13 +66,8 @@ pub fn work(
             break;
         }
         let lr = optim::lr_at(&cfg.optim, epoch, f64::from(buf[n + 1]));
-        sgd.step(
-            step.net.params_mut(),
-            &buf[..n],
-            lr,
-            1.0 / workers as f32,
-            1.0,
-        );
+        step.net.grads_from_host(&buf[..n]);
+        sgd.step(&mut step.net, lr, 1.0 / workers as f32);
         iteration += 1;
         stats.iterations = iteration;
         stats.compute_s += compute_s;

@@ -369,17 +369,18 @@ fn finish(
         ranks.iter().map(|r| r.epoch).fold(0.0, f64::max)
     };
 
-    let mut evaluator = Evaluator::new(test, step.net.max_batch());
+    let mut evaluator = Evaluator::with_bn_calibration(test, &step.net, ctx.train, cfg.run.seed);
     let mut eval_log = run.csv::<EvalRow>("eval.csv")?;
     let mut evals = Vec::new();
     for (mut row, weights) in models.snapshots {
         step.net.params_mut().copy_from_slice(&weights);
-        (row.test_loss, row.test_accuracy) = evaluator.evaluate(&mut step.net, test);
+        (row.test_loss, row.test_accuracy) =
+            evaluator.evaluate_calibrated(&mut step.net, ctx.train, test);
         eval_log.push(&row)?;
         evals.push(row);
     }
     step.net.params_mut().copy_from_slice(&final_weights);
-    let (test_loss, test_accuracy) = evaluator.evaluate(&mut step.net, test);
+    let (test_loss, test_accuracy) = evaluator.evaluate_calibrated(&mut step.net, ctx.train, test);
     let last = EvalRow {
         time_s: wall_s,
         epoch,

@@ -28,6 +28,21 @@ pub fn mnist_dir() -> PathBuf {
     dir
 }
 
+/// The real CIFAR-10 batches in ../shared/data/cifar10 (data_batch_1 and 1,000 test
+/// images).
+pub fn cifar10_dir() -> PathBuf {
+    let dir = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/data/cifar10"
+    ));
+    assert!(
+        dir.join("data_batch_1.bin").exists(),
+        "CIFAR-10 is missing from {} (the tests need the real data)",
+        dir.display()
+    );
+    dir
+}
+
 static JOB_LOCK: Mutex<()> = Mutex::new(());
 
 /// Held for the whole of one test's MPI jobs; a failed (panicked) test does not poison it.

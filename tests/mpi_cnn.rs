@@ -1,0 +1,141 @@
+//! ResNet-18 and VGG-19 (narrow: width 1/8) on real CIFAR-10 under every sync mode and
+//! `mpirun`: each worker's loss falls over a short run, the evaluation (with batch-norm
+//! statistics re-estimated on the evaluating rank) is finite, and the parameter count in
+//! the summary is the narrow model's.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{cifar10_dir, job_lock, mean, num, Run, Scratch};
+
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// 1,024 training images in batches of 16, 3 epochs (for 2 workers: 96 iterations
+/// each); momentum 0.5 at lr 0.05, so that the asynchronous modes stay stable.
+fn cnn_toml(model: &str) -> String {
+    format!(
+        r#"[run]
+epochs = 3.0
+seed = 3
+log_every = 1
+[data]
+dataset = "cifar10"
+dir = "{}"
+train_limit = 1024
+test_limit = 200
+augment = "crop-flip"
+[model]
+name = "{model}"
+width = 0.125
+[optim]
+lr = 0.05
+momentum = 0.5
+batch_size = 16
+[device]
+kind = "cpu"
+"#,
+        cifar10_dir().display()
+    )
+}
+
+/// The loss of a worker's last quarter of rows is below its first quarter's.
+fn assert_loss_falls(run: &Run, rank: usize) {
+    let loss = run.rank_csv(rank).col("loss");
+    assert!(loss.len() >= 20, "rank {rank}: only {} rows", loss.len());
+    assert!(
+        loss.iter().all(|l| l.is_finite()),
+        "rank {rank}: non-finite loss"
+    );
+    let k = loss.len() / 4;
+    let (first, last) = (mean(&loss[..k]), mean(&loss[loss.len() - k..]));
+    assert!(
+        last < first - 0.05,
+        "rank {rank}: loss did not fall: first quarter {first:.4}, last quarter {last:.4}"
+    );
+}
+
+/// Trains `model` under `mode` on `ranks` ranks with `sets`; checks every worker.
+fn trains(model: &str, mode: &str, ranks: usize, workers: &[usize], sets: &[&str]) {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let config = scratch.config(model, &cnn_toml(model));
+    let mode_set = format!("sync.mode={mode}");
+    let mut all = vec![mode_set.as_str()];
+    all.extend_from_slice(sets);
+    let run = scratch.train_config_ok(&format!("{model}-{mode}"), &config, ranks, &all, DEADLINE);
+    for &r in workers {
+        assert_loss_falls(&run, r);
+    }
+    let s = run.summary();
+    assert_eq!(s["model"], model, "summary: {s}");
+    let accuracy = num(&s, "final_test_accuracy");
+    assert!((0.0..=1.0).contains(&accuracy), "summary: {s}");
+    let loss = run.eval().last("test_loss");
+    assert!(
+        loss.is_finite() && loss < 10.0,
+        "{model} {mode}: test loss {loss}"
+    );
+}
+
+const GSSP: [&str; 2] = ["sync.groups=2", "sync.inter_group_every=4"];
+
+macro_rules! every_mode {
+    ($model:ident) => {
+        mod $model {
+            use super::*;
+            const M: &str = stringify!($model);
+
+            #[test]
+            fn single() {
+                trains(M, "single", 1, &[0], &[]);
+            }
+            #[test]
+            fn bsp() {
+                trains(M, "bsp", 3, &[1, 2], &[]);
+            }
+            #[test]
+            fn asp() {
+                trains(M, "asp", 3, &[1, 2], &[]);
+            }
+            #[test]
+            fn ssp() {
+                trains(M, "ssp", 3, &[1, 2], &["sync.staleness=2"]);
+            }
+            #[test]
+            fn allreduce() {
+                trains(M, "allreduce", 2, &[0, 1], &[]);
+            }
+            #[test]
+            fn gssp_dense() {
+                let sets = [&GSSP[..], &["compression.kind=dense"]].concat();
+                trains(M, "gssp", 6, &[2, 3, 4, 5], &sets);
+            }
+            #[test]
+            fn gssp_topk() {
+                let sets = [
+                    &GSSP[..],
+                    &["compression.kind=topk", "compression.ratio=0.05"],
+                ]
+                .concat();
+                trains(M, "gssp", 6, &[2, 3, 4, 5], &sets);
+            }
+            #[test]
+            fn gssp_gdtopk() {
+                let sets = [
+                    &GSSP[..],
+                    &[
+                        "compression.kind=topk",
+                        "compression.ratio=0.05",
+                        "compression.policy=speed",
+                    ],
+                ]
+                .concat();
+                trains(M, "gssp", 6, &[2, 3, 4, 5], &sets);
+            }
+        }
+    };
+}
+
+every_mode!(resnet18);
+every_mode!(vgg19);
