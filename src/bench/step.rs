@@ -54,6 +54,6 @@ pub fn step(model: &str, batch: usize, threads: usize, seconds: f64) -> Result<f
         "model: {model}\nbatch: {batch}\nthreads: {threads}\niterations: {iters}\nseconds: {s:.3}"
     );
     let ips = (iters * batch) as f64 / s;
-    println!("images_per_s: {ips:.0}");
+    println!("images_per_s: {ips:.1}");
     Ok(ips)
 }

@@ -48,6 +48,9 @@ fn valid_cols(kx: usize, ow: usize, g: &Window2d) -> (usize, usize) {
 /// Unfolds one image `inp[C x H x W]` into `col[C*k*k x OH*OW]` (zero padding), row `r`
 /// starting at `col[r * ld]`.
 pub fn im2col(col: &mut [f32], ld: usize, inp: &[f32], g: &Window2d) {
+    if g.stride == 1 && g.out_width() == g.width {
+        return im2col_same(col, ld, inp, g);
+    }
     let (oh, ow) = (g.out_height(), g.out_width());
     let (h, w) = (g.height, g.width);
     for row in 0..g.col_rows() {
@@ -75,6 +78,44 @@ pub fn im2col(col: &mut [f32], ld: usize, inp: &[f32], g: &Window2d) {
                 for (ox, o) in (lo..hi).zip(&mut out[lo..hi]) {
                     *o = src[ox * g.stride + kx - g.pad];
                 }
+            }
+        }
+    }
+}
+
+/// [`im2col`] for stride 1 with the output as wide as the input (3x3 pad 1 and the like):
+/// a row of `col` is then the input plane shifted by `(ky - pad) * W + (kx - pad)`, so it
+/// is one block copy, after which the rows and columns that fall in the padding are zeroed
+/// (the copy wrapped neighbouring pixels into them).
+fn im2col_same(col: &mut [f32], ld: usize, inp: &[f32], g: &Window2d) {
+    let (oh, ow) = (g.out_height(), g.out_width());
+    let (h, w, pad) = (g.height, g.width, g.pad as isize);
+    let hw = (h * w) as isize;
+    for row in 0..g.col_rows() {
+        let dst = &mut col[row * ld..row * ld + oh * ow];
+        let (c, ky, kx) = (
+            row / (g.kernel * g.kernel),
+            (row / g.kernel % g.kernel) as isize,
+            (row % g.kernel) as isize,
+        );
+        let plane = &inp[c * h * w..(c + 1) * h * w];
+        let off = (ky - pad) * w as isize + (kx - pad);
+        // Output rows whose input row lies inside the image.
+        let oy_lo = (pad - ky).clamp(0, oh as isize) as usize;
+        let oy_hi = (h as isize + pad - ky).clamp(oy_lo as isize, oh as isize) as usize;
+        dst[..oy_lo * ow].fill(0.0);
+        dst[oy_hi * ow..].fill(0.0);
+        let (j0, j1) = ((oy_lo * ow) as isize, (oy_hi * ow) as isize);
+        let (s0, s1) = ((j0 + off).max(0), (j1 + off).min(hw));
+        if s1 > s0 {
+            let d0 = (s0 - off) as usize;
+            dst[d0..d0 + (s1 - s0) as usize].copy_from_slice(&plane[s0 as usize..s1 as usize]);
+        }
+        let (lo, hi) = valid_cols(kx as usize, ow, g);
+        if lo > 0 || hi < ow {
+            for out in dst[oy_lo * ow..oy_hi * ow].chunks_exact_mut(ow) {
+                out[..lo].fill(0.0);
+                out[hi..].fill(0.0);
             }
         }
     }
@@ -329,12 +370,13 @@ mod tests {
 
     #[test]
     fn im2col_matches_direct_indexing_with_padding_and_stride() {
-        for (pad, stride) in [(0, 1), (2, 1), (1, 2)] {
+        // (1, 1) and (2, 1) with kernel 3 and 5 take the block-copy path.
+        for (pad, stride, kernel) in [(0, 1, 3), (2, 1, 3), (1, 2, 3), (1, 1, 3), (2, 1, 5)] {
             let g = Window2d {
                 channels: 2,
                 height: 5,
                 width: 6,
-                kernel: 3,
+                kernel,
                 stride,
                 pad,
             };
@@ -344,8 +386,8 @@ mod tests {
             im2col(&mut col, ld, &inp, &g);
             let (oh, ow) = (g.out_height(), g.out_width());
             for c in 0..2 {
-                for ky in 0..3 {
-                    for kx in 0..3 {
+                for ky in 0..kernel {
+                    for kx in 0..kernel {
                         for oy in 0..oh {
                             for ox in 0..ow {
                                 let iy = (oy * stride + ky) as isize - pad as isize;
@@ -355,8 +397,8 @@ mod tests {
                                 } else {
                                     inp[c * 30 + iy as usize * 6 + ix as usize]
                                 };
-                                let row = c * 9 + ky * 3 + kx;
-                                assert_eq!(col[row * ld + oy * ow + ox], want);
+                                let row = (c * kernel + ky) * kernel + kx;
+                                assert_eq!(col[row * ld + oy * ow + ox], want, "pad {pad} stride {stride} k {kernel}");
                             }
                         }
                     }
