@@ -128,7 +128,7 @@ pub fn run(opts: &Options) -> Result<PathBuf> {
     );
 
     for r in &runs {
-        let _ = writeln!(md, "\n## {}\n", r.name);
+        let _ = writeln!(md, "\n## {}", r.name);
         per_run(&mut md, r, opts)?;
     }
     let path = opts.out.join("report.md");
@@ -203,8 +203,8 @@ fn per_run(md: &mut String, r: &Run, opts: &Options) -> Result<()> {
                 let _ = writeln!(
                     md,
                     "Each lane is a worker: compute (blue), pushing its gradient (orange) and \
-                     waiting for fresh weights (red), {:.2}-{:.2} s. Long red spans in a fast \
-                     group are the stragglers' cost.\n",
+                     waiting for fresh weights (red), {:.2}-{:.2} s. A long red span is a \
+                     worker held back by a slower one; a long blue one is a straggler.\n",
                     window.0, window.1
                 );
                 embed(md, &plots::save(&fig, out, &format!("timeline-{s}"))?, out);
@@ -214,7 +214,11 @@ fn per_run(md: &mut String, r: &Run, opts: &Options) -> Result<()> {
 
     md.push_str("\n### Wait fraction per worker\n\n");
     let waits = series::wait_fractions(r);
-    if waits.is_empty() {
+    // A single process never waits and never computes on stale weights.
+    let single = r.layout.is_none();
+    if single {
+        skip(md, "Wait fraction", "a single process does not wait");
+    } else if waits.is_empty() {
         skip(md, "Wait fraction", "the run logged no worker iterations");
     } else {
         let fig = BarFigure {
@@ -236,7 +240,7 @@ fn per_run(md: &mut String, r: &Run, opts: &Options) -> Result<()> {
         skip(
             md,
             "Upload ratio",
-            "the run has no top-k exchanges between groups (not gssp, or dense)",
+            "the run has no exchanges between groups (not gssp with several groups)",
         );
     } else {
         let fig = RatioFigure {
@@ -248,7 +252,13 @@ fn per_run(md: &mut String, r: &Run, opts: &Options) -> Result<()> {
 
     md.push_str("\n### Staleness\n\n");
     let shares = series::staleness_shares(r);
-    if shares.is_empty() {
+    if single {
+        skip(
+            md,
+            "Staleness histogram",
+            "a single process computes on fresh weights",
+        );
+    } else if shares.is_empty() {
         skip(md, "Staleness histogram", "the run logged no pushes");
     } else {
         let fig = BarFigure {

@@ -128,7 +128,9 @@ fn slots(
     (0..n.max(2) - 1).into_segmented()
 }
 
-/// Common mesh style: light grid, axis titles and tick labels at readable sizes.
+/// Common mesh style: light grid, axis titles and tick labels at readable sizes. Ticks
+/// are 8 px: plotters sets labels twice the tick length off the axis, which keeps
+/// ab_glyph text (drawn about a quarter of its size above its box) clear of the ticks.
 macro_rules! mesh {
     ($chart:expr, $x:expr, $y:expr) => {
         $chart
@@ -139,6 +141,7 @@ macro_rules! mesh {
             .label_style((FONT, TICKS))
             .bold_line_style(RGBColor(215, 215, 215))
             .light_line_style(RGBColor(240, 240, 240))
+            .set_all_tick_mark_size(8)
     };
 }
 
@@ -186,14 +189,14 @@ impl Figure for AccuracyFigure {
                 grey.stroke_width(2),
             ))?
             .label(format!("target {:.1} %", 100.0 * t))
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 30, y)], grey.stroke_width(2)));
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], grey.stroke_width(2)));
         }
         for (i, (name, p)) in self.runs.iter().enumerate() {
             let col = color(i);
             let line = p.iter().map(|&(t, a)| (t, 100.0 * a));
             c.draw_series(LineSeries::new(line.clone(), col.stroke_width(3)))?
                 .label(name)
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 30, y)], col.stroke_width(3)));
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], col.stroke_width(3)));
             c.draw_series(line.map(|q| Circle::new(q, 5, col.filled())))?;
         }
         legend(&mut c, SeriesLabelPosition::LowerRight)
@@ -310,6 +313,9 @@ impl Figure for BarFigure {
             .y_label_formatter(&tick)
             .disable_x_mesh()
             .draw()?;
+        // Bars at most 160 px wide, so two or three categories do not fill the chart.
+        let slot = c.plotting_area().dim_in_pixel().0 / n.max(2);
+        let side = slot.saturating_sub(160).max(12) / 2;
         c.draw_series(self.bars.iter().enumerate().map(|(i, b)| {
             let mut r = Rectangle::new(
                 [
@@ -318,7 +324,7 @@ impl Figure for BarFigure {
                 ],
                 color(b.1).filled(),
             );
-            r.set_margin(0, 0, 6, 6);
+            r.set_margin(0, 0, side, side);
             r
         }))?;
         if self.legend.is_empty() {
@@ -328,7 +334,7 @@ impl Figure for BarFigure {
             let col = color(*ci);
             c.draw_series(std::iter::empty::<Rectangle<(SegmentValue<u32>, f64)>>())?
                 .label(name)
-                .legend(move |(x, y)| Rectangle::new([(x, y - 8), (x + 24, y + 8)], col.filled()));
+                .legend(move |(x, y)| Rectangle::new([(x, y - 8), (x + 18, y + 8)], col.filled()));
         }
         legend(&mut c, SeriesLabelPosition::UpperRight)
     }
@@ -359,7 +365,7 @@ impl Figure for RatioFigure {
                 col.stroke_width(3),
             ))?
             .label(format!("group {g}"))
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 30, y)], col.stroke_width(3)));
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], col.stroke_width(3)));
         }
         legend(&mut c, SeriesLabelPosition::UpperRight)
     }
