@@ -14,5 +14,7 @@ pub mod hetero;
 pub mod metrics;
 pub mod model;
 pub mod optim;
+pub mod progress;
+pub mod report;
 pub mod sync;
 pub mod train;

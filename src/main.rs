@@ -33,6 +33,27 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Compare finished runs: report.md with a table and PNG/SVG plots.
+    Report {
+        /// Run directories (each with summary.json, eval.csv, rank-*.csv; layout.json for
+        /// distributed modes).
+        #[arg(required = true, value_name = "RUN_DIR")]
+        runs: Vec<PathBuf>,
+        /// Where report.md and the plots go.
+        #[arg(long, default_value = "runs/report")]
+        out: PathBuf,
+        /// Run the speed-up column is against, by name (the directory's name; default: the
+        /// first run).
+        #[arg(long)]
+        baseline: Option<String>,
+        /// Worker-timeline window, START:END in seconds (default: 2 s mid-run).
+        #[arg(long, value_name = "START:END", value_parser = gssp::report::parse_window)]
+        window: Option<(f64, f64)>,
+        /// Time at which the "accuracy at budget" column is read, seconds (default: the
+        /// shortest run's wall time).
+        #[arg(long)]
+        budget_s: Option<f64>,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -115,6 +136,22 @@ fn main() -> ExitCode {
             overrides,
             out,
         } => train(&config, &overrides, out),
+        Command::Report {
+            runs,
+            out,
+            baseline,
+            window,
+            budget_s,
+        } => report(
+            gssp::report::run(&gssp::report::Options {
+                runs,
+                out,
+                baseline,
+                window,
+                budget_s,
+            })
+            .map(|p| println!("report: {}", p.display())),
+        ),
         Command::Bench { which } => report(bench(which)),
     }
 }

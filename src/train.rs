@@ -252,6 +252,7 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
     let mut train_s = 0.0;
     let mut iteration = 0u64;
     let mut next_eval = cfg.run.eval_every_epochs;
+    let mut shown = crate::progress::Progress::new(cfg, train.len(), true);
     while !should_stop(cfg, step.epoch(), train_s) {
         let t0 = Instant::now();
         let progress = run_progress(cfg, step.epoch(), train_s);
@@ -273,6 +274,7 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
             lr: Some(lr),
             ..Default::default()
         })?;
+        shown.tick(step.epoch(), train_s, loss);
         if cfg.run.eval_every_epochs > 0.0 && step.epoch() >= next_eval - 1e-9 {
             next_eval += cfg.run.eval_every_epochs;
             if !should_stop(cfg, step.epoch(), train_s) {
@@ -289,6 +291,7 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
             }
         }
     }
+    shown.finish();
     let epoch = step.epoch();
     let at = (train_s, epoch, iteration);
     record_eval(

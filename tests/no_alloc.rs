@@ -1,6 +1,8 @@
 //! The training step allocates nothing once warmed up: batch fill (augmented or not), forward,
 //! backward and the optimizer step reuse the buffers built with the model (OpenBLAS keeps its own
-//! buffer pool, outside Rust's allocator).
+//! buffer pool, outside Rust's allocator). Rank 0's progress display, ticked once per step, is
+//! checked in the same test (the counter is global, so checks in parallel tests would see each
+//! other's allocations).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -70,6 +72,17 @@ fn lenet5_training_step_allocates_nothing_after_warm_up() {
         let n = allocations_in_steps("lenet5", "", augment, 64, 20);
         assert_eq!(n, 0, "augment {augment}: allocations in 20 training steps");
     }
+    // Rank 0's progress display, ticked once per step, allocates nothing between refreshes.
+    let text = "[data]\ndataset = \"synthetic\"\n[model]\nname = \"mlp\"\n";
+    let cfg = gssp::config::Config::from_str_with_overrides(text, "test", &[]).unwrap();
+    let mut progress = gssp::progress::Progress::plain(&cfg, 1000);
+    progress.tick(0.0, 0.0, 1.0);
+    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    for i in 0..1000 {
+        progress.tick(i as f64 * 1e-3, i as f64 * 1e-3, 0.5);
+    }
+    let after = ALLOCATIONS.load(Ordering::SeqCst);
+    assert_eq!(after - before, 0, "allocations in 1000 progress ticks");
     // The counter works: an allocation is seen.
     let before = ALLOCATIONS.load(Ordering::SeqCst);
     let v = vec![1u8; 10];

@@ -347,6 +347,7 @@ pub fn modes(
         .collect::<Result<_>>()?;
     let mut rows = run_all(config, common, &variants, out, 3600)?;
     finish_table(&mut rows, None, out)?;
+    write_report(&rows, None, out)?;
     Ok(rows)
 }
 
@@ -462,6 +463,20 @@ pub fn median_time(times: &[Option<f64>]) -> Option<f64> {
     m.is_finite().then_some(m)
 }
 
+/// `gssp report` over the runs of `rows` into `out/report` (speed-ups against `baseline`,
+/// else the first run).
+fn write_report(rows: &[BenchRow], baseline: Option<&str>, out: &Path) -> Result<()> {
+    let path = crate::report::run(&crate::report::Options {
+        runs: rows.iter().map(|r| PathBuf::from(&r.run_dir)).collect(),
+        out: out.join("report"),
+        baseline: baseline.map(String::from),
+        window: None,
+        budget_s: None,
+    })?;
+    println!("report: {}", path.display());
+    Ok(())
+}
+
 fn paper_once(
     config: &Path,
     budget_s: f64,
@@ -524,6 +539,7 @@ fn paper_once(
         (budget_s as u64) * 3 + 300,
     )?;
     finish_table(&mut rows, Some("gssp"), out)?;
+    write_report(&rows, Some("gssp"), out)?;
     Ok(rows)
 }
 

@@ -3,7 +3,7 @@
 //! - `step`: images/s of one process's training step,
 //! - `topk`: exact top-k selection against one summing pass over the same array,
 //! - `modes` / `paper`: whole training runs, one `mpirun` job per mode, compared in one
-//!   table (and `bench.json`),
+//!   table (and `bench.json`) and a `gssp report` of their runs (`report/`),
 //! - `configs`: every shipped config run as it is, checked against its own target accuracy.
 
 pub mod configs;

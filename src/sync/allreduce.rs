@@ -38,6 +38,7 @@ pub fn work(
     let samples_per_step = (cfg.optim.batch_size * workers) as f64 / train.len() as f64;
     let mut stats = WorkerStats::default();
     let mut iteration = 0u64;
+    let mut shown = crate::progress::Progress::new(cfg, train.len(), comm.rank() == 0);
     loop {
         let epoch = iteration as f64 * samples_per_step;
         let time_s = start.elapsed().as_secs_f64();
@@ -63,12 +64,14 @@ pub fn work(
         comm.allreduce_sum_f32_in_place(&mut buf)?;
         let wait_s = t1.elapsed().as_secs_f64();
         if buf[n] > 0.0 {
+            shown.finish();
             break;
         }
         let lr = optim::lr_at(&cfg.optim, epoch, f64::from(buf[n + 1]));
         step.net.grads_from_host(&buf[..n]);
         sgd.step(&mut step.net, lr, 1.0 / workers as f32);
         iteration += 1;
+        shown.tick(iteration as f64 * samples_per_step, time_s, loss);
         stats.iterations = iteration;
         stats.compute_s += compute_s;
         stats.wait_s += wait_s;

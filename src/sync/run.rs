@@ -290,6 +290,7 @@ fn serve_group(
         cfg,
         train_len: ctx.train.len(),
         start: ctx.start,
+        show_progress: rank == 0,
     };
     let mut outcome = RoleOutcome::default();
     // gssp with one group has no peers to exchange with: it is ssp with a group server.

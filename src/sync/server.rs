@@ -76,6 +76,8 @@ pub struct ServeContext<'a> {
     pub train_len: usize,
     /// Common time origin of all ranks (taken right after a barrier).
     pub start: Instant,
+    /// Whether this server shows the run's progress (world rank 0).
+    pub show_progress: bool,
 }
 
 /// Serves until the run's epochs or time budget are used up and every worker has been
@@ -97,6 +99,7 @@ pub fn serve(
     link.send_weights(&everyone, ps.version(), ps.weights(), |_| 0)?;
     let mut stopping = false;
     let mut epoch = 0.0;
+    let mut shown = crate::progress::Progress::new(cfg, ctx.train_len, ctx.show_progress);
     loop {
         let t_wait = Instant::now();
         let Some(push) = link.wait_push()? else { break };
@@ -129,6 +132,7 @@ pub fn serve(
         epoch = exchange.global_pushes(stats.pushes) as f64 * samples_per_push;
         let time_s = ctx.start.elapsed().as_secs_f64();
         snapshots.maybe_take(time_s, epoch, stats.pushes, ps.weights());
+        shown.tick(epoch, time_s, loss);
 
         let t_send = Instant::now();
         // Stop only after a completed step: in bsp every worker is then waiting, so no
@@ -176,6 +180,7 @@ pub fn serve(
             })?;
         }
     }
+    shown.finish();
     link.finish()?;
     stats.epoch = epoch;
     stats.wall_s = ctx.start.elapsed().as_secs_f64();

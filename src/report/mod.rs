@@ -1,0 +1,333 @@
+//! `gssp report`: compares finished runs in one `report.md` (a table and pictures).
+//!
+//! - `read`: the run directory's files into rows,
+//! - `series`: what each picture shows, computed from the rows (pure, unit-tested),
+//! - `table`: the comparison table,
+//! - `plots`: the pictures, as PNG and SVG.
+
+pub mod plots;
+pub mod read;
+pub mod series;
+pub mod table;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use plots::{AccuracyFigure, BarFigure, RatioFigure, TimelineFigure};
+use read::Run;
+
+/// What `gssp report` is asked for.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub runs: Vec<PathBuf>,
+    pub out: PathBuf,
+    /// Run name the speed-ups are against; `None`: the first run.
+    pub baseline: Option<String>,
+    /// Timeline window in seconds; `None`: 2 s in the middle of each run.
+    pub window: Option<(f64, f64)>,
+    /// Time at which "accuracy at budget" is read; `None`: the shortest run's wall time.
+    pub budget_s: Option<f64>,
+}
+
+/// Parses `START:END` seconds, `START < END`.
+pub fn parse_window(s: &str) -> Result<(f64, f64)> {
+    let bad = || format!("--window must be START:END in seconds with START < END, got {s:?}");
+    let (a, b) = s.split_once(':').with_context(bad)?;
+    let a: f64 = a.trim().parse().ok().with_context(bad)?;
+    let b: f64 = b.trim().parse().ok().with_context(bad)?;
+    if !(a >= 0.0 && b > a && b.is_finite()) {
+        bail!(bad());
+    }
+    Ok((a, b))
+}
+
+/// Default timeline window: 2 s centred in the logged range (all of it when shorter),
+/// where a run is in its steady state.
+fn default_window(range: (f64, f64)) -> (f64, f64) {
+    let (lo, hi) = range;
+    if hi - lo <= 2.0 {
+        return (lo, hi);
+    }
+    let mid = 0.5 * (lo + hi);
+    (mid - 1.0, mid + 1.0)
+}
+
+/// A file-name-safe form of a run name (`seed-7/gssp` -> `seed-7-gssp`).
+fn stem(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+/// Reads the runs, writes `report.md` and the pictures into `opts.out`; returns the
+/// path of `report.md`.
+pub fn run(opts: &Options) -> Result<PathBuf> {
+    if opts.runs.is_empty() {
+        bail!("give at least one run directory");
+    }
+    let names = read::run_names(&opts.runs);
+    let runs: Vec<Run> = opts
+        .runs
+        .iter()
+        .zip(&names)
+        .map(|(d, n)| read::read_run(d, n))
+        .collect::<Result<_>>()?;
+    let baseline = match &opts.baseline {
+        Some(b) if !names.contains(b) => {
+            bail!(
+                "--baseline {b:?} is not one of the runs: {}",
+                names.join(", ")
+            )
+        }
+        Some(b) => b.clone(),
+        None => names[0].clone(),
+    };
+    let budget = opts.budget_s.unwrap_or_else(|| {
+        runs.iter()
+            .map(|r| r.summary.wall_s)
+            .fold(f64::INFINITY, f64::min)
+    });
+    std::fs::create_dir_all(&opts.out)
+        .with_context(|| format!("cannot create {}", opts.out.display()))?;
+
+    let mut md = String::from("# gssp report\n\n");
+    write_runs(&mut md, &runs);
+    md += "\n## Comparison\n\n";
+    md += &table::markdown(&table::rows(&runs, &baseline, budget), budget, &baseline);
+    let _ = writeln!(
+        md,
+        "\nTime to target: first test evaluation at or above the run's target accuracy (`–`: \
+         never). Accuracy at {budget:.1} s: the last evaluation by then. Mean wait fraction: \
+         the workers' time waiting for weights over wall time. Bytes between groups: gssp's \
+         inter-group traffic. Speed-up: {baseline}'s time to target over the run's.",
+    );
+
+    md += "\n## Test accuracy against wall time\n\n";
+    let acc = AccuracyFigure {
+        runs: runs
+            .iter()
+            .map(|r| {
+                let pts = r.evals.iter().map(|e| (e.time_s, e.test_accuracy));
+                (r.name.clone(), pts.collect())
+            })
+            .collect(),
+        target: common_target(&runs),
+    };
+    embed(
+        &mut md,
+        &plots::save(&acc, &opts.out, "accuracy")?,
+        &opts.out,
+    );
+
+    for r in &runs {
+        let _ = writeln!(md, "\n## {}", r.name);
+        per_run(&mut md, r, opts)?;
+    }
+    let path = opts.out.join("report.md");
+    std::fs::write(&path, md).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
+}
+
+/// The run list: where each run came from and what it was.
+fn write_runs(md: &mut String, runs: &[Run]) {
+    for r in runs {
+        let s = &r.summary;
+        let _ = writeln!(
+            md,
+            "- **{}** (`{}`): {} {} on {}, {} workers, {:.1} s, target {:.1} %",
+            r.name,
+            r.dir.display(),
+            s.mode,
+            s.model,
+            s.dataset,
+            s.workers,
+            s.wall_s,
+            100.0 * s.target_accuracy
+        );
+    }
+}
+
+/// The target accuracy when all runs share one (else no target line is drawn).
+fn common_target(runs: &[Run]) -> Option<f64> {
+    let t = runs.first()?.summary.target_accuracy;
+    runs.iter()
+        .all(|r| r.summary.target_accuracy == t)
+        .then_some(t)
+}
+
+/// An image link to the PNG, and a link to the SVG beside it.
+fn embed(md: &mut String, files: &[PathBuf; 2], out: &Path) {
+    let rel = |p: &PathBuf| p.strip_prefix(out).unwrap_or(p).display().to_string();
+    let _ = writeln!(
+        md,
+        "![{0}]({0}) ([SVG]({1}))",
+        rel(&files[0]),
+        rel(&files[1])
+    );
+}
+
+/// One run's pictures, or why a picture is left out.
+fn per_run(md: &mut String, r: &Run, opts: &Options) -> Result<()> {
+    let s = stem(&r.name);
+    let out = &opts.out;
+    let skip = |md: &mut String, what: &str, why: &str| {
+        let _ = writeln!(md, "- {what}: not drawn, {why}.");
+    };
+
+    md.push_str("\n### Worker timeline\n\n");
+    match series::worker_time_range(r) {
+        None => skip(md, "Worker timeline", "the run logged no worker iterations"),
+        Some(range) => {
+            let window = opts.window.unwrap_or_else(|| default_window(range));
+            let lanes = series::timeline(r, window.0, window.1);
+            if lanes.iter().all(|l| l.spans.is_empty()) {
+                skip(
+                    md,
+                    "Worker timeline",
+                    "no worker iteration falls in the window",
+                );
+            } else {
+                let fig = TimelineFigure {
+                    run: r.name.clone(),
+                    lanes,
+                    window,
+                };
+                let _ = writeln!(
+                    md,
+                    "Each lane is a worker: compute (blue), pushing its gradient (orange) and \
+                     waiting for fresh weights (red), {:.2}-{:.2} s. A long red span is a \
+                     worker held back by a slower one; a long blue one is a straggler.\n",
+                    window.0, window.1
+                );
+                embed(md, &plots::save(&fig, out, &format!("timeline-{s}"))?, out);
+            }
+        }
+    }
+
+    md.push_str("\n### Wait fraction per worker\n\n");
+    let waits = series::wait_fractions(r);
+    // A single process never waits and never computes on stale weights.
+    let single = r.layout.is_none();
+    if single {
+        skip(md, "Wait fraction", "a single process does not wait");
+    } else if waits.is_empty() {
+        skip(md, "Wait fraction", "the run logged no worker iterations");
+    } else {
+        let fig = BarFigure {
+            caption: format!("{}: share of time waiting for weights", r.name),
+            x_title: "Worker (world rank)".into(),
+            y_title: "Wait fraction (%)".into(),
+            bars: waits
+                .iter()
+                .map(|&(rank, g, f)| (rank.to_string(), g, 100.0 * f))
+                .collect(),
+            legend: group_legend(r),
+        };
+        embed(md, &plots::save(&fig, out, &format!("wait-{s}"))?, out);
+    }
+
+    md.push_str("\n### Upload ratio per group\n\n");
+    let ratios = series::ratios(r);
+    if ratios.is_empty() {
+        skip(
+            md,
+            "Upload ratio",
+            "the run has no exchanges between groups (not gssp with several groups)",
+        );
+    } else {
+        let fig = RatioFigure {
+            run: r.name.clone(),
+            groups: ratios,
+        };
+        embed(md, &plots::save(&fig, out, &format!("ratio-{s}"))?, out);
+    }
+
+    md.push_str("\n### Staleness\n\n");
+    let shares = series::staleness_shares(r);
+    if single {
+        skip(
+            md,
+            "Staleness histogram",
+            "a single process computes on fresh weights",
+        );
+    } else if shares.is_empty() {
+        skip(md, "Staleness histogram", "the run logged no pushes");
+    } else {
+        let fig = BarFigure {
+            caption: format!("{}: staleness of the applied pushes", r.name),
+            x_title: "Staleness (optimizer steps)".into(),
+            y_title: "Share of pushes (%)".into(),
+            bars: shares
+                .iter()
+                .map(|&(st, f)| (st.to_string(), 0, 100.0 * f))
+                .collect(),
+            legend: Vec::new(),
+        };
+        embed(md, &plots::save(&fig, out, &format!("staleness-{s}"))?, out);
+    }
+
+    md.push_str("\n### Bytes sent per group\n\n");
+    let bytes = series::bytes_per_group(r);
+    if bytes.iter().all(|&(_, b)| b <= 0.0) {
+        skip(
+            md,
+            "Bytes per group",
+            "the run's workers sent nothing (single process)",
+        );
+    } else {
+        let fig = BarFigure {
+            caption: format!("{}: bytes pushed by each group's workers", r.name),
+            x_title: "Group".into(),
+            y_title: "Bytes sent (MB)".into(),
+            bars: bytes
+                .iter()
+                .map(|&(g, b)| (format!("group {g}"), g, b / 1e6))
+                .collect(),
+            legend: Vec::new(),
+        };
+        embed(md, &plots::save(&fig, out, &format!("bytes-{s}"))?, out);
+    }
+    Ok(())
+}
+
+/// "group g" legend entries when the run has more than one group.
+fn group_legend(r: &Run) -> Vec<(usize, String)> {
+    let n = r.group_count();
+    if n < 2 {
+        return Vec::new();
+    }
+    (0..n).map(|g| (g, format!("group {g}"))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_parses_start_end_seconds() {
+        assert_eq!(parse_window("1.5:3").unwrap(), (1.5, 3.0));
+        for bad in ["3", "3:1", "a:2", "-1:2", "1:inf"] {
+            let e = parse_window(bad).unwrap_err().to_string();
+            assert!(e.contains("--window"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn default_window_is_two_seconds_mid_run() {
+        assert_eq!(default_window((0.0, 10.0)), (4.0, 6.0));
+        assert_eq!(default_window((0.5, 1.5)), (0.5, 1.5));
+    }
+
+    #[test]
+    fn stems_are_file_name_safe() {
+        assert_eq!(stem("seed-7/gssp topk"), "seed-7-gssp-topk");
+    }
+}

@@ -1,0 +1,126 @@
+//! The comparison table of `report.md`: one row per run, figures straight from its
+//! summary (and its `eval.csv` for the accuracy at the budget), speed-up against a baseline.
+
+use super::read::Run;
+use super::series::accuracy_at;
+
+/// One run's figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub name: String,
+    pub mode: String,
+    pub time_to_target_s: Option<f64>,
+    pub accuracy_at_budget: Option<f64>,
+    pub final_accuracy: f64,
+    pub mean_wait_fraction: Option<f64>,
+    pub bytes_inter_group: Option<u64>,
+    pub images_per_s: f64,
+    /// Baseline's time to target over this run's; `None` where either never got there.
+    pub speedup: Option<f64>,
+}
+
+/// The rows of `runs`, with speed-ups against the run named `baseline`.
+pub fn rows(runs: &[Run], baseline: &str, budget_s: f64) -> Vec<Row> {
+    let base_t = runs
+        .iter()
+        .find(|r| r.name == baseline)
+        .and_then(|r| r.summary.time_to_target_s);
+    runs.iter()
+        .map(|r| {
+            let s = &r.summary;
+            Row {
+                name: r.name.clone(),
+                mode: s.mode.clone(),
+                time_to_target_s: s.time_to_target_s,
+                accuracy_at_budget: accuracy_at(&r.evals, budget_s),
+                final_accuracy: s.final_test_accuracy,
+                mean_wait_fraction: s.mean_wait_fraction,
+                bytes_inter_group: s.bytes_inter_group,
+                images_per_s: s.images_per_s,
+                speedup: match (base_t, s.time_to_target_s) {
+                    (Some(b), Some(t)) if t > 0.0 => Some(b / t),
+                    _ => None,
+                },
+            }
+        })
+        .collect()
+}
+
+/// The table as Markdown. Percentages and seconds keep the digits the summaries have
+/// up to what a reader compares (two decimals).
+pub fn markdown(rows: &[Row], budget_s: f64, baseline: &str) -> String {
+    let mut s = format!(
+        "| Run | Mode | Time to target (s) | Accuracy at {budget_s:.1} s (%) | Final accuracy (%) \
+         | Mean wait fraction (%) | Bytes between groups (MB) | Images/s | Speed-up vs {baseline} |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|\n"
+    );
+    let dash = || "–".to_string();
+    for r in rows {
+        s += &format!(
+            "| {} | {} | {} | {} | {:.2} | {} | {} | {:.0} | {} |\n",
+            r.name,
+            r.mode,
+            r.time_to_target_s.map_or_else(dash, |t| format!("{t:.2}")),
+            r.accuracy_at_budget
+                .map_or_else(dash, |a| format!("{:.2}", 100.0 * a)),
+            100.0 * r.final_accuracy,
+            r.mean_wait_fraction
+                .map_or_else(dash, |w| format!("{:.2}", 100.0 * w)),
+            r.bytes_inter_group
+                .map_or_else(dash, |b| format!("{:.2}", b as f64 / 1e6)),
+            r.images_per_s,
+            r.speedup.map_or_else(dash, |x| format!("{x:.2}x")),
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::series::tests::sample_run;
+
+    fn two_runs() -> Vec<Run> {
+        let a = sample_run();
+        let mut b = sample_run();
+        b.name = "asp".into();
+        b.summary.mode = "asp".into();
+        b.summary.time_to_target_s = Some(10.0);
+        b.summary.bytes_inter_group = None;
+        let mut c = sample_run();
+        c.name = "bsp".into();
+        c.summary.time_to_target_s = None;
+        vec![a, b, c]
+    }
+
+    #[test]
+    fn speedup_is_the_baselines_time_over_the_runs() {
+        let r = rows(&two_runs(), "asp", 6.0);
+        assert_eq!(r[0].speedup, Some(2.0));
+        assert_eq!(r[1].speedup, Some(1.0));
+        assert_eq!(r[2].speedup, None);
+        assert_eq!(r[0].accuracy_at_budget, Some(0.85));
+        // A baseline that never reached the target gives no speed-ups.
+        assert!(rows(&two_runs(), "bsp", 6.0)
+            .iter()
+            .all(|r| r.speedup.is_none()));
+    }
+
+    #[test]
+    fn markdown_has_a_row_per_run_with_the_summaries_figures() {
+        let runs = two_runs();
+        let md = markdown(&rows(&runs, "gssp", 6.0), 6.0, "gssp");
+        let lines: Vec<&str> = md.lines().collect();
+        assert_eq!(lines.len(), 2 + runs.len());
+        assert!(lines[0].contains("Accuracy at 6.0 s") && lines[0].contains("vs gssp"));
+        assert_eq!(
+            lines[2],
+            "| gssp | gssp | 5.00 | 85.00 | 90.00 | 20.00 | 0.00 | 100 | 1.00x |"
+        );
+        assert_eq!(
+            lines[3],
+            "| asp | asp | 10.00 | 85.00 | 90.00 | 20.00 | – | 100 | 0.50x |"
+        );
+        assert!(lines[4].starts_with("| bsp | gssp | – |"));
+    }
+}
