@@ -87,6 +87,11 @@ fn invalid_values_unknown_keys_and_bad_overrides_exit_2_with_the_key_named() {
         "/nonexistent/mnist",
     );
     assert_usage_error(&train(&cfg, &["device.kind=cuda"], &out), "device.kind");
+    // A CIFAR model on MNIST names both shapes.
+    assert_usage_error(
+        &train(&cfg, &["model.name=resnet18"], &out),
+        "model.name: must be a model for the dataset's 1x28x28 images (resnet18 takes 3x32x32, CIFAR-10's), got resnet18",
+    );
     assert!(!out.join("summary.json").exists());
 }
 

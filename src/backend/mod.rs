@@ -281,16 +281,22 @@ pub trait Backend: Sized + 'static {
     fn relu_backward(&self, dinp: &mut Self::Buf, dout: &Self::Buf, out: &Self::Buf, len: usize);
 
     /// Max pooling, no padding, over `planes` planes shaped as `window` says
-    /// (its `channels` is ignored). out: `[planes x OH x OW]`; the first maximum wins.
-    fn maxpool_forward(&self, out: &mut Self::Buf, inp: &Self::Buf, planes: usize, g: &Window2d);
-    /// Routes each output gradient to its window's first maximum, found again from the
-    /// forward's input and output (so no index buffer is kept).
+    /// (its `channels` is ignored). out, argmax: `[planes x OH x OW]`; the first maximum
+    /// wins, and argmax records its index within the plane (as f32, exact below 2^24).
+    fn maxpool_forward(
+        &self,
+        out: &mut Self::Buf,
+        argmax: &mut Self::Buf,
+        inp: &Self::Buf,
+        planes: usize,
+        g: &Window2d,
+    );
+    /// Routes each output gradient to the input the forward's argmax recorded.
     fn maxpool_backward(
         &self,
         dinp: &mut Self::Buf,
         dout: &Self::Buf,
-        inp: &Self::Buf,
-        out: &Self::Buf,
+        argmax: &Self::Buf,
         planes: usize,
         g: &Window2d,
     );

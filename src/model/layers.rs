@@ -358,6 +358,8 @@ pub enum PoolKind {
 /// Max or average pooling over `kernel x kernel` windows every `stride`, no padding.
 pub struct Pool2d<B: Backend> {
     acts: Acts<B>,
+    /// Max pooling's argmax, for backward (empty for average pooling).
+    argmax: B::Buf,
     window: Window2d,
     kind: PoolKind,
 }
@@ -380,8 +382,13 @@ impl<B: Backend> Pool2d<B> {
             pad: 0,
         };
         let output = (input.0, window.out_height(), window.out_width());
+        let argmax_len = match kind {
+            PoolKind::Max => plan.max_batch * shape_len(output),
+            PoolKind::Average => 0,
+        };
         Pool2d {
             acts: Acts::new(be, plan, input, output),
+            argmax: be.alloc(argmax_len),
             window,
             kind,
         }
@@ -393,7 +400,13 @@ impl<B: Backend> Module<B> for Pool2d<B> {
     fn forward(&mut self, be: &B, _: &mut Flat<B>, inp: &B::Buf, n: usize, _: Mode) {
         let planes = n * self.window.channels;
         match self.kind {
-            PoolKind::Max => be.maxpool_forward(&mut self.acts.out, inp, planes, &self.window),
+            PoolKind::Max => be.maxpool_forward(
+                &mut self.acts.out,
+                &mut self.argmax,
+                inp,
+                planes,
+                &self.window,
+            ),
             PoolKind::Average => be.avgpool_forward(&mut self.acts.out, inp, planes, &self.window),
         }
     }
@@ -401,7 +414,7 @@ impl<B: Backend> Module<B> for Pool2d<B> {
         &mut self,
         be: &B,
         _: &mut Flat<B>,
-        inp: &B::Buf,
+        _: &B::Buf,
         dout: &B::Buf,
         n: usize,
         need_dinp: bool,
@@ -410,9 +423,9 @@ impl<B: Backend> Module<B> for Pool2d<B> {
             return;
         }
         let planes = n * self.window.channels;
-        let (dinp, out) = (&mut self.acts.dinp, &self.acts.out);
+        let dinp = &mut self.acts.dinp;
         match self.kind {
-            PoolKind::Max => be.maxpool_backward(dinp, dout, inp, out, planes, &self.window),
+            PoolKind::Max => be.maxpool_backward(dinp, dout, &self.argmax, planes, &self.window),
             PoolKind::Average => be.avgpool_backward(dinp, dout, planes, &self.window),
         }
     }

@@ -398,7 +398,11 @@ mod tests {
                                     inp[c * 30 + iy as usize * 6 + ix as usize]
                                 };
                                 let row = (c * kernel + ky) * kernel + kx;
-                                assert_eq!(col[row * ld + oy * ow + ox], want, "pad {pad} stride {stride} k {kernel}");
+                                assert_eq!(
+                                    col[row * ld + oy * ow + ox],
+                                    want,
+                                    "pad {pad} stride {stride} k {kernel}"
+                                );
                             }
                         }
                     }

@@ -185,19 +185,25 @@ impl Backend for Cpu {
         relu_backward(&mut dinp[..len], &dout[..len], &out[..len]);
     }
 
-    fn maxpool_forward(&self, out: &mut Vec<f32>, inp: &Vec<f32>, planes: usize, g: &Window2d) {
-        maxpool_forward(out, inp, planes, g);
+    fn maxpool_forward(
+        &self,
+        out: &mut Vec<f32>,
+        argmax: &mut Vec<f32>,
+        inp: &Vec<f32>,
+        planes: usize,
+        g: &Window2d,
+    ) {
+        maxpool_forward(out, argmax, inp, planes, g);
     }
     fn maxpool_backward(
         &self,
         dinp: &mut Vec<f32>,
         dout: &Vec<f32>,
-        inp: &Vec<f32>,
-        _out: &Vec<f32>,
+        argmax: &Vec<f32>,
         planes: usize,
         g: &Window2d,
     ) {
-        maxpool_backward(dinp, dout, inp, planes, g);
+        maxpool_backward(dinp, dout, argmax, planes, g);
     }
     fn avgpool_forward(&self, out: &mut Vec<f32>, inp: &Vec<f32>, planes: usize, g: &Window2d) {
         avgpool_forward(out, inp, planes, g);
