@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every figure of docs/benchmarks.md, one after the other (about 75 minutes on 2 cores).
+# Every figure of docs/benchmarks.md, one after the other (about 105 minutes on 2 cores).
 # Run on an otherwise idle machine: the figures are wall-clock times.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +8,9 @@ source scripts/env.sh
 bin=target/release/gssp
 mkdir -p runs
 "$bin" bench step --model lenet5 --batch 64 --threads 1 | tee runs/bench-step.txt
+for m in resnet18 vgg19; do
+    "$bin" bench step --model $m --batch 32 --threads 1 --seconds 10 | tee runs/bench-step-$m.txt
+done
 "$bin" bench topk --n 11200000 --ratio 0.01 | tee runs/bench-topk.txt
 "$bin" bench paper --seeds 42,2,7 --out runs/bench-paper | tee runs/bench-paper.txt
 "$bin" bench configs --out runs/bench-configs | tee runs/bench-configs.txt

@@ -183,6 +183,43 @@ pub fn balance_equal_speeds(
     out
 }
 
+/// A delay shorter than this share of an iteration is jitter: it raises no automatic bound.
+pub const AUTO_JITTER: f64 = 0.25;
+
+/// The largest automatic staleness bound: beyond it the stale gradients cost more accuracy
+/// than the waits they save (at s = 3 the paper scenario already stalled below 98%,
+/// docs/benchmarks.md), and a delay that long is a slow worker for regrouping, not noise.
+pub const AUTO_STALENESS_MAX: usize = 8;
+
+/// Each group's SSP bound under `sync.staleness = "auto"`, from the profile.
+///
+/// A worker held up for d seconds stalls its group unless the others may run d / t of
+/// their own iterations (t seconds each) ahead of it, and the bound is how far ahead they
+/// may run. So each group gets the longest delay any of its workers showed while profiled
+/// (its slowest iteration minus its median, `worst[w] - times[w]`), counted in the group's
+/// fastest median iterations, less [`AUTO_JITTER`], rounded up, at most
+/// [`AUTO_STALENESS_MAX`]: `s_g = ceil(max_w (worst_w - t_w) / min_w t_w - AUTO_JITTER)`.
+/// Steady workers get 0 (pure BSP inside the group, the freshest gradients); workers with
+/// slow spells get a bound that rides them out. `groups` hold worker indices into `times`
+/// and `worst`.
+pub fn auto_staleness(times: &[f64], worst: &[f64], groups: &[Vec<usize>]) -> Vec<usize> {
+    groups
+        .iter()
+        .map(|g| {
+            let fastest = g.iter().map(|&w| times[w]).fold(f64::INFINITY, f64::min);
+            let delay = g
+                .iter()
+                .map(|&w| (worst[w] - times[w]).max(0.0))
+                .fold(0.0, f64::max);
+            if fastest.is_nan() || fastest <= 0.0 || !delay.is_finite() {
+                return AUTO_STALENESS_MAX;
+            }
+            let iterations = (delay / fastest - AUTO_JITTER).ceil();
+            (iterations.max(0.0) as usize).min(AUTO_STALENESS_MAX)
+        })
+        .collect()
+}
+
 /// The workers' groups a gssp run uses.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkerGroups {
@@ -195,6 +232,8 @@ pub struct WorkerGroups {
     /// With `grouping = "profile"`: the [`spread`] of each worker's timed iterations, same
     /// order.
     pub profiled_spread_s: Option<Vec<f64>>,
+    /// With `grouping = "profile"`: each worker's slowest timed iteration, same order.
+    pub profiled_worst_s: Option<Vec<f64>>,
     /// With `grouping = "profile"`: what profiling cost, the longest any worker spent in it
     /// (calibration included), in seconds.
     pub profile_cost_s: Option<f64>,
@@ -218,10 +257,11 @@ pub fn form_groups<C: Collectives>(
             groups: cfg.static_groups.clone(),
             profiled_s: None,
             profiled_spread_s: None,
+            profiled_worst_s: None,
             profile_cost_s: None,
         });
     }
-    let (mut seconds, mut noise, mut cost) = (f64::NAN, f64::NAN, 0.0);
+    let (mut seconds, mut noise, mut worst, mut cost) = (f64::NAN, f64::NAN, f64::NAN, 0.0);
     if worker_ranks.contains(&comm.rank()) {
         let start = Instant::now();
         // The pacer's calibration iterations first (no padding while calibrating), then the
@@ -237,30 +277,33 @@ pub fn form_groups<C: Collectives>(
         }
         seconds = persistent_time(&samples);
         noise = spread(&samples);
+        worst = samples.iter().copied().fold(f64::NAN, f64::max);
         cost = start.elapsed().as_secs_f64();
     }
-    let rows = comm.gather_f64s(0, &[seconds, noise, cost])?;
+    let rows = comm.gather_f64s(0, &[seconds, noise, worst, cost])?;
     let mut text = Vec::new();
     if let Some(rows) = rows {
         let worker_times: Vec<f64> = worker_ranks.iter().map(|&r| rows[r][0]).collect();
         let spreads: Vec<f64> = worker_ranks.iter().map(|&r| rows[r][1]).collect();
-        let cost = rows.iter().map(|r| r[2]).fold(0.0, f64::max);
+        let worst: Vec<f64> = worker_ranks.iter().map(|&r| rows[r][2]).collect();
+        let cost = rows.iter().map(|r| r[3]).fold(0.0, f64::max);
         let parts = partition_by_speed(&worker_times, cfg.groups).context("grouping by profile")?;
         let parts = balance_equal_speeds(&worker_times, &spreads, parts);
         let groups: Vec<Vec<usize>> = parts
             .iter()
             .map(|p| p.iter().map(|&i| worker_ranks[i]).collect())
             .collect();
-        text = serde_json::to_vec(&(groups, worker_times, spreads, cost))?;
+        text = serde_json::to_vec(&(groups, worker_times, spreads, worst, cost))?;
     }
     comm.broadcast_bytes(0, &mut text)?;
-    type Profiled = (Vec<Vec<usize>>, Vec<f64>, Vec<f64>, f64);
-    let (groups, times, spreads, cost): Profiled =
+    type Profiled = (Vec<Vec<usize>>, Vec<f64>, Vec<f64>, Vec<f64>, f64);
+    let (groups, times, spreads, worst, cost): Profiled =
         serde_json::from_slice(&text).context("layout broadcast")?;
     Ok(WorkerGroups {
         groups,
         profiled_s: Some(times),
         profiled_spread_s: Some(spreads),
+        profiled_worst_s: Some(worst),
         profile_cost_s: Some(cost),
     })
 }
@@ -270,6 +313,47 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
+
+    #[test]
+    fn auto_staleness_rides_out_the_longest_delay_in_fastest_iterations() {
+        // Group 0: steady workers (jitter below a quarter iteration) -> 0.
+        // Group 1: one worker once took 0.5 s instead of 0.1 s -> 4 iterations late -> 4.
+        // Group 2: medians 0.2 and 0.4; a 0.25 s delay is 1.25 of the fastest's iterations -> 1.
+        // Group 3: a delay of 100 iterations is capped.
+        let times = [0.1, 0.1, 0.1, 0.1, 0.2, 0.4, 0.01];
+        let worst = [0.12, 0.11, 0.5, 0.1, 0.2, 0.65, 1.01];
+        let groups = vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6]];
+        assert_eq!(
+            auto_staleness(&times, &worst, &groups),
+            vec![0, 4, 1, AUTO_STALENESS_MAX]
+        );
+    }
+
+    #[test]
+    fn auto_staleness_rounds_up_past_the_jitter_allowance() {
+        // 0.3 of an iteration late: beyond the 0.25 jitter allowance, so one iteration.
+        assert_eq!(auto_staleness(&[1.0], &[1.3], &[vec![0]]), vec![1]);
+        // Exactly the allowance: none.
+        assert_eq!(auto_staleness(&[1.0], &[1.25], &[vec![0]]), vec![0]);
+        // A worker that was never slower than its median (worst = median): none.
+        assert_eq!(
+            auto_staleness(&[0.5, 0.5], &[0.5, 0.5], &[vec![0, 1]]),
+            vec![0]
+        );
+    }
+
+    #[test]
+    fn auto_staleness_of_degenerate_profiles_is_the_cap() {
+        // A zero-time worker (nothing to count in) or a non-finite sample: the cap, not a panic.
+        assert_eq!(
+            auto_staleness(&[0.0], &[0.1], &[vec![0]]),
+            vec![AUTO_STALENESS_MAX]
+        );
+        assert_eq!(
+            auto_staleness(&[0.1], &[f64::INFINITY], &[vec![0]]),
+            vec![AUTO_STALENESS_MAX]
+        );
+    }
 
     /// Total within-group sum of squared deviations from the group mean; the quantity
     /// [`partition_by_speed`] minimises.

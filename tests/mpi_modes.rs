@@ -654,7 +654,9 @@ fn gssp_profile_grouping_puts_equal_speeds_together() {
 }
 
 /// Equal workers slowed only now and then (transient stragglers, 5x on a fifth of their
-/// iterations) are grouped by their persistent speed: two groups of equal size.
+/// iterations) are grouped by their persistent speed: two groups of equal size; with
+/// `sync.staleness = "auto"` each group's bound rides out a spell (4 iterations late) and
+/// its server keeps its workers within that bound.
 #[test]
 fn gssp_profile_grouping_sees_through_transient_stragglers() {
     let _lock = job_lock();
@@ -670,10 +672,35 @@ fn gssp_profile_grouping_sees_through_transient_stragglers() {
             "heterogeneity.unit_s=0.01",
             "heterogeneity.straggler_prob=0.2",
             "heterogeneity.straggler_factor=5.0",
+            "sync.staleness=auto",
         ],
         DEADLINE,
     );
     let layout = run.layout();
+    let bounds: Vec<u64> = layout["staleness"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_u64()).collect())
+        .unwrap_or_default();
+    // A 5x spell delays a worker by 4 of its iterations: s = ceil(4 - 0.25) = 4, or a little
+    // more where the spell's iteration also met scheduling noise (never the cap of 8 for
+    // both, and never 0: every group saw spells in its 60 profiled iterations).
+    eprintln!("transient stragglers: auto staleness per group {bounds:?}");
+    assert_eq!(bounds.len(), 2, "layout: {layout}");
+    for &b in &bounds {
+        assert!(
+            (3..=8).contains(&b),
+            "auto staleness {bounds:?}, layout: {layout}"
+        );
+    }
+    for (g, &b) in bounds.iter().enumerate() {
+        let spread = run.rank_csv(g).col("clock_spread");
+        let max = spread.iter().copied().fold(0.0, f64::max);
+        // As in ssp: a worker released at c_min + s pushes once more.
+        assert!(
+            max <= (b + 1) as f64,
+            "group {g}: clock_spread reached {max} > its auto bound {b} + 1"
+        );
+    }
     let sizes: Vec<usize> = layout["groups"]
         .as_array()
         .unwrap_or_else(|| panic!("layout: {layout}"))

@@ -203,6 +203,62 @@ pub enum SyncMode {
     Allreduce,
 }
 
+/// The SSP staleness bound: a number, or `"auto"` (gssp with profile grouping): each group's
+/// bound from the delays its workers showed while profiled ([`crate::grouping::auto_staleness`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Staleness {
+    Bound(usize),
+    Auto,
+}
+
+impl Staleness {
+    /// The fixed bound, or `None` for `"auto"`.
+    pub fn bound(self) -> Option<usize> {
+        match self {
+            Staleness::Bound(s) => Some(s),
+            Staleness::Auto => None,
+        }
+    }
+}
+
+impl Serialize for Staleness {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Staleness::Bound(s) => ser.serialize_u64(*s as u64),
+            Staleness::Auto => ser.serialize_str("auto"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Staleness {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = Staleness;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an integer >= 0 or \"auto\"")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Staleness, E> {
+                usize::try_from(v)
+                    .map(Staleness::Bound)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(v), &self))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Staleness, E> {
+                u64::try_from(v)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+                    .and_then(|v| self.visit_u64(v))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Staleness, E> {
+                match v {
+                    "auto" => Ok(Staleness::Auto),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+                }
+            }
+        }
+        de.deserialize_any(Visit)
+    }
+}
+
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum Grouping {
@@ -225,8 +281,9 @@ pub enum SparseTransport {
 #[serde(default)]
 pub struct SyncConfig {
     pub mode: SyncMode,
-    /// SSP staleness bound s (ssp and inside gssp groups). 0 = BSP.
-    pub staleness: usize,
+    /// SSP staleness bound s (ssp and inside gssp groups). 0 = BSP; `"auto"` per group
+    /// from the profile (gssp with `grouping = "profile"`).
+    pub staleness: Staleness,
     /// gssp: number of groups G (= number of group servers, ranks 0..G-1).
     pub groups: usize,
     pub grouping: Grouping,
@@ -380,7 +437,7 @@ impl Default for SyncConfig {
     fn default() -> Self {
         Self {
             mode: SyncMode::Single,
-            staleness: 3,
+            staleness: Staleness::Bound(3),
             groups: 1,
             grouping: Grouping::Profile,
             profile_iters: 15,
@@ -643,7 +700,7 @@ mod tests {
         assert_eq!(cfg.run.name, "gssp");
         assert_eq!(cfg.optim.lr, 0.05);
         assert_eq!(cfg.sync.mode, SyncMode::Single);
-        assert_eq!(cfg.sync.staleness, 3);
+        assert_eq!(cfg.sync.staleness, Staleness::Bound(3));
         assert_eq!(cfg.compression.policy, RatioPolicy::Speed);
         assert_eq!(cfg.heterogeneity.straggler_factor, 1.0);
         assert_eq!(cfg.device.kind, DeviceKind::Auto);

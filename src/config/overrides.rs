@@ -273,6 +273,17 @@ mod tests {
         assert!(msg.contains("sync.mode: unknown variant `sspp`"), "{msg}");
         assert!(msg.contains("`gssp`"), "{msg}");
 
+        let msg = with(&["sync.staleness=soon"]).unwrap_err().to_string();
+        assert_eq!(
+            msg,
+            "test.toml (with overrides): sync.staleness: invalid value: string \"soon\", expected an integer >= 0 or \"auto\""
+        );
+        let msg = with(&["sync.staleness=-2"]).unwrap_err().to_string();
+        assert!(
+            msg.contains("sync.staleness: invalid value: integer `-2`"),
+            "{msg}"
+        );
+
         let msg = with(&["sync.sparse_transport=put"])
             .unwrap_err()
             .to_string();

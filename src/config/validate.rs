@@ -38,6 +38,14 @@ impl Config {
         self.validate_optim()?;
         let s = &self.sync;
         ensure(s.groups >= 1, "sync.groups", ">= 1", s.groups)?;
+        if s.staleness == super::Staleness::Auto {
+            ensure(
+                s.mode == SyncMode::Gssp && s.grouping == Grouping::Profile,
+                "sync.staleness",
+                "an integer >= 0 unless sync.mode = \"gssp\" with sync.grouping = \"profile\" (\"auto\" reads the profile)",
+                "\"auto\"",
+            )?;
+        }
         ensure(
             s.profile_iters >= 1,
             "sync.profile_iters",
@@ -437,6 +445,8 @@ mod tests {
             (&["optim.lr_decay_epochs=[5, 3]"], "optim.lr_decay_epochs[1]: must be > the previous entry 5 (strictly ascending), got 3"),
             (&["optim.warmup_epochs=-1"], "optim.warmup_epochs: must be >= 0, got -1"),
             (&["sync.groups=0"], "sync.groups: must be >= 1, got 0"),
+            (&["sync.mode=ssp", "sync.staleness=auto"], "sync.staleness: must be an integer >= 0 unless sync.mode = \"gssp\" with sync.grouping = \"profile\" (\"auto\" reads the profile), got \"auto\""),
+            (&["sync.mode=gssp", "sync.grouping=static", "sync.staleness=auto"], "sync.staleness: must be an integer >= 0 unless sync.mode = \"gssp\" with sync.grouping = \"profile\" (\"auto\" reads the profile), got \"auto\""),
             (&["sync.profile_iters=0"], "sync.profile_iters: must be >= 1, got 0"),
             (&["sync.inter_group_every=0"], "sync.inter_group_every: must be >= 1, got 0"),
             (&["sync.mailbox_messages=0"], "sync.mailbox_messages: must be >= 1, got 0"),

@@ -14,6 +14,9 @@ pub struct Layout {
     pub world_size: usize,
     pub servers: Vec<usize>,
     pub groups: Vec<Vec<usize>>,
+    /// SSP staleness bound of each group's server (ssp and gssp; `sync.staleness`, or per
+    /// group from the profile when it is `"auto"`).
+    pub staleness: Vec<usize>,
     /// Slowdown factor of each world rank (1 for servers).
     pub slowdown: Vec<f64>,
     /// Seconds per local iteration each worker measured when grouping by profile.
@@ -22,6 +25,9 @@ pub struct Layout {
     /// Median absolute deviation of each worker's profiled iterations (how erratic they were).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profiled_spread_s: Option<Vec<f64>>,
+    /// Each worker's slowest profiled iteration, seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profiled_worst_s: Option<Vec<f64>>,
     /// What grouping by profile cost: the longest any worker spent profiling, in seconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profile_cost_s: Option<f64>,
@@ -43,9 +49,11 @@ impl Layout {
             world_size,
             servers,
             groups: vec![workers],
+            staleness: vec![cfg.sync.staleness.bound().unwrap_or(0)],
             slowdown,
             profiled_s: None,
             profiled_spread_s: None,
+            profiled_worst_s: None,
             profile_cost_s: None,
         }
     }

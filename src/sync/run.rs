@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 
 use crate::comm::p2p::{ServerLink, WorkerLink};
 use crate::comm::{Collectives, Comm, SubComm};
-use crate::config::{Config, SyncMode};
+use crate::config::{Config, Staleness, SyncMode};
 use crate::data::Dataset;
 use crate::grouping;
 use crate::hetero::{Pacer, CALIBRATION_ITERATIONS};
@@ -49,12 +49,30 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
         CALIBRATION_ITERATIONS,
     );
     if cfg.sync.mode == SyncMode::Gssp {
-        let formed = grouping::form_groups(comm, &cfg.sync, &layout.worker_ranks(), || {
+        let profiled = layout.worker_ranks();
+        let formed = grouping::form_groups(comm, &cfg.sync, &profiled, || {
             step.compute_paced(&train, &mut pacer);
         })?;
+        layout.staleness = match (
+            cfg.sync.staleness,
+            &formed.profiled_s,
+            &formed.profiled_worst_s,
+        ) {
+            (Staleness::Auto, Some(times), Some(worst)) => {
+                let index = |r: &usize| profiled.iter().position(|p| p == r).unwrap_or(0);
+                let groups: Vec<Vec<usize>> = formed
+                    .groups
+                    .iter()
+                    .map(|g| g.iter().map(index).collect())
+                    .collect();
+                grouping::auto_staleness(times, worst, &groups)
+            }
+            (s, _, _) => vec![s.bound().unwrap_or(0); formed.groups.len()],
+        };
         layout.groups = formed.groups;
         layout.profiled_s = formed.profiled_s;
         layout.profiled_spread_s = formed.profiled_spread_s;
+        layout.profiled_worst_s = formed.profiled_worst_s;
         layout.profile_cost_s = formed.profile_cost_s;
     }
     let (group, is_server) = layout.role(rank);
@@ -66,6 +84,12 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
         );
         if let Some(cost) = layout.profile_cost_s {
             log::info!("grouping by profile took {cost:.2} s");
+        }
+        if cfg.sync.staleness == Staleness::Auto {
+            log::info!(
+                "staleness per group (auto, from each group's longest profiled delay): {:?}",
+                layout.staleness
+            );
         }
         run.write_json("layout.json", &layout)?;
     }
@@ -269,7 +293,7 @@ fn serve_group(
     let (bound, apply) = match cfg.sync.mode {
         SyncMode::Bsp => (Some(0), Apply::Round),
         SyncMode::Asp => (None, Apply::Immediate),
-        _ => (Some(cfg.sync.staleness), Apply::Immediate),
+        _ => (Some(layout.staleness[group]), Apply::Immediate),
     };
     let total_workers = layout.groups.iter().map(Vec::len).sum();
     let mut ps = ParamServer::new(
