@@ -429,6 +429,15 @@ mod tests {
         assert_eq!(test2, test);
     }
 
+    #[test]
+    fn load_test_gives_the_test_set_of_load() {
+        let mut cfg = synth_cfg();
+        cfg.test_limit = 12;
+        let (_, test) = load(&cfg, 7).unwrap();
+        assert_eq!(load_test(&cfg, 7).unwrap(), test);
+        assert_eq!(test.len(), 12);
+    }
+
     /// `load` refuses what config validation refuses, with the same message.
     #[test]
     fn load_checks_the_config_rules() {
