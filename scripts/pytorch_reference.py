@@ -21,6 +21,13 @@ a fresh shuffle every epoch, evaluation on the test set after each epoch.
     python3 scripts/pytorch_reference.py --model resnet18 --data ../shared/data/cifar10 \\
         --batch 32 --epochs 1 --seeds 1,2,3
     python3 scripts/pytorch_reference.py --model vgg19 --bench-step 20 --batch 32   # images/s
+    python3 scripts/pytorch_reference.py --load runs/x/model.safetensors \\
+        --data ../shared/data/mnist          # test accuracy of a model gssp exported
+
+`--load FILE` reads a `model.safetensors` that gssp wrote at the end of a run into the
+matching module below with `load_state_dict` (strict: every name and shape must match) and
+prints its test accuracy and loss, to compare with `gssp eval`. Model, width, hidden widths
+and dataset default to what the file's metadata says. Needs the `safetensors` package.
 
 Needs `torch` and `numpy`; `scripts/install_torch_cpu.sh` installs CPU PyTorch into a cache
 venv and prints its python. One thread by default (`--threads`), like one gssp rank.
@@ -117,6 +124,15 @@ def crop_flip(x, gen):
     return out
 
 
+def mlp(channels, side, hidden, classes=10):
+    """Flatten, then a linear layer and ReLU per hidden width, then the logits (gssp's mlp)."""
+    layers, cin = [nn.Flatten()], channels * side * side
+    for h in hidden:
+        layers += [nn.Linear(cin, h), nn.ReLU()]
+        cin = h
+    return nn.Sequential(*layers, nn.Linear(cin, classes))
+
+
 def lenet5(channels, side, classes=10, width=1.0):
     c1, c2 = round(6 * width), round(16 * width)
     s = ((side + 4 - 4) // 2 - 4) // 2  # conv pad 2, pool, conv, pool
@@ -174,10 +190,12 @@ def vgg19(channels, classes=10, width=1.0):
     return nn.Sequential(*layers)
 
 
-def build(name, x, width):
+def build(name, x, width, mlp_hidden=(128,)):
     channels, side = x.shape[1], x.shape[2]
     if name == "lenet5":
         return lenet5(channels, side, width=width)
+    if name == "mlp":
+        return mlp(channels, side, mlp_hidden)
     if side != 32:
         raise SystemExit(f"{name} takes 32x32 images (CIFAR-10), got {channels}x{side}x{side}")
     return resnet18(channels, width=width) if name == "resnet18" else vgg19(channels, width=width)
@@ -191,6 +209,36 @@ def accuracy(model, x, y, batch=500):
             correct += (model(x[i : i + batch]).argmax(1) == y[i : i + batch]).sum().item()
     model.train()
     return correct / len(x)
+
+
+def evaluate_file(args, test):
+    """Loads a gssp-exported safetensors file into the matching module and evaluates it on
+    the test set: accuracy and mean cross-entropy, as `gssp eval` reports them."""
+    from safetensors.torch import load_file
+
+    model = build(args.model, test[0], args.width, args.mlp_hidden)
+    # strict: a missing, extra or differently shaped tensor is an error.
+    model.load_state_dict(load_file(args.load))
+    model.eval()
+    x, y = normalise(test[0], args.dataset), test[1]
+    correct, loss = 0, 0.0
+    with torch.no_grad():
+        for i in range(0, len(x), 500):
+            logits = model(x[i : i + 500])
+            correct += (logits.argmax(1) == y[i : i + 500]).sum().item()
+            loss += nn.functional.cross_entropy(logits, y[i : i + 500], reduction="sum").item()
+    version = file_metadata(args.load).get("gssp_version", "?")
+    print(f"{args.load} (gssp {version}) {args.model} width {args.width} on {args.dataset}: "
+          f"test accuracy {100 * correct / len(x):.2f}% ({len(x)} images), "
+          f"test loss {loss / len(x):.4f} (pytorch {torch.__version__})")
+
+
+def file_metadata(path):
+    """The `__metadata__` of a safetensors file gssp wrote ({} for one without)."""
+    from safetensors import safe_open
+
+    with safe_open(path, "pt") as f:
+        return f.metadata() or {}
 
 
 def make_optimizer(model, args):
@@ -259,17 +307,22 @@ def run(seed, args, train, test):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", choices=["lenet5", "resnet18", "vgg19"], default="lenet5")
+    p.add_argument("--model", choices=["lenet5", "mlp", "resnet18", "vgg19"],
+                   help="default: lenet5, or what the --load file says")
     p.add_argument("--dataset", choices=sorted(MEAN_STD),
                    help="default: fashion-mnist for lenet5, cifar10 otherwise")
     p.add_argument("--data", help="folder of the official files; default: "
                    "/usr/share/datasets/fashion-mnist, or ../shared/data/<dataset>")
     p.add_argument("--augment", choices=["none", "crop-flip"],
                    help="default: crop-flip for cifar10, none otherwise")
-    p.add_argument("--width", type=float, default=1.0)
+    p.add_argument("--width", type=float, help="default: 1, or what the --load file says")
+    p.add_argument("--mlp-hidden", help="hidden widths of mlp, comma-separated (default: "
+                   "128, or what the --load file says)")
     p.add_argument("--seeds", default="1")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--train-limit", type=int, default=0, help="first N training images (0 = all)")
+    p.add_argument("--test-limit", type=int, default=0,
+                   help="first N test images (0 = all), as gssp's data.test_limit")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
@@ -278,7 +331,21 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--bench-step", type=int, default=0, metavar="STEPS",
                    help="only time STEPS training steps and print images_per_s")
+    p.add_argument("--load", metavar="FILE",
+                   help="only evaluate FILE, a model.safetensors gssp exported, on the test set")
     args = p.parse_args()
+    meta = file_metadata(args.load) if args.load else {}
+    if args.model is None:
+        args.model = meta.get("model", "lenet5")
+    if args.width is None:
+        args.width = float(meta.get("width", 1.0))
+    if args.mlp_hidden is None:
+        args.mlp_hidden = meta.get("mlp_hidden", "128").strip("[]")
+    args.mlp_hidden = [int(h) for h in args.mlp_hidden.split(",") if h.strip()]
+    if args.dataset is None and "dataset" in meta:
+        args.dataset = meta["dataset"]
+    if args.model == "mlp" and not args.load:
+        raise SystemExit("--model mlp is only for --load")
     if args.dataset is None:
         args.dataset = "fashion-mnist" if args.model == "lenet5" else "cifar10"
     if args.augment is None:
@@ -287,11 +354,19 @@ def main():
         args.data = ("/usr/share/datasets/fashion-mnist" if args.dataset == "fashion-mnist"
                      else os.path.join("..", "shared", "data", args.dataset))
     torch.set_num_threads(args.threads)
+    if args.load:
+        test = load(args.dataset, args.data, False)
+        if args.test_limit > 0:
+            test = (test[0][: args.test_limit], test[1][: args.test_limit])
+        evaluate_file(args, test)
+        return
     train = load(args.dataset, args.data, True)
     if args.bench_step > 0:
         bench_step(args, train)
         return
     test = load(args.dataset, args.data, False)
+    if args.test_limit > 0:
+        test = (test[0][: args.test_limit], test[1][: args.test_limit])
     finals = []
     for seed in [int(s) for s in args.seeds.split(",")]:
         acc, secs = run(seed, args, train, test)

@@ -33,6 +33,23 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Evaluate an exported model (a run's model.safetensors) on the config's test set, in
+    /// this process (no MPI).
+    Eval {
+        /// The safetensors file (`<run directory>/model.safetensors`).
+        #[arg(long)]
+        model: PathBuf,
+        /// The config it was trained with (`<run directory>/config.toml`): model, width,
+        /// dataset and test set.
+        #[arg(long)]
+        config: PathBuf,
+        /// Override a config key, e.g. --set data.dir=/scratch/mnist.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        overrides: Vec<String>,
+        /// Print the result as one JSON object instead of a sentence.
+        #[arg(long)]
+        json: bool,
+    },
     /// Compare finished runs: report.md with a table and PNG/SVG plots.
     Report {
         /// Run directories (each with summary.json, eval.csv, rank-*.csv; layout.json for
@@ -136,6 +153,12 @@ fn main() -> ExitCode {
             overrides,
             out,
         } => train(&config, &overrides, out),
+        Command::Eval {
+            model,
+            config,
+            overrides,
+            json,
+        } => eval(&model, &config, &overrides, json),
         Command::Report {
             runs,
             out,
@@ -234,6 +257,35 @@ fn train(config: &Path, overrides: &[String], out: Option<PathBuf>) -> ExitCode 
             ExitCode::from(EXIT_USAGE)
         }
     }
+}
+
+/// `gssp eval`: one process, no MPI initialisation (like `report`), so it runs without
+/// mpirun on a machine that only has the file, the config and the test set.
+fn eval(model: &Path, config: &Path, overrides: &[String], json: bool) -> ExitCode {
+    let cfg = match Config::load(config, overrides).and_then(|c| c.validate().map(|_| c)) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    report((|| -> anyhow::Result<()> {
+        let r = gssp::train::evaluate_exported(&cfg, model)?;
+        if json {
+            println!("{}", serde_json::to_string(&r)?);
+        } else {
+            println!(
+                "{} {} on {}: test accuracy {:.2}% ({} images), test loss {:.4}",
+                r.model_file,
+                r.model,
+                r.dataset,
+                100.0 * r.test_accuracy,
+                r.test_samples,
+                r.test_loss
+            );
+        }
+        Ok(())
+    })())
 }
 
 fn bench(which: BenchCommand) -> anyhow::Result<()> {

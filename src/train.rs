@@ -304,6 +304,7 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
     )?;
     log.flush()?;
     eval_log.flush()?;
+    export_model(cfg, run, &step.net)?;
 
     let totals = RunTotals {
         ranks: 1,
@@ -316,6 +317,54 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
     run.write_json("summary.json", &summary)
         .context("summary")?;
     Ok(summary)
+}
+
+/// Writes the model a run evaluated last to `model.safetensors` in the run directory
+/// (see [`model::export`]): its weights and the batch-norm statistics it was evaluated
+/// with, so that `gssp eval` of the file gives the run's final test accuracy.
+pub fn export_model(cfg: &Config, run: &RunDir, net: &Network<Cpu>) -> Result<()> {
+    let path = run.file(model::export::MODEL_FILE);
+    model::export::save(net, &model::export::metadata(cfg, net), &path)?;
+    log::info!("model: {}", path.display());
+    Ok(())
+}
+
+/// What `gssp eval` found.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ExportedEval {
+    pub model_file: String,
+    pub model: String,
+    pub dataset: String,
+    pub test_samples: usize,
+    pub test_loss: f64,
+    pub test_accuracy: f64,
+    /// The file's header metadata (gssp version, width, ...); empty for a file without.
+    pub metadata: std::collections::BTreeMap<String, String>,
+}
+
+/// Evaluates the exported model in `path` on the test set of `cfg`, in this process:
+/// the model `cfg` describes is built, the file's tensors replace its weights and
+/// batch-norm statistics (after the file's metadata is checked against `cfg`), and the
+/// test set is evaluated as a run's final evaluation does (same batch size, no
+/// re-calibration: the file holds the statistics the run evaluated with).
+pub fn evaluate_exported(cfg: &Config, path: &std::path::Path) -> Result<ExportedEval> {
+    crate::backend::select(cfg.device.kind)?;
+    crate::backend::cpu::set_threads(cfg.run.threads);
+    let test = crate::data::load_test(&cfg.data, cfg.run.seed)?;
+    let mut net = build_model(cfg, &test)?;
+    let expected = model::export::metadata(cfg, &net);
+    let metadata = model::export::load_into(&mut net, &expected, path)?;
+    let (test_loss, test_accuracy) =
+        Evaluator::new(&test, net.max_batch()).evaluate(&mut net, &test);
+    Ok(ExportedEval {
+        model_file: path.display().to_string(),
+        model: net.name().to_string(),
+        dataset: cfg.data.dataset.to_string(),
+        test_samples: test.len(),
+        test_loss,
+        test_accuracy,
+        metadata,
+    })
 }
 
 /// Evaluates `net` on the test set at (time, epoch, iteration), logs and keeps the row.

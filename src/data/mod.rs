@@ -281,6 +281,28 @@ pub fn load(cfg: &DataConfig, seed: u64) -> Result<(Dataset, Dataset), DataError
     Ok((train, test))
 }
 
+/// The test set alone, as [`load`] gives it (`test_limit` applied): evaluating a saved
+/// model needs no training images (CIFAR-10's are 150 MB).
+pub fn load_test(cfg: &DataConfig, seed: u64) -> Result<Dataset, DataError> {
+    cfg.validate()?;
+    let mut test = match cfg.dataset {
+        DatasetKind::Mnist | DatasetKind::FashionMnist => {
+            let mut test = load_mnist_dir(&cfg.resolved_dir(), false)?;
+            if cfg.dataset == DatasetKind::FashionMnist {
+                test.mean = vec![FASHION_MNIST_MEAN];
+                test.std = vec![FASHION_MNIST_STD];
+            }
+            test
+        }
+        DatasetKind::Cifar10 => load_cifar10_dir(&cfg.resolved_dir(), false)?,
+        DatasetKind::Synthetic => synthetic(&cfg.synthetic, cfg.synthetic.test, seed, 1),
+    };
+    if cfg.test_limit > 0 {
+        test.truncate(cfg.test_limit);
+    }
+    Ok(test)
+}
+
 /// Reads a whole file, naming it in the error.
 pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, DataError> {
     std::fs::read(path).map_err(|source| DataError::Io {
@@ -405,6 +427,15 @@ mod tests {
         assert_eq!((train2.len(), test2.len()), (30, 20));
         assert_eq!(train2.pixels[..], train.pixels[..30 * 16]);
         assert_eq!(test2, test);
+    }
+
+    #[test]
+    fn load_test_gives_the_test_set_of_load() {
+        let mut cfg = synth_cfg();
+        cfg.test_limit = 12;
+        let (_, test) = load(&cfg, 7).unwrap();
+        assert_eq!(load_test(&cfg, 7).unwrap(), test);
+        assert_eq!(test.len(), 12);
     }
 
     /// `load` refuses what config validation refuses, with the same message.

@@ -49,16 +49,12 @@ macro_rules! acts_accessors {
     };
 }
 
-/// PyTorch's default initialisation of a weight and its bias for `fan_in` inputs.
-fn weight_and_bias(
-    plan: &mut Plan,
-    weight_len: usize,
-    bias_len: Option<usize>,
-    fan_in: usize,
-) -> Span {
-    let weight = plan.param("weight", weight_len, Init::KaimingUniform { fan_in });
+/// PyTorch's default initialisation of a weight of `shape` (`[out, ...]`) and, with
+/// `bias`, its bias `[out]`, for `fan_in` inputs.
+fn weight_and_bias(plan: &mut Plan, shape: &[usize], bias: bool, fan_in: usize) -> Span {
+    let weight = plan.param("weight", shape, Init::KaimingUniform { fan_in });
     let bound = 1.0 / (fan_in as f32).sqrt();
-    let bias = bias_len.map(|len| plan.param("bias", len, Init::Uniform { bound }));
+    let bias = bias.then(|| plan.param("bias", &shape[..1], Init::Uniform { bound }));
     Span { weight, bias }
 }
 
@@ -92,7 +88,9 @@ impl<B: Backend> Conv2d<B> {
             pad,
         };
         let fan_in = window.col_rows();
-        let at = weight_and_bias(plan, out_c * fan_in, bias.then_some(out_c), fan_in);
+        // The weight's columns are im2col rows: (input channel, kernel row, kernel column).
+        let shape = [out_c, input.0, kernel, kernel];
+        let at = weight_and_bias(plan, &shape, bias, fan_in);
         let dims = Conv2dDims {
             batch: plan.max_batch,
             out_c,
@@ -165,7 +163,7 @@ pub struct Linear<B: Backend> {
 impl<B: Backend> Linear<B> {
     pub fn new(be: &B, plan: &mut Plan, input: Shape, out_f: usize) -> Self {
         let in_f = shape_len(input);
-        let at = weight_and_bias(plan, out_f * in_f, Some(out_f), in_f);
+        let at = weight_and_bias(plan, &[out_f, in_f], true, in_f);
         Linear {
             acts: Acts::new(be, plan, input, (out_f, 1, 1)),
             in_f,
@@ -232,12 +230,12 @@ impl<B: Backend> BatchNorm2d<B> {
     pub fn new(be: &B, plan: &mut Plan, input: Shape) -> Self {
         let c = input.0;
         let at = Span {
-            weight: plan.param("weight", c, Init::Ones),
-            bias: Some(plan.param("bias", c, Init::Zeros)),
+            weight: plan.param("weight", &[c], Init::Ones),
+            bias: Some(plan.param("bias", &[c], Init::Zeros)),
         };
         let stats = Span {
-            weight: plan.state("running_mean", c, Init::Zeros),
-            bias: Some(plan.state("running_var", c, Init::Ones)),
+            weight: plan.state("running_mean", &[c], Init::Zeros),
+            bias: Some(plan.state("running_var", &[c], Init::Ones)),
         };
         BatchNorm2d {
             acts: Acts::new(be, plan, input, input),

@@ -10,6 +10,7 @@
 
 pub mod builder;
 pub mod compose;
+pub mod export;
 pub mod layers;
 pub mod module;
 pub mod zoo;

@@ -53,6 +53,10 @@ pub enum Init {
 pub struct TensorSpec {
     /// Dotted path, as PyTorch names the same tensor (`4.body.0.weight`).
     pub name: String,
+    /// Dimensions as PyTorch lays the same tensor out (`[out, in, kh, kw]` for a
+    /// convolution weight, `[out, in]` for a linear one, `[c]` for batch norm), row-major
+    /// over `range`: an exported model carries them, so PyTorch loads it as it is.
+    pub shape: Vec<usize>,
     pub range: Range<usize>,
     pub init: Init,
 }
@@ -98,26 +102,33 @@ impl Plan {
         parts.join(".")
     }
 
-    fn take(specs: &mut Vec<TensorSpec>, name: String, len: usize, init: Init) -> Range<usize> {
+    fn take(
+        specs: &mut Vec<TensorSpec>,
+        name: String,
+        shape: &[usize],
+        init: Init,
+    ) -> Range<usize> {
         let start = specs.last().map_or(0, |s| s.range.end);
+        let len = shape.iter().product::<usize>();
         specs.push(TensorSpec {
             name,
+            shape: shape.to_vec(),
             range: start..start + len,
             init,
         });
         start..start + len
     }
 
-    /// The next `len` parameters, named `leaf` inside the current module.
-    pub fn param(&mut self, leaf: &str, len: usize, init: Init) -> Range<usize> {
+    /// The next parameters, a tensor of `shape` named `leaf` inside the current module.
+    pub fn param(&mut self, leaf: &str, shape: &[usize], init: Init) -> Range<usize> {
         let name = self.name(leaf);
-        Self::take(&mut self.params, name, len, init)
+        Self::take(&mut self.params, name, shape, init)
     }
 
-    /// The next `len` values of non-trained state.
-    pub fn state(&mut self, leaf: &str, len: usize, init: Init) -> Range<usize> {
+    /// The next values of non-trained state, a tensor of `shape`.
+    pub fn state(&mut self, leaf: &str, shape: &[usize], init: Init) -> Range<usize> {
         let name = self.name(leaf);
-        Self::take(&mut self.state, name, len, init)
+        Self::take(&mut self.state, name, shape, init)
     }
 
     /// A distinct seed for each random layer, in build order.

@@ -420,6 +420,8 @@ fn finish(
         "final model: test loss {test_loss:.4}, accuracy {:.2}%",
         100.0 * test_accuracy
     );
+    // The weights and the re-estimated batch-norm statistics just evaluated.
+    crate::train::export_model(cfg, run, &step.net)?;
 
     let per_server = |f: fn(&RankTotals) -> f64| -> Vec<f64> {
         layout.servers.iter().map(|&r| f(&ranks[r])).collect()
