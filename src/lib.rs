@@ -9,6 +9,7 @@ pub mod comm;
 pub mod compress;
 pub mod config;
 pub mod data;
+pub mod eval;
 pub mod grouping;
 pub mod hetero;
 pub mod metrics;

@@ -17,7 +17,7 @@ pub const LABELS_MAGIC: u32 = 2049;
 const CLASSES: usize = 10;
 
 /// Reads a file and gunzips it when it starts with the gzip magic.
-fn read_maybe_gzip(path: &Path) -> Result<Vec<u8>, DataError> {
+pub(crate) fn read_maybe_gzip(path: &Path) -> Result<Vec<u8>, DataError> {
     let raw = read_file(path)?;
     if raw.len() < 2 || raw[..2] != [0x1f, 0x8b] {
         return Ok(raw);

@@ -1,14 +1,19 @@
-//! Datasets in their official formats (MNIST / Fashion-MNIST IDX, CIFAR-10 binary), a seeded
-//! synthetic set, and per-worker sharding with per-epoch reshuffling.
+//! Datasets in their official formats (MNIST / Fashion-MNIST IDX, CIFAR-10 binary, Multi30k
+//! text), a seeded synthetic set, per-worker sharding with per-epoch reshuffling, and for
+//! text a tokenizer, vocabularies and length-bucketed padded batches.
 //!
 //! Images are kept as raw `u8` (N x C x H x W, row-major) because every MPI rank holds its own
 //! copy; normalisation to `f32` happens only when a batch is filled.
 
 pub mod augment;
+pub mod bucket;
 pub mod cifar;
 pub mod idx;
+pub mod lines;
+pub mod multi30k;
 pub mod sampler;
 pub mod synthetic;
+pub mod text;
 
 use std::path::{Path, PathBuf};
 
@@ -107,6 +112,26 @@ pub enum DataError {
         path: PathBuf,
         len: u64,
         record_len: usize,
+    },
+    #[error("{}: line {line} is not valid UTF-8", path.display())]
+    BadUtf8 { path: PathBuf, line: usize },
+    #[error("{}: line {line}: {problem}", path.display())]
+    BadLine {
+        path: PathBuf,
+        line: usize,
+        problem: String,
+    },
+    #[error(
+        "line count mismatch: {} holds {long_lines} lines but {} holds {short_lines}; line {} has no counterpart",
+        long_path.display(),
+        short_path.display(),
+        short_lines + 1
+    )]
+    LineCountMismatch {
+        long_path: PathBuf,
+        long_lines: usize,
+        short_path: PathBuf,
+        short_lines: usize,
     },
     #[error("{key}: {problem}")]
     InvalidSetting { key: String, problem: String },

@@ -43,6 +43,21 @@ pub fn cifar10_dir() -> PathBuf {
     dir
 }
 
+/// The real Multi30k task-1 text in ../shared/data/multi30k (train, val, test2016; .de and
+/// .en).
+pub fn multi30k_dir() -> PathBuf {
+    let dir = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/data/multi30k"
+    ));
+    assert!(
+        dir.join("train.de").exists() || dir.join("train.de.gz").exists(),
+        "Multi30k is missing from {} (the tests need the real data)",
+        dir.display()
+    );
+    dir
+}
+
 static JOB_LOCK: Mutex<()> = Mutex::new(());
 
 /// Held for the whole of one test's MPI jobs; a failed (panicked) test does not poison it.

@@ -1,0 +1,270 @@
+//! Padded, length-bucketed batches of sentence pairs.
+//!
+//! A batch is time-major: row `t` holds token `t` of every sentence in the batch, so an LSTM
+//! step reads one contiguous row of `batch` ids. Each side is padded with `<pad>` (id 0) to the
+//! batch's longest sentence on that side; the per-column lengths are kept for masking.
+//!
+//! Sorting the whole set by length would give the least padding but near-identical batches
+//! every epoch; a plain shuffle gives random batches with much padding (Multi30k sentences
+//! run from 4 to 40+ tokens). [`BucketSampler`] does what torchtext's `BucketIterator` does:
+//! shuffle with a seed, cut the order into windows of `window_batches * batch_size` pairs,
+//! sort each window by (source length, target length), cut it into batches and shuffle the
+//! batches. Every pair is served exactly once per epoch, and an epoch's batches are a pure
+//! function of (seed, epoch).
+
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::multi30k::EncodedPairs;
+use super::sampler::mix_seed;
+use super::text::PAD_ID;
+use super::DataError;
+
+const BUCKET_TAG: u64 = 0x4255_434b_4554_5321; // "BUCKETS!"
+
+/// One batch of pairs, padded, time-major.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TextBatch {
+    /// `[src_len, size]`: `src[t * size + b]` is token `t` of source sentence `b`.
+    pub src: Vec<u32>,
+    /// `[tgt_len, size]`, laid out like `src`.
+    pub tgt: Vec<u32>,
+    /// Rows of `src`: the longest source sentence of the batch.
+    pub src_len: usize,
+    /// Rows of `tgt`: the longest target sentence of the batch.
+    pub tgt_len: usize,
+    /// Tokens (with `<sos>`/`<eos>`) of each source sentence, by column.
+    pub src_lengths: Vec<usize>,
+    /// Tokens (with `<sos>`/`<eos>`) of each target sentence, by column.
+    pub tgt_lengths: Vec<usize>,
+    /// The pairs in the batch, by column.
+    pub indices: Vec<usize>,
+}
+
+/// `seqs[i]` for `i` in `indices`, padded to the longest, time-major.
+fn pad_time_major(seqs: &[Vec<u32>], indices: &[usize]) -> (Vec<u32>, usize, Vec<usize>) {
+    let lengths: Vec<usize> = indices.iter().map(|&i| seqs[i].len()).collect();
+    let rows = lengths.iter().copied().max().unwrap_or(0);
+    let b = indices.len();
+    let mut out = vec![PAD_ID; rows * b];
+    for (col, &i) in indices.iter().enumerate() {
+        for (t, &id) in seqs[i].iter().enumerate() {
+            out[t * b + col] = id;
+        }
+    }
+    (out, rows, lengths)
+}
+
+impl TextBatch {
+    /// The pairs `indices` of `pairs`, padded.
+    ///
+    /// # Panics
+    /// If an index is `>= pairs.len()` (a caller bug; [`BucketSampler`] checks its indices).
+    pub fn new(pairs: &EncodedPairs, indices: &[usize]) -> TextBatch {
+        let (src, src_len, src_lengths) = pad_time_major(&pairs.src, indices);
+        let (tgt, tgt_len, tgt_lengths) = pad_time_major(&pairs.tgt, indices);
+        TextBatch {
+            src,
+            tgt,
+            src_len,
+            tgt_len,
+            src_lengths,
+            tgt_lengths,
+            indices: indices.to_vec(),
+        }
+    }
+
+    /// Sentences in the batch (columns).
+    pub fn size(&self) -> usize {
+        self.indices.len()
+    }
+
+    /// Cells of both matrices.
+    pub fn cells(&self) -> usize {
+        self.src.len() + self.tgt.len()
+    }
+
+    /// Cells of both matrices that are padding.
+    pub fn pad_cells(&self) -> usize {
+        let used: usize = self.src_lengths.iter().chain(&self.tgt_lengths).sum();
+        self.cells() - used
+    }
+}
+
+/// Fraction of the cells of `batches` (source and target together) that are padding.
+pub fn padding_fraction(pairs: &EncodedPairs, batches: &[Vec<usize>]) -> f64 {
+    let (mut pad, mut cells) = (0usize, 0usize);
+    for b in batches {
+        let batch = TextBatch::new(pairs, b);
+        pad += batch.pad_cells();
+        cells += batch.cells();
+    }
+    if cells == 0 {
+        0.0
+    } else {
+        pad as f64 / cells as f64
+    }
+}
+
+/// Serves the batches of an epoch over a set of pairs, bucketed by length (module doc).
+#[derive(Debug, Clone)]
+pub struct BucketSampler {
+    /// The pairs this sampler serves (e.g. one worker's shard).
+    indices: Vec<usize>,
+    /// (source length, target length) of every pair, indexed by pair.
+    lengths: Vec<(usize, usize)>,
+    batch_size: usize,
+    window_batches: usize,
+    seed: u64,
+}
+
+impl BucketSampler {
+    /// Serves the pairs `indices` of `pairs` in batches of `batch_size` (the last batch of an
+    /// epoch may be smaller), bucketed in windows of `window_batches` batches; a window of 1
+    /// batch is a plain shuffle.
+    pub fn new(
+        pairs: &EncodedPairs,
+        indices: Vec<usize>,
+        batch_size: usize,
+        window_batches: usize,
+        seed: u64,
+    ) -> Result<BucketSampler, DataError> {
+        let invalid = |key: &str, problem: String| DataError::InvalidSetting {
+            key: key.into(),
+            problem,
+        };
+        if batch_size == 0 {
+            return Err(invalid("optim.batch_size", "must be >= 1, got 0".into()));
+        }
+        if window_batches == 0 {
+            return Err(invalid("bucket window", "must be >= 1 batch, got 0".into()));
+        }
+        if let Some(&bad) = indices.iter().find(|&&i| i >= pairs.len()) {
+            return Err(invalid(
+                "bucket indices",
+                format!("pair {bad} is out of range: the set holds {}", pairs.len()),
+            ));
+        }
+        let lengths = pairs
+            .src
+            .iter()
+            .zip(&pairs.tgt)
+            .map(|(s, t)| (s.len(), t.len()))
+            .collect();
+        Ok(BucketSampler {
+            indices,
+            lengths,
+            batch_size,
+            window_batches,
+            seed,
+        })
+    }
+
+    /// Batches per epoch.
+    pub fn batches_per_epoch(&self) -> usize {
+        self.indices.len().div_ceil(self.batch_size)
+    }
+
+    /// The batches (pair indices, in column order) of epoch `epoch`.
+    pub fn epoch(&self, epoch: u64) -> Vec<Vec<usize>> {
+        let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(mix_seed(self.seed, BUCKET_TAG), epoch));
+        let mut order = self.indices.clone();
+        order.shuffle(&mut rng);
+        let mut batches = Vec::with_capacity(self.batches_per_epoch());
+        for window in order.chunks_mut(self.window_batches * self.batch_size) {
+            // Stable: equal lengths keep their shuffled order.
+            window.sort_by_key(|&i| self.lengths[i]);
+            batches.extend(window.chunks(self.batch_size).map(<[usize]>::to_vec));
+        }
+        batches.shuffle(&mut rng);
+        batches
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::text::{EOS_ID, SOS_ID};
+
+    fn pairs(n: usize) -> EncodedPairs {
+        // Source lengths cycle through 3..=20, targets are 0-2 longer (translations correlate
+        // in length); ids = 10 + position.
+        let seq = |len: usize| -> Vec<u32> { (0..len as u32).map(|t| 10 + t).collect() };
+        EncodedPairs {
+            src: (0..n).map(|i| seq(3 + (i * 7) % 18)).collect(),
+            tgt: (0..n).map(|i| seq(3 + (i * 7) % 18 + i % 3)).collect(),
+        }
+    }
+
+    #[test]
+    fn batch_is_time_major_and_padded() {
+        let p = EncodedPairs {
+            src: vec![vec![SOS_ID, 7, EOS_ID], vec![SOS_ID, 8, 9, 5, EOS_ID]],
+            tgt: vec![vec![SOS_ID, 4, 6, EOS_ID], vec![SOS_ID, EOS_ID]],
+        };
+        let b = TextBatch::new(&p, &[1, 0]);
+        assert_eq!((b.size(), b.src_len, b.tgt_len), (2, 5, 4));
+        #[rustfmt::skip]
+        assert_eq!(b.src, [
+            SOS_ID, SOS_ID,
+            8, 7,
+            9, EOS_ID,
+            5, PAD_ID,
+            EOS_ID, PAD_ID,
+        ]);
+        #[rustfmt::skip]
+        assert_eq!(b.tgt, [
+            SOS_ID, SOS_ID,
+            EOS_ID, 4,
+            PAD_ID, 6,
+            PAD_ID, EOS_ID,
+        ]);
+        assert_eq!(
+            (b.src_lengths.clone(), b.tgt_lengths.clone()),
+            (vec![5, 3], vec![2, 4])
+        );
+        assert_eq!((b.cells(), b.pad_cells()), (18, 4));
+        assert_eq!(b.indices, [1, 0]);
+    }
+
+    #[test]
+    fn every_pair_once_deterministic_and_less_padding() {
+        let p = pairs(1000);
+        let all: Vec<usize> = (0..1000).collect();
+        let s = BucketSampler::new(&p, all.clone(), 32, 10, 5).unwrap();
+        assert_eq!(s.batches_per_epoch(), 32);
+        let e0 = s.epoch(0);
+        assert_eq!(e0.len(), 32);
+        let mut seen: Vec<usize> = e0.concat();
+        seen.sort_unstable();
+        assert_eq!(seen, all);
+        assert_eq!(e0.iter().filter(|b| b.len() != 32).count(), 1);
+        assert_eq!(e0, s.epoch(0));
+        assert_ne!(e0, s.epoch(1));
+        let other = BucketSampler::new(&p, all.clone(), 32, 10, 6).unwrap();
+        assert_ne!(e0, other.epoch(0));
+
+        let plain = BucketSampler::new(&p, all.clone(), 32, 1, 5).unwrap();
+        let (bucketed, unbucketed) = (
+            padding_fraction(&p, &e0),
+            padding_fraction(&p, &plain.epoch(0)),
+        );
+        assert!(bucketed < 0.5 * unbucketed, "{bucketed} vs {unbucketed}");
+    }
+
+    #[test]
+    fn serves_a_subset_and_rejects_bad_settings() {
+        let p = pairs(50);
+        let shard: Vec<usize> = (10..30).collect();
+        let s = BucketSampler::new(&p, shard.clone(), 8, 2, 1).unwrap();
+        let mut seen = s.epoch(3).concat();
+        seen.sort_unstable();
+        assert_eq!(seen, shard);
+        let e = |r: Result<BucketSampler, DataError>| r.unwrap_err().to_string();
+        assert!(e(BucketSampler::new(&p, shard.clone(), 0, 2, 1)).contains("batch_size"));
+        assert!(e(BucketSampler::new(&p, shard.clone(), 8, 0, 1)).contains("window"));
+        assert!(e(BucketSampler::new(&p, vec![3, 50], 8, 1, 1)).contains("pair 50"));
+        assert_eq!(padding_fraction(&p, &[]), 0.0);
+    }
+}
