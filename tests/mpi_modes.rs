@@ -18,7 +18,7 @@ const DEADLINE: Duration = Duration::from_secs(90);
 /// World ranks of the workers of a mode on `ranks` ranks (`groups` servers for gssp).
 fn worker_ranks(mode: &str, ranks: usize, groups: usize) -> Vec<usize> {
     match mode {
-        "allreduce" => (0..ranks).collect(),
+        "allreduce" | "localsgd" => (0..ranks).collect(),
         "gssp" => (groups..ranks).collect(),
         _ => (1..ranks).collect(),
     }
@@ -173,7 +173,7 @@ fn converges(mode: &str, ranks: usize, groups: usize, sets: &[&str], min_accurac
         .filter_map(|v| v.as_u64())
         .collect();
     let expected: Vec<u64> = match mode {
-        "allreduce" => vec![],
+        "allreduce" | "localsgd" => vec![],
         "gssp" => (0..groups as u64).collect(),
         _ => vec![0],
     };
@@ -211,6 +211,65 @@ fn ssp_converges_on_mnist() {
 #[test]
 fn allreduce_converges_on_mnist() {
     converges("allreduce", 5, 1, &[], 0.85);
+}
+
+#[test]
+fn localsgd_converges_on_mnist() {
+    converges("localsgd", 5, 1, &["sync.local_steps=4"], 0.85);
+}
+
+/// DC-ASGD's correction on top of asp still trains (its formula is checked by hand in the
+/// parameter server's unit tests).
+#[test]
+fn asp_with_delay_compensation_converges_on_mnist() {
+    converges("asp", 5, 1, &["optim.delay_compensation=2.0"], 0.85);
+}
+
+/// Local SGD: every rank steps on its own for H steps, then all average; the run ends just
+/// after an average with every replica bit for bit equal, and a rank sends the model once
+/// per H steps (its other rows send nothing).
+#[test]
+fn localsgd_replicas_are_equal_after_each_average() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let run = scratch.train_ok(
+        "localsgd",
+        3,
+        &[
+            "sync.mode=localsgd",
+            "sync.local_steps=5",
+            "run.epochs=1",
+            "heterogeneity.slowdown=[1.0,1.0,3.0]",
+            "heterogeneity.unit_s=0.005",
+        ],
+        DEADLINE,
+    );
+    let summary = run.summary();
+    assert_eq!(num(&summary, "replica_max_error"), 0.0, "{summary}");
+    let its = iterations(&run, &[0, 1, 2]);
+    assert!(
+        its.iter().all(|&i| i == its[0]),
+        "iterations differ: {its:?}"
+    );
+    assert!(
+        its[0].is_multiple_of(5),
+        "the run ends on an average: {its:?}"
+    );
+    for r in 0..3 {
+        let csv = run.rank_csv(r);
+        let (iteration, sent) = (csv.col("iteration"), csv.col("bytes_sent"));
+        for (i, b) in iteration.iter().zip(&sent) {
+            let averaged = (*i as u64).is_multiple_of(5);
+            assert_eq!(
+                *b > 0.0,
+                averaged,
+                "rank {r}, iteration {i}: bytes_sent {b}"
+            );
+        }
+    }
+    // The slow rank holds the others back only at the averages: the fast ranks wait.
+    let wait: f64 = run.rank_csv(0).col("wait_s").iter().sum();
+    assert!(wait > 0.0, "rank 0 never waited for the 3x slower rank");
 }
 
 /// Exchanging every 4 pushes (as the paper config does): 20 runs reached 0.884-0.905, while

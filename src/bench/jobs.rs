@@ -338,9 +338,11 @@ pub fn modes(
         .iter()
         .map(|m| {
             let ranks = match m.as_str() {
-                "allreduce" => workers,
+                "allreduce" | "localsgd" => workers,
                 "bsp" | "asp" | "ssp" => workers + 1,
-                other => bail!("--modes: must be among bsp, asp, ssp, allreduce, got {other}"),
+                other => {
+                    bail!("--modes: must be among bsp, asp, ssp, allreduce, localsgd, got {other}")
+                }
             };
             Ok(Variant::new(m, ranks, &[&format!("sync.mode={m}")]))
         })
@@ -508,6 +510,23 @@ fn paper_once(
                 "optim.momentum=0.5",
                 "optim.lr=0.15",
             ],
+        ),
+        // DC-ASGD: tuned asp plus delay compensation.
+        Variant::new(
+            "asp-dc",
+            17,
+            &[
+                "sync.mode=asp",
+                "optim.momentum=0",
+                "optim.lr=0.5",
+                "optim.delay_compensation=2",
+            ],
+        ),
+        // Local SGD: the config's momentum and lr, an average every LOCAL_STEPS steps.
+        Variant::new(
+            "localsgd",
+            16,
+            &["sync.mode=localsgd", "sync.local_steps=8"],
         ),
         Variant::new("gssp", 20, &[gssp[0], gssp[1], "compression.kind=dense"]),
         Variant::new(

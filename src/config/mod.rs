@@ -189,6 +189,9 @@ pub struct OptimConfig {
     /// Learning rate of stale pushes where a server applies them one by one (asp, ssp, the
     /// group servers of gssp).
     pub staleness_lr: StalenessLr,
+    /// DC-ASGD's lambda: where a server applies pushes one by one, a push's gradient g is
+    /// corrected by `lambda * g * g * (w_now - w_then)` (0 = off).
+    pub delay_compensation: f64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -201,6 +204,8 @@ pub enum SyncMode {
     Ssp,
     Gssp,
     Allreduce,
+    /// Local SGD: `sync.local_steps` steps on each rank's replica, then an average.
+    Localsgd,
 }
 
 /// The SSP staleness bound: a number, or `"auto"` (gssp with profile grouping): each group's
@@ -293,6 +298,8 @@ pub struct SyncConfig {
     pub static_groups: Vec<Vec<usize>>,
     /// gssp: a group server exchanges with its peers every this many applied pushes.
     pub inter_group_every: usize,
+    /// localsgd: local steps between two averages (H).
+    pub local_steps: usize,
     /// gssp with top-k: each peer's mailbox holds this many messages of the target ratio's
     /// size; a sender whose message does not fit keeps it unsent until the peer drains.
     pub mailbox_messages: usize,
@@ -429,6 +436,7 @@ impl Default for OptimConfig {
             lr_decay_epochs: Vec::new(),
             warmup_epochs: 0.0,
             staleness_lr: StalenessLr::None,
+            delay_compensation: 0.0,
         }
     }
 }
@@ -443,6 +451,7 @@ impl Default for SyncConfig {
             profile_iters: 15,
             static_groups: Vec::new(),
             inter_group_every: 8,
+            local_steps: 8,
             mailbox_messages: 8,
             sparse_transport: SparseTransport::Mailbox,
             drain_on_arrival: false,
@@ -581,7 +590,7 @@ impl Config {
     /// Number of server ranks the sync mode uses (ranks `0..num_servers()`).
     pub fn num_servers(&self) -> usize {
         match self.sync.mode {
-            SyncMode::Single | SyncMode::Allreduce => 0,
+            SyncMode::Single | SyncMode::Allreduce | SyncMode::Localsgd => 0,
             SyncMode::Bsp | SyncMode::Asp | SyncMode::Ssp => 1,
             SyncMode::Gssp => self.sync.groups,
         }
@@ -668,8 +677,24 @@ mod tests {
         use DatasetKind as D;
         use SyncMode as M;
         assert_eq!(
-            check(&[M::Single, M::Bsp, M::Asp, M::Ssp, M::Gssp, M::Allreduce]),
-            ["single", "bsp", "asp", "ssp", "gssp", "allreduce"]
+            check(&[
+                M::Single,
+                M::Bsp,
+                M::Asp,
+                M::Ssp,
+                M::Gssp,
+                M::Allreduce,
+                M::Localsgd
+            ]),
+            [
+                "single",
+                "bsp",
+                "asp",
+                "ssp",
+                "gssp",
+                "allreduce",
+                "localsgd"
+            ]
         );
         assert_eq!(
             check(&[D::Mnist, D::FashionMnist, D::Cifar10, D::Synthetic]),

@@ -53,6 +53,12 @@ impl Config {
             s.profile_iters,
         )?;
         ensure(
+            s.local_steps >= 1,
+            "sync.local_steps",
+            ">= 1",
+            s.local_steps,
+        )?;
+        ensure(
             s.inter_group_every >= 1,
             "sync.inter_group_every",
             ">= 1",
@@ -118,7 +124,8 @@ impl Config {
             }
             previous = Some(e);
         }
-        at_least("optim.warmup_epochs", o.warmup_epochs, 0.0)
+        at_least("optim.warmup_epochs", o.warmup_epochs, 0.0)?;
+        at_least("optim.delay_compensation", o.delay_compensation, 0.0)
     }
 
     fn validate_compression(&self) -> Result<(), ConfigError> {
@@ -193,7 +200,7 @@ impl Config {
                 world_size == 1,
                 "sync.mode",
                 &format!(
-                    "a distributed mode (bsp, asp, ssp, gssp or allreduce) to run on {world_size} ranks"
+                    "a distributed mode (bsp, asp, ssp, gssp, allreduce or localsgd) to run on {world_size} ranks"
                 ),
                 name,
             )?,
@@ -201,11 +208,11 @@ impl Config {
                 world_size >= 2,
                 "sync.mode",
                 &format!(
-                    "single or allreduce on 1 rank ({name} needs server rank 0 plus at least one worker rank)"
+                    "single, allreduce or localsgd on 1 rank ({name} needs server rank 0 plus at least one worker rank)"
                 ),
                 name,
             )?,
-            SyncMode::Allreduce => {}
+            SyncMode::Allreduce | SyncMode::Localsgd => {}
         }
         if mode == SyncMode::Gssp {
             self.validate_groups(world_size)?;
@@ -444,11 +451,13 @@ mod tests {
             (&["optim.lr_decay_epochs=[-1]"], "optim.lr_decay_epochs[0]: must be >= 0, got -1"),
             (&["optim.lr_decay_epochs=[5, 3]"], "optim.lr_decay_epochs[1]: must be > the previous entry 5 (strictly ascending), got 3"),
             (&["optim.warmup_epochs=-1"], "optim.warmup_epochs: must be >= 0, got -1"),
+            (&["optim.delay_compensation=-0.5"], "optim.delay_compensation: must be >= 0, got -0.5"),
             (&["sync.groups=0"], "sync.groups: must be >= 1, got 0"),
             (&["sync.mode=ssp", "sync.staleness=auto"], "sync.staleness: must be an integer >= 0 unless sync.mode = \"gssp\" with sync.grouping = \"profile\" (\"auto\" reads the profile), got \"auto\""),
             (&["sync.mode=gssp", "sync.grouping=static", "sync.staleness=auto"], "sync.staleness: must be an integer >= 0 unless sync.mode = \"gssp\" with sync.grouping = \"profile\" (\"auto\" reads the profile), got \"auto\""),
             (&["sync.profile_iters=0"], "sync.profile_iters: must be >= 1, got 0"),
             (&["sync.inter_group_every=0"], "sync.inter_group_every: must be >= 1, got 0"),
+            (&["sync.local_steps=0"], "sync.local_steps: must be >= 1, got 0"),
             (&["sync.mailbox_messages=0"], "sync.mailbox_messages: must be >= 1, got 0"),
             (&["compression.ratio=0"], "compression.ratio: must be in (0, 1], got 0"),
             (&["compression.ratio=1.01"], "compression.ratio: must be in (0, 1], got 1.01"),
@@ -505,9 +514,9 @@ mod tests {
     #[test]
     fn world_rules_have_their_messages() {
         let cases: &[(&[&str], usize, &str)] = &[
-            (&[], 4, "sync.mode: must be a distributed mode (bsp, asp, ssp, gssp or allreduce) to run on 4 ranks, got single"),
-            (&["sync.mode=bsp"], 1, "sync.mode: must be single or allreduce on 1 rank (bsp needs server rank 0 plus at least one worker rank), got bsp"),
-            (&["sync.mode=ssp"], 1, "sync.mode: must be single or allreduce on 1 rank (ssp needs server rank 0 plus at least one worker rank), got ssp"),
+            (&[], 4, "sync.mode: must be a distributed mode (bsp, asp, ssp, gssp, allreduce or localsgd) to run on 4 ranks, got single"),
+            (&["sync.mode=bsp"], 1, "sync.mode: must be single, allreduce or localsgd on 1 rank (bsp needs server rank 0 plus at least one worker rank), got bsp"),
+            (&["sync.mode=ssp"], 1, "sync.mode: must be single, allreduce or localsgd on 1 rank (ssp needs server rank 0 plus at least one worker rank), got ssp"),
             (&["sync.mode=gssp", "sync.groups=3"], 5, "sync.groups: must be <= 2 on 5 ranks (each group server needs at least one worker), got 3"),
             (&["sync.mode=gssp", "sync.groups=2", "sync.grouping=static", "sync.static_groups=[[2,3]]"], 5, "sync.static_groups: must be exactly sync.groups = 2 lists of worker ranks, got 1 lists"),
             (&["sync.mode=gssp", "sync.groups=2", "sync.grouping=static", "sync.static_groups=[[2,3,4],[]]"], 5, "sync.static_groups[1]: must be a non-empty list of worker ranks, got []"),

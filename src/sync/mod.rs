@@ -1,11 +1,13 @@
 //! Synchronisation modes: the parameter-server update rule ([`ps`]) and its SSP clocks
 //! ([`staleness`]), the inter-group mailboxes' format ([`mailbox`]) and the ranks' roles
-//! ([`layout`]) are pure logic; [`server`], [`worker`], [`allreduce`] and [`gssp`] are the
+//! ([`layout`]) are pure logic; [`server`], [`worker`], [`allreduce`], [`localsgd`] and
+//! [`gssp`] are the
 //! loops over the comm layer; [`run`] assigns roles and writes the results.
 
 pub mod allreduce;
 pub mod gssp;
 pub mod layout;
+pub mod localsgd;
 pub mod mailbox;
 pub mod ps;
 pub mod run;

@@ -11,6 +11,11 @@
 //! A push's staleness is the number of optimizer steps applied between the weights its
 //! worker received and its arrival. With [`StalenessLr::Inverse`] an immediate push of
 //! staleness t is applied at `lr / max(1, t)`, so that old gradients move the model less.
+//! With delay compensation lambda > 0 (DC-ASGD, Zheng et al., ICML 2017) an immediate push's
+//! gradient g, computed at the weights w_then its worker received, is corrected to the
+//! weights w_now it is applied to by a first-order term with the diagonal of g g^T standing
+//! in for the Hessian: `g + lambda * g * g * (w_now - w_then)`, elementwise. The server keeps
+//! each worker's w_then (one model copy per worker).
 
 use crate::config::StalenessLr;
 use crate::optim::Sgd;
@@ -35,6 +40,8 @@ pub struct UpdateRule {
     pub momentum: f64,
     pub weight_decay: f64,
     pub staleness_lr: StalenessLr,
+    /// DC-ASGD's lambda (0: no compensation); immediate pushes only.
+    pub delay_compensation: f64,
 }
 
 /// What applying one push did.
@@ -63,6 +70,11 @@ pub struct ParamServer {
     sent_version: Vec<u64>,
     /// Staleness of each worker's latest push, returned to it with its next weights.
     last_staleness: Vec<u64>,
+    /// DC-ASGD's lambda, and the weights each worker was last sent (empty without it).
+    compensation: f32,
+    sent_weights: Vec<Vec<f32>>,
+    /// The compensated gradient of the push being applied.
+    corrected: Vec<f32>,
 }
 
 impl ParamServer {
@@ -71,6 +83,11 @@ impl ParamServer {
         let n = weights.len();
         let round_sum = if rule.apply == Apply::Round {
             vec![0.0; n]
+        } else {
+            Vec::new()
+        };
+        let weights_copy = if compensates(&rule) {
+            weights.clone()
         } else {
             Vec::new()
         };
@@ -87,6 +104,17 @@ impl ParamServer {
             version: 0,
             sent_version: vec![0; rule.workers],
             last_staleness: vec![0; rule.workers],
+            compensation: rule.delay_compensation as f32,
+            sent_weights: if compensates(&rule) {
+                vec![weights_copy.clone(); rule.workers]
+            } else {
+                Vec::new()
+            },
+            corrected: if compensates(&rule) {
+                vec![0.0; n]
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -116,6 +144,18 @@ impl ParamServer {
         match self.apply {
             Apply::Immediate => {
                 applied.lr = push_lr(self.staleness_lr, lr, staleness);
+                let grad = if self.sent_weights.is_empty() {
+                    grad
+                } else {
+                    delay_compensate(
+                        &mut self.corrected,
+                        grad,
+                        &self.weights,
+                        &self.sent_weights[w],
+                        self.compensation,
+                    );
+                    &self.corrected
+                };
                 self.sgd
                     .step(&mut self.weights, grad, applied.lr, self.scale, self.scale);
                 self.version += 1;
@@ -150,6 +190,9 @@ impl ParamServer {
         self.clock.release_ready(out);
         for &w in &out[from..] {
             self.sent_version[w] = self.version;
+            if let Some(sent) = self.sent_weights.get_mut(w) {
+                sent.copy_from_slice(&self.weights);
+            }
         }
     }
 
@@ -159,6 +202,18 @@ impl ParamServer {
             self.clock.retire(w);
             self.active = self.active.saturating_sub(1);
         }
+    }
+}
+
+/// Whether `rule` keeps per-worker weights for DC-ASGD.
+fn compensates(rule: &UpdateRule) -> bool {
+    rule.apply == Apply::Immediate && rule.delay_compensation > 0.0
+}
+
+/// DC-ASGD's corrected gradient: `out = g + lambda * g * g * (now - then)`, elementwise.
+pub fn delay_compensate(out: &mut [f32], g: &[f32], now: &[f32], then: &[f32], lambda: f32) {
+    for (((o, &g), &a), &b) in out.iter_mut().zip(g).zip(now).zip(then) {
+        *o = g + lambda * g * g * (a - b);
     }
 }
 
@@ -183,7 +238,48 @@ mod tests {
             momentum: 0.0,
             weight_decay: 0.0,
             staleness_lr: StalenessLr::None,
+            delay_compensation: 0.0,
         }
+    }
+
+    #[test]
+    fn delay_compensation_corrects_a_stale_gradient_to_the_current_weights() {
+        // Hand-computed: two workers, lr 1, lambda 0.5, weights start at [1, 2].
+        let mut r = rule(2, 2, None, Apply::Immediate);
+        r.delay_compensation = 0.5;
+        let mut ps = ParamServer::new(vec![1.0, 2.0], r);
+        let mut out = Vec::new();
+        ps.release(&mut out); // both hold [1, 2]
+                              // Worker 0, fresh (w_now = w_then): no correction; w = [1, 2] - [2, 4] / 2 = [0, 0].
+        ps.on_push(0, &[2.0, 4.0], 1.0);
+        assert_eq!(ps.weights(), &[0.0, 0.0]);
+        // Worker 1 computed g = [2, -1] at [1, 2]; now w = [0, 0], w_now - w_then = [-1, -2].
+        // Corrected: [2 + 0.5 * 4 * -1, -1 + 0.5 * 1 * -2] = [0, -2]; w = [0, 0] - [0, -2] / 2.
+        ps.on_push(1, &[2.0, -1.0], 1.0);
+        assert_eq!(ps.weights(), &[0.0, 1.0]);
+        // Both released now, at [0, 1]: a push from either right away is uncorrected.
+        ps.release(&mut out);
+        assert_eq!(out, vec![0, 1]);
+        ps.on_push(1, &[2.0, 2.0], 1.0);
+        assert_eq!(ps.weights(), &[-1.0, 0.0]);
+        // Worker 0 computed at [0, 1]; w_now - w_then = [-1, -1]:
+        // corrected [4 + 0.5 * 16 * -1, 2 + 0.5 * 4 * -1] = [-4, 0]; w = [-1, 0] - [-4, 0] / 2.
+        ps.on_push(0, &[4.0, 2.0], 1.0);
+        assert_eq!(ps.weights(), &[1.0, 0.0]);
+    }
+
+    #[test]
+    fn delay_compensation_formula() {
+        let mut out = [0.0f32; 3];
+        delay_compensate(
+            &mut out,
+            &[1.0, -2.0, 0.0],
+            &[3.0, 1.0, 5.0],
+            &[1.0, 2.0, -5.0],
+            0.25,
+        );
+        // [1 + 0.25 * 1 * 2, -2 + 0.25 * 4 * -1, 0 + 0] = [1.5, -3, 0]
+        assert_eq!(out, [1.5, -3.0, 0.0]);
     }
 
     #[test]

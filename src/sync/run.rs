@@ -12,12 +12,12 @@ use crate::data::Dataset;
 use crate::grouping;
 use crate::hetero::{Pacer, CALIBRATION_ITERATIONS};
 use crate::metrics::{EvalRow, RunDir, RunTotals, ServerRow, Snapshots, Summary};
-use crate::sync::allreduce;
 use crate::sync::gssp::{self, Replicas};
 use crate::sync::layout::Layout;
 use crate::sync::ps::{Apply, ParamServer, UpdateRule};
 use crate::sync::server::{self, NoExchange, ServeContext};
 use crate::sync::worker::{self, WorkerContext, WorkerStats};
+use crate::sync::{allreduce, localsgd};
 use crate::train::{ComputeStep, Evaluator};
 
 /// Runs `cfg` on all ranks of `comm`. Every rank returns; rank 0 returns the summary.
@@ -38,6 +38,8 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
     let step = ComputeStep::new(cfg, &train, workers, shard).map_err(|e| format!("{e:#}"));
     let mut step = comm.fatal_on_all(step)?;
 
+    let nan_fault = std::env::var(worker::NAN_FAULT_VAR).ok();
+    let nan_at = comm.fatal_on_all(worker::nan_fault_for(nan_fault.as_deref(), rank))?;
     let mut layout = Layout::from_config(cfg, comm.size());
     let factor = layout.slowdown[rank];
     let worker_index = layout.worker_ranks().iter().position(|&r| r == rank);
@@ -94,7 +96,7 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
         run.write_json("layout.json", &layout)?;
     }
     // One communicator per group: its server first (rank 0 there), then its workers.
-    let group_comm = if cfg.sync.mode == SyncMode::Allreduce {
+    let group_comm = if matches!(cfg.sync.mode, SyncMode::Allreduce | SyncMode::Localsgd) {
         None
     } else {
         comm.split(
@@ -136,6 +138,21 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
             log.flush()?;
             role.final_weights = Some(step.net.params().to_vec());
         }
+        (SyncMode::Localsgd, _) => {
+            let mut log = run.worker_log(rank, cfg.run.log_every)?;
+            let w = WorkerContext {
+                step: &mut step,
+                train: &train,
+                pacer: &mut pacer,
+                log: &mut log,
+                start: ctx.start,
+            };
+            let outcome = localsgd::work(comm, cfg, w, &mut snapshots)?;
+            log.flush()?;
+            role.worker = Some(outcome.stats);
+            role.replica_error = Some(outcome.replica_error);
+            role.final_weights = Some(step.net.params().to_vec());
+        }
         (_, true) => {
             let gc = group_comm
                 .as_ref()
@@ -155,7 +172,7 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
                 log: &mut log,
                 start: ctx.start,
             };
-            role.worker = Some(worker::work(&mut link, w)?);
+            role.worker = Some(worker::work(&mut link, w, nan_at)?);
             log.flush()?;
         }
     }
@@ -306,6 +323,7 @@ fn serve_group(
             momentum: cfg.optim.momentum,
             weight_decay: cfg.optim.weight_decay,
             staleness_lr: cfg.optim.staleness_lr,
+            delay_compensation: cfg.optim.delay_compensation,
         },
     );
     let rank = layout.servers[group];
@@ -315,6 +333,7 @@ fn serve_group(
         train_len: ctx.train.len(),
         start: ctx.start,
         show_progress: rank == 0,
+        worker_ranks: &layout.groups[group],
     };
     let mut outcome = RoleOutcome::default();
     // gssp with one group has no peers to exchange with: it is ssp with a group server.
@@ -388,7 +407,7 @@ fn finish(
         .map(|r| r.wait_fraction)
         .collect();
     let total_iters: f64 = ranks.iter().map(|r| r.iterations).sum();
-    let epoch = if cfg.sync.mode == SyncMode::Allreduce {
+    let epoch = if matches!(cfg.sync.mode, SyncMode::Allreduce | SyncMode::Localsgd) {
         total_iters * cfg.optim.batch_size as f64 / ctx.train.len() as f64
     } else {
         ranks.iter().map(|r| r.epoch).fold(0.0, f64::max)
@@ -445,7 +464,8 @@ fn finish(
         worker_wait_fractions: Some(worker_waits),
         bytes_sent: Some(ranks.iter().map(|r| r.bytes_sent).sum::<f64>() as u64),
         bytes_inter_group: Some(ranks.iter().map(|r| r.bytes_inter_group).sum::<f64>() as u64),
-        replica_max_error: (cfg.sync.mode == SyncMode::Gssp).then_some(replica_error),
+        replica_max_error: matches!(cfg.sync.mode, SyncMode::Gssp | SyncMode::Localsgd)
+            .then_some(replica_error),
         exchanges_deferred: (cfg.sync.mode == SyncMode::Gssp).then_some(deferred),
         arrival_drains: (cfg.sync.mode == SyncMode::Gssp).then_some(arrival_drains),
         server_busy_fractions: has_servers.then(|| per_server(|r| r.busy_fraction)),

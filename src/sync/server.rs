@@ -78,6 +78,8 @@ pub struct ServeContext<'a> {
     pub start: Instant,
     /// Whether this server shows the run's progress (world rank 0).
     pub show_progress: bool,
+    /// World rank of each of this server's workers, for error messages.
+    pub worker_ranks: &'a [usize],
 }
 
 /// Serves until the run's epochs or time budget are used up and every worker has been
@@ -106,10 +108,24 @@ pub fn serve(
         let (receive_s, receive_cpu_s) = (push.receive_s, push.receive_cpu_s);
         let recv_wait_s = (t_wait.elapsed().as_secs_f64() - receive_s).max(0.0);
         let (w, loss) = (push.worker, push.loss);
+        let rank = ctx.worker_ranks.get(w).copied().unwrap_or(w);
         if !loss.is_finite() {
             anyhow::bail!(
-                "worker {w} pushed a non-finite loss ({loss}) at push {}; lower optim.lr (now {})",
+                "worker {w} (rank {rank}) pushed a non-finite loss ({loss}) at push {}; lower optim.lr (now {})",
                 stats.pushes,
+                cfg.optim.lr
+            );
+        }
+        // A NaN or infinity anywhere makes the sum non-finite: one cheap pass, and the
+        // search for the entry only when it fails. Applied, it would poison every replica.
+        if !push.payload.iter().sum::<f32>().is_finite() {
+            let what = match push.payload.iter().position(|v| !v.is_finite()) {
+                Some(i) => format!("entry {i} is {}", push.payload[i]),
+                None => "its entries overflow when summed".to_string(),
+            };
+            anyhow::bail!(
+                "worker {w} (rank {rank}) pushed a non-finite gradient ({what}) at its iteration {}; lower optim.lr (now {})",
+                push.clock,
                 cfg.optim.lr
             );
         }

@@ -43,8 +43,35 @@ impl WorkerStats {
     }
 }
 
-/// Runs the worker until its server says stop.
-pub fn work(link: &mut WorkerLink, w: WorkerContext<'_>) -> Result<WorkerStats> {
+/// Fault injection for tests: `GSSP_FAULT_NAN_GRADIENT=RANK:ITERATION` makes the
+/// parameter-server worker of world rank RANK push a gradient holding a NaN at its
+/// iteration ITERATION (from 1), to check that its server stops the job naming both.
+pub const NAN_FAULT_VAR: &str = "GSSP_FAULT_NAN_GRADIENT";
+
+/// The iteration at which world rank `rank` injects a NaN, from the value of
+/// [`NAN_FAULT_VAR`] (`None` when unset or meant for another rank).
+pub fn nan_fault_for(value: Option<&str>, rank: usize) -> Result<Option<u64>, String> {
+    let Some(value) = value else { return Ok(None) };
+    let parsed = value.split_once(':').and_then(|(r, i)| {
+        Some((
+            r.trim().parse::<usize>().ok()?,
+            i.trim().parse::<u64>().ok()?,
+        ))
+    });
+    match parsed {
+        Some((r, i)) if i >= 1 => Ok((r == rank).then_some(i)),
+        _ => Err(format!(
+            "{NAN_FAULT_VAR}: must be RANK:ITERATION (iteration >= 1), got {value:?}"
+        )),
+    }
+}
+
+/// Runs the worker until its server says stop; `nan_at`: see [`NAN_FAULT_VAR`].
+pub fn work(
+    link: &mut WorkerLink,
+    w: WorkerContext<'_>,
+    nan_at: Option<u64>,
+) -> Result<WorkerStats> {
     let WorkerContext {
         step,
         train,
@@ -63,6 +90,13 @@ pub fn work(link: &mut WorkerLink, w: WorkerContext<'_>) -> Result<WorkerStats> 
         let t1 = Instant::now();
         let before = link.stats();
         clock += 1;
+        if nan_at == Some(clock) {
+            let mut grads = vec![0.0f32; step.net.num_params()];
+            step.net.grads_to_host(&mut grads);
+            let middle = grads.len() / 2;
+            grads[middle] = f32::NAN;
+            step.net.grads_from_host(&grads);
+        }
         link.push(clock, loss, step.net.grads())?;
         let comm_s = t1.elapsed().as_secs_f64();
 
@@ -95,4 +129,24 @@ pub fn work(link: &mut WorkerLink, w: WorkerContext<'_>) -> Result<WorkerStats> 
     stats.bytes_recv = s.bytes_received;
     stats.wall_s = start.elapsed().as_secs_f64();
     Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nan_fault_names_one_rank_and_iteration() {
+        assert_eq!(nan_fault_for(None, 3), Ok(None));
+        assert_eq!(nan_fault_for(Some("3:7"), 3), Ok(Some(7)));
+        assert_eq!(nan_fault_for(Some(" 3 : 7 "), 3), Ok(Some(7)));
+        assert_eq!(nan_fault_for(Some("3:7"), 2), Ok(None));
+        for bad in ["", "3", "3:", "x:1", "3:0", "-1:2", "3:7:1"] {
+            let err = nan_fault_for(Some(bad), 3).unwrap_err();
+            assert!(
+                err.starts_with("GSSP_FAULT_NAN_GRADIENT: must be RANK:ITERATION"),
+                "{bad}: {err}"
+            );
+        }
+    }
 }

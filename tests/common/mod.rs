@@ -110,6 +110,16 @@ fn reader(mut pipe: Box<dyn Read + Send>) -> JoinHandle<String> {
 /// `marker` must appear in the rank processes' command lines (e.g. the `--out` path): it is
 /// how stray ranks are found and killed if the job overruns.
 pub fn spawn_mpirun(ranks: usize, args: &[String], marker: &str) -> Running {
+    spawn_mpirun_env(ranks, args, marker, &[])
+}
+
+/// [`spawn_mpirun`] with extra environment variables for mpirun and the ranks (MCA settings).
+pub fn spawn_mpirun_env(
+    ranks: usize,
+    args: &[String],
+    marker: &str,
+    env: &[(&str, &str)],
+) -> Running {
     let child = Command::new("mpirun")
         .args(["-n", &ranks.to_string(), "--bind-to", "none"])
         .arg(env!("CARGO_BIN_EXE_gssp"))
@@ -119,6 +129,7 @@ pub fn spawn_mpirun(ranks: usize, args: &[String], marker: &str) -> Running {
         .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
         .env("OPENBLAS_NUM_THREADS", "1")
         .env("RUST_LOG", "warn")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -1,0 +1,141 @@
+//! `localsgd`: local SGD with periodic averaging (Lin et al., "Don't Use Large Mini-Batches,
+//! Use Local SGD", ICLR 2020; PyTorch ships it as post-local SGD). No server: every rank
+//! takes `sync.local_steps` SGD steps on its own replica, then one `MPI_Allreduce` averages
+//! the replicas' parameters. A straggler holds the others back once per H steps instead of
+//! every step, and the model crosses the network H times less often than in `allreduce`.
+//!
+//! Each rank keeps its own momentum (not averaged, as in PyTorch's post-local SGD). The stop
+//! decision and rank 0's progress through the run ride in the averaging call, so the run
+//! ends just after an average, with every replica equal: a wall-clock budget may be
+//! overrun by up to H - 1 local steps. Batch-norm statistics stay local and are recomputed
+//! before evaluation, as in every distributed mode.
+
+use std::time::Instant;
+
+use anyhow::Result;
+
+use crate::comm::{Collectives, Comm};
+use crate::config::Config;
+use crate::metrics::{Snapshots, WorkerRow};
+use crate::optim::{self, NetworkSgd};
+use crate::sync::worker::{WorkerContext, WorkerStats};
+use crate::train::{run_progress, should_stop};
+
+/// What a local-SGD rank ends with.
+pub struct LocalSgdOutcome {
+    pub stats: WorkerStats,
+    /// Largest |replica - rank 0's replica| over every parameter and rank after the final
+    /// average (0 when the averaging left every replica equal).
+    pub replica_error: f64,
+}
+
+/// Trains until the run's epochs or time budget are used up; rank 0 takes the snapshots,
+/// right after each average.
+pub fn work(
+    comm: &Comm,
+    cfg: &Config,
+    w: WorkerContext<'_>,
+    snapshots: &mut Snapshots,
+) -> Result<LocalSgdOutcome> {
+    let WorkerContext {
+        step,
+        train,
+        pacer,
+        log,
+        start,
+    } = w;
+    let n = step.net.num_params();
+    let workers = comm.size();
+    let local_steps = cfg.sync.local_steps.max(1) as u64;
+    let mut sgd = NetworkSgd::new(&step.net, cfg.optim.momentum, cfg.optim.weight_decay);
+    let mut buf = vec![0.0f32; n + 2];
+    let bytes = (buf.len() * std::mem::size_of::<f32>()) as u64;
+    let samples_per_step = (cfg.optim.batch_size * workers) as f64 / train.len() as f64;
+    let mut stats = WorkerStats::default();
+    let mut iteration = 0u64;
+    // Rank 0's share of the run done, as of the last average: every rank steps at the
+    // same learning rate between averages.
+    let mut progress = 0.0f64;
+    let mut shown = crate::progress::Progress::new(cfg, train.len(), comm.rank() == 0);
+    loop {
+        let epoch = iteration as f64 * samples_per_step;
+        let (loss, compute_s) = step.compute_paced(train, pacer);
+        let lr = optim::lr_at(&cfg.optim, epoch, progress);
+        sgd.step(&mut step.net, lr, 1.0);
+        iteration += 1;
+        let epoch = iteration as f64 * samples_per_step;
+        let time_s = start.elapsed().as_secs_f64();
+
+        let (mut wait_s, mut sent, mut stop) = (0.0, 0, false);
+        if iteration.is_multiple_of(local_steps) {
+            // Waiting for the slowest rank and the transfer are one call, counted as waiting.
+            let t1 = Instant::now();
+            step.net.params_to_host(&mut buf[..n]);
+            buf[n] = f32::from(u8::from(should_stop(cfg, epoch, time_s)));
+            buf[n + 1] = if comm.rank() == 0 {
+                run_progress(cfg, epoch, time_s) as f32
+            } else {
+                0.0
+            };
+            comm.allreduce_sum_f32_in_place(&mut buf)?;
+            let scale = 1.0 / workers as f32;
+            for x in &mut buf[..n] {
+                *x *= scale;
+            }
+            step.net.params_from_host(&buf[..n]);
+            wait_s = t1.elapsed().as_secs_f64();
+            sent = bytes;
+            stop = buf[n] > 0.0;
+            progress = f64::from(buf[n + 1]);
+            if comm.rank() == 0 {
+                snapshots.maybe_take(time_s, epoch, iteration, step.net.params());
+            }
+        }
+        shown.tick(epoch, time_s, loss);
+        stats.iterations = iteration;
+        stats.compute_s += compute_s;
+        stats.wait_s += wait_s;
+        stats.bytes_sent += sent;
+        stats.bytes_recv += sent;
+        log.record(&WorkerRow {
+            time_s: start.elapsed().as_secs_f64(),
+            epoch: step.epoch(),
+            iteration,
+            compute_s,
+            wait_s,
+            comm_s: 0.0,
+            bytes_sent: sent,
+            bytes_recv: sent,
+            staleness: 0,
+            loss,
+            lr: Some(lr),
+        })?;
+        if stop {
+            shown.finish();
+            break;
+        }
+    }
+    stats.wall_s = start.elapsed().as_secs_f64();
+    let replica_error = replica_error(comm, step.net.params())?;
+    Ok(LocalSgdOutcome {
+        stats,
+        replica_error,
+    })
+}
+
+/// Largest |replica - rank 0's replica| over the parameters of every rank, at the end only:
+/// after an average every replica should hold the very same bits.
+fn replica_error(comm: &Comm, params: &[f32]) -> Result<f64> {
+    let mut bytes: Vec<u8> = if comm.rank() == 0 {
+        params.iter().flat_map(|x| x.to_le_bytes()).collect()
+    } else {
+        Vec::new()
+    };
+    comm.broadcast_bytes(0, &mut bytes)?;
+    let local = params
+        .iter()
+        .zip(bytes.chunks_exact(4))
+        .map(|(&p, b)| f64::from((p - f32::from_le_bytes([b[0], b[1], b[2], b[3]])).abs()))
+        .fold(0.0, f64::max);
+    Ok(comm.allreduce_max_f64(local)?)
+}
