@@ -236,3 +236,60 @@ pub fn lstm_backward(
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One unit, one input, two steps, written out with PyTorch's equations and gate
+    /// order (rows i, f, g, o of the weights): a different order gives other numbers.
+    #[test]
+    fn forward_follows_pytorchs_equations_and_gate_order() {
+        let w_ih = [0.5f32, -0.3, 0.8, 0.2];
+        let w_hh = [0.1f32, 0.4, -0.6, 0.7];
+        let b_ih = [0.05f32, 0.1, -0.05, 0.0];
+        let b_hh = [0.0f32, 0.2, 0.1, -0.1];
+        let p = LstmParams {
+            weight_ih: &w_ih,
+            weight_hh: &w_hh,
+            bias_ih: &b_ih,
+            bias_hh: &b_hh,
+        };
+        let dims = LstmDims {
+            steps: 2,
+            batch: 1,
+            input: 1,
+            hidden: 1,
+        };
+        let x = [1.5f32, -0.7];
+        let (h0, c0) = ([0.3f32], [-0.2f32]);
+        let (mut out, mut cells, mut gates) = ([0.0; 2], [0.0; 2], [0.0; 8]);
+        let (mut h_n, mut c_n) = ([0.0], [0.0]);
+        lstm_forward(
+            &mut out,
+            &mut cells,
+            &mut gates,
+            &mut h_n,
+            &mut c_n,
+            &x,
+            &h0,
+            &c0,
+            &p,
+            &dims,
+            0..2,
+        );
+        let s = |v: f64| 1.0 / (1.0 + (-v).exp());
+        let (mut h, mut c) = (h0[0] as f64, c0[0] as f64);
+        for (t, &xt) in x.iter().enumerate() {
+            let pre = |k: usize| {
+                w_ih[k] as f64 * xt as f64 + b_ih[k] as f64 + w_hh[k] as f64 * h + b_hh[k] as f64
+            };
+            let (i, f, g, o) = (s(pre(0)), s(pre(1)), pre(2).tanh(), s(pre(3)));
+            c = f * c + i * g;
+            h = o * c.tanh();
+            assert!((out[t] as f64 - h).abs() < 1e-6, "h_{t}");
+            assert!((cells[t] as f64 - c).abs() < 1e-6, "c_{t}");
+        }
+        assert_eq!((h_n[0], c_n[0]), (out[1], cells[1]));
+    }
+}
