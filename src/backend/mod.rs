@@ -169,6 +169,66 @@ pub struct SgdStep {
     pub scale: f32,
 }
 
+/// An embedding table `[vocab x dim]`: row `id` is token `id`'s vector (PyTorch's
+/// `nn.Embedding.weight`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EmbeddingDims {
+    pub vocab: usize,
+    pub dim: usize,
+}
+
+/// One LSTM layer over a time-major sequence `[steps x batch x input]` to hidden states
+/// `[steps x batch x hidden]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LstmDims {
+    /// T, the sequence length the buffers are laid out for.
+    pub steps: usize,
+    pub batch: usize,
+    pub input: usize,
+    pub hidden: usize,
+}
+
+/// Where one LSTM layer's four tensors sit in the flat parameter (or gradient) buffer,
+/// PyTorch's `nn.LSTM` layout: `weight_ih` `[4H x I]`, `weight_hh` `[4H x H]`, `bias_ih`
+/// `[4H]`, `bias_hh` `[4H]`, the 4H rows being the gates in the order i, f, g, o.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LstmSpan {
+    pub weight_ih: Range<usize>,
+    pub weight_hh: Range<usize>,
+    pub bias_ih: Range<usize>,
+    pub bias_hh: Range<usize>,
+}
+
+/// Loss of a masked softmax cross-entropy (see [`Backend::softmax_xent_masked`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct XentStats {
+    /// Mean cross-entropy over the rows whose label is not the pad id (0 when none is).
+    pub loss: f32,
+    /// Counted rows whose arg-max is the label.
+    pub correct: usize,
+    /// Rows whose label is not the pad id: the loss's denominator.
+    pub tokens: usize,
+}
+
+/// One Adam step's hyper-parameters (PyTorch's `torch.optim.Adam`, see
+/// [`crate::optim::adam`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamStep {
+    pub lr: f32,
+    /// 1 - beta1 and 1 - beta2, computed in f64: in f32, 1 - 0.999f32 is off by 1.3e-5
+    /// relative, which a long run's second moments would carry.
+    pub one_minus_beta1: f32,
+    pub one_minus_beta2: f32,
+    pub eps: f32,
+    /// L2 weight decay added to the gradient, already multiplied by the step's share.
+    pub weight_decay: f32,
+    /// Factor on the gradient.
+    pub scale: f32,
+    /// 1 - beta1^t and 1 - beta2^t for this step t (1-based), the bias corrections.
+    pub bias_correction1: f32,
+    pub bias_correction2: f32,
+}
+
 /// The operations a compute device provides. `Buf` is a buffer of `f32` the backend
 /// owns (host memory for the CPU, device memory for an accelerator); the only ways in and
 /// out of it are [`Backend::upload`] and [`Backend::download`], used where gradients
@@ -191,6 +251,80 @@ pub trait Backend: Sized + 'static {
     fn add(&self, out: &mut Self::Buf, a: &Self::Buf, b: &Self::Buf, len: usize);
     /// Sum of squares of `buf[..len]`, in f64 (norms, divergence checks).
     fn sum_squares(&self, buf: &Self::Buf, len: usize) -> f64;
+
+    /// `buf[..len] *= factor` (gradient clipping).
+    fn scale(&self, buf: &mut Self::Buf, len: usize, factor: f32);
+
+    /// Embedding lookup: out rows `first_row..first_row + ids.len()` of `[rows x dim]` =
+    /// rows `ids` of the table at `at.weight` (`[vocab x dim]`). `ids` are host token ids,
+    /// all below `vocab` (the caller checks). `first_row` lets a decoder embed one time
+    /// step at a time into a whole-sequence buffer.
+    fn embedding_forward(
+        &self,
+        out: &mut Self::Buf,
+        ids: &[u32],
+        first_row: usize,
+        params: &Self::Buf,
+        at: &Span,
+        dims: &EmbeddingDims,
+    );
+    /// Scatter-add: table row `ids[r]` of the gradient += dout row `r`, for every row of
+    /// `ids`; rows no id names are left as they are (a repeated id sums its rows).
+    fn embedding_backward(
+        &self,
+        grads: &mut Self::Buf,
+        dout: &Self::Buf,
+        ids: &[u32],
+        at: &Span,
+        dims: &EmbeddingDims,
+    );
+
+    /// One LSTM layer (PyTorch's equations, gates i, f, g, o) over the time steps `steps`
+    /// (within `0..dims.steps`) of inp: `[T x B x I]`:
+    /// `gates = x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh`, `c_t = f * c_{t-1} + i * g`,
+    /// `h_t = o * tanh(c_t)`. Writes out: `[T x B x H]` (h_t), cells: `[T x B x H]` (c_t)
+    /// and gates: `[T x B x 4H]` (after their activations), the rows of `steps` only, and
+    /// the state after the last of them into h_n, c_n: `[B x H]`. Step 0 starts from
+    /// h0, c0: `[B x H]`; a later first step from rows `steps.start - 1` of out and
+    /// cells, so a sequence can be run a step at a time (a decoder feeding back its own
+    /// predictions) or all at once (an encoder, or teacher forcing), with the same
+    /// result. The input projection is one GEMM over all the steps of the call.
+    #[allow(clippy::too_many_arguments)]
+    fn lstm_forward(
+        &self,
+        out: &mut Self::Buf,
+        cells: &mut Self::Buf,
+        gates: &mut Self::Buf,
+        final_state: (&mut Self::Buf, &mut Self::Buf),
+        inp: &Self::Buf,
+        init: (&Self::Buf, &Self::Buf),
+        params: &Self::Buf,
+        at: &LstmSpan,
+        dims: &LstmDims,
+        steps: Range<usize>,
+    );
+    /// Backpropagation through time over all `dims.steps` steps of the last forward:
+    /// dout: `[T x B x H]` is the loss's gradient w.r.t. every h_t, dfinal (dh_n, dc_n):
+    /// `[B x H]` each, when given, w.r.t. the final state (a decoder started from it).
+    /// Accumulates the four parameter gradients; writes dinit (dh0, dc0): `[B x H]`,
+    /// dgates: `[T x B x 4H]` (the pre-activation gate gradients, work space) and, when
+    /// given, dinp: `[T x B x I]`.
+    #[allow(clippy::too_many_arguments)]
+    fn lstm_backward(
+        &self,
+        dinp: Option<&mut Self::Buf>,
+        dinit: (&mut Self::Buf, &mut Self::Buf),
+        grads: &mut Self::Buf,
+        dgates: &mut Self::Buf,
+        dout: &Self::Buf,
+        dfinal: Option<(&Self::Buf, &Self::Buf)>,
+        inp: &Self::Buf,
+        init: (&Self::Buf, &Self::Buf),
+        saved: (&Self::Buf, &Self::Buf, &Self::Buf),
+        params: &Self::Buf,
+        at: &LstmSpan,
+        dims: &LstmDims,
+    );
 
     /// out: `[n x out_f]` = inp: `[n x in_f]` * weight^T + bias, weight `[out_f x in_f]`.
     fn linear_forward(
@@ -333,6 +467,18 @@ pub trait Backend: Sized + 'static {
         p: f32,
         seed: u64,
     );
+    /// [`Backend::dropout_forward`] over the values `range` only, each drawn from its
+    /// index in the whole buffer, so a sequence dropped a step at a time gets the mask it
+    /// would get at once. With `p = 0` the mask is all ones and out = inp.
+    fn dropout_forward_range(
+        &self,
+        out: &mut Self::Buf,
+        mask: &mut Self::Buf,
+        inp: &Self::Buf,
+        range: Range<usize>,
+        p: f32,
+        seed: u64,
+    );
     /// dinp = dout * mask.
     fn dropout_backward(
         &self,
@@ -354,6 +500,19 @@ pub trait Backend: Sized + 'static {
         classes: usize,
     ) -> (f32, usize);
 
+    /// Softmax cross-entropy over `labels.len()` rows of `classes` logits, masked on
+    /// `pad`: rows labelled `pad` add nothing to the loss and get a zero gradient; the
+    /// loss is the mean over the other rows (the `tokens`), and dlogits its gradient.
+    /// Labels are host ids below `classes` (the caller checks).
+    fn softmax_xent_masked(
+        &self,
+        dlogits: &mut Self::Buf,
+        logits: &Self::Buf,
+        labels: &[u32],
+        pad: u32,
+        classes: usize,
+    ) -> XentStats;
+
     /// SGD with momentum and weight decay over `params.len()` values:
     /// `g = scale * grad + wd * w; v = momentum * v + g; w -= lr * v`.
     fn sgd_step(
@@ -362,6 +521,18 @@ pub trait Backend: Sized + 'static {
         velocity: &mut Self::Buf,
         grads: &Self::Buf,
         h: &SgdStep,
+    );
+
+    /// Adam with L2 weight decay over `params.len()` values (PyTorch's rule):
+    /// `g = scale * grad + wd * w; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;`
+    /// `w -= lr * (m / bc1) / (sqrt(v / bc2) + eps)`.
+    fn adam_step(
+        &self,
+        params: &mut Self::Buf,
+        m: &mut Self::Buf,
+        v: &mut Self::Buf,
+        grads: &Self::Buf,
+        h: &AdamStep,
     );
 }
 

@@ -10,8 +10,10 @@
 
 pub mod builder;
 pub mod compose;
+pub mod embedding;
 pub mod export;
 pub mod layers;
+pub mod lstm;
 pub mod module;
 pub mod zoo;
 
@@ -49,6 +51,15 @@ pub enum ModelError {
         want: usize,
         got: usize,
     },
+    #[error("embedding: token id {id} is outside the vocabulary of {vocab} tokens")]
+    TokenId { id: u32, vocab: usize },
+    #[error("{layer}: {what} {got} exceeds the {max} it was built for")]
+    TooLarge {
+        layer: &'static str,
+        what: &'static str,
+        got: usize,
+        max: usize,
+    },
 }
 
 pub struct Network<B: Backend> {
@@ -70,8 +81,17 @@ pub struct Network<B: Backend> {
     dropout_stream: u64,
 }
 
-/// Initial values of the tensors `specs` describe, drawn in order from `seed`.
-fn initial_values(specs: &[TensorSpec], seed: u64) -> Vec<f32> {
+/// A standard normal draw (Box-Muller; the crate has no `rand_distr`).
+fn normal(rng: &mut ChaCha8Rng) -> f32 {
+    // 1 - U(0, 1) lies in (0, 1], so the logarithm is finite.
+    let u1 = 1.0 - rng.gen::<f64>();
+    let u2 = rng.gen::<f64>();
+    ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
+}
+
+/// Initial values of the tensors `specs` describe, drawn in order from `seed` (public
+/// for models assembled outside [`Network`], such as the recurrent layers' tests).
+pub fn initial_values(specs: &[TensorSpec], seed: u64) -> Vec<f32> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut v = vec![0.0; specs.last().map_or(0, |s| s.range.end)];
     for s in specs {
@@ -85,6 +105,7 @@ fn initial_values(specs: &[TensorSpec], seed: u64) -> Vec<f32> {
             Init::Uniform { bound } => dst
                 .iter_mut()
                 .for_each(|p| *p = rng.gen_range(-bound..bound)),
+            Init::Normal { std } => dst.iter_mut().for_each(|p| *p = std * normal(&mut rng)),
             Init::Ones => dst.fill(1.0),
             Init::Zeros => dst.fill(0.0),
         }
@@ -389,6 +410,23 @@ mod tests {
                 (m, var)
             })
             .collect()
+    }
+
+    #[test]
+    fn normal_init_draws_mean_0_and_the_given_std() {
+        let specs = [TensorSpec {
+            name: "embedding.weight".into(),
+            shape: vec![100, 200],
+            range: 0..20_000,
+            init: Init::Normal { std: 2.0 },
+        }];
+        let v = initial_values(&specs, 5);
+        let n = v.len() as f64;
+        let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n;
+        let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n;
+        assert!(mean.abs() < 0.05, "{mean}");
+        assert!((var.sqrt() - 2.0).abs() < 0.05, "{}", var.sqrt());
+        assert!(v.iter().all(|x| x.is_finite()));
     }
 
     #[test]

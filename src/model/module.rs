@@ -44,6 +44,10 @@ pub enum Init {
     Uniform {
         bound: f32,
     },
+    /// N(0, std^2): PyTorch's default for an embedding table (std 1).
+    Normal {
+        std: f32,
+    },
     Ones,
     Zeros,
 }

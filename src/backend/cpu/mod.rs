@@ -5,7 +5,9 @@ pub mod blas_core;
 mod conv;
 mod dense;
 mod elementwise;
+mod embedding;
 mod gemm;
+mod lstm;
 mod norm;
 mod pool;
 
@@ -14,10 +16,13 @@ use std::ops::Range;
 pub use conv::{col2im, conv2d_backward, conv2d_forward, im2col, ConvGrads, GEMM_COLUMNS};
 pub use dense::{linear_backward, linear_forward};
 pub use elementwise::{
-    add, dropout_backward, dropout_forward, mask_uniform, relu_backward, relu_forward, sgd_step,
-    softmax_xent_forward_backward,
+    adam_step, add, dropout_backward, dropout_forward, dropout_forward_from, mask_uniform,
+    relu_backward, relu_forward, scale, sgd_step, softmax_xent_forward_backward,
+    softmax_xent_masked,
 };
+pub use embedding::{embedding_backward, embedding_forward};
 pub use gemm::{gemm, set_threads};
+pub use lstm::{lstm_backward, lstm_forward, LstmGrads, LstmParams, LstmSaved};
 pub use norm::{batchnorm_backward, batchnorm_forward};
 pub use pool::{
     avgpool_backward, avgpool_forward, global_avgpool_backward, global_avgpool_forward,
@@ -25,7 +30,8 @@ pub use pool::{
 };
 
 use super::{
-    Backend, BatchNormDims, BatchNormMode, Conv2dDims, LinearDims, SgdStep, Span, Window2d,
+    AdamStep, Backend, BatchNormDims, BatchNormMode, Conv2dDims, EmbeddingDims, LinearDims,
+    LstmDims, LstmSpan, SgdStep, Span, Window2d, XentStats,
 };
 
 /// The CPU backend. It holds no state: OpenBLAS keeps its own.
@@ -45,6 +51,36 @@ fn span_mut<'a>(buf: &'a mut [f32], at: &Span) -> (&'a mut [f32], Option<&'a mut
             )
         }
     }
+}
+
+fn lstm_params<'a>(buf: &'a [f32], at: &LstmSpan) -> LstmParams<'a> {
+    LstmParams {
+        weight_ih: &buf[at.weight_ih.clone()],
+        weight_hh: &buf[at.weight_hh.clone()],
+        bias_ih: &buf[at.bias_ih.clone()],
+        bias_hh: &buf[at.bias_hh.clone()],
+    }
+}
+
+/// Disjoint mutable slices of `ranges` of `buf`, which must not overlap.
+fn disjoint_mut<'a, const N: usize>(
+    buf: &'a mut [f32],
+    ranges: [&Range<usize>; N],
+) -> [&'a mut [f32]; N] {
+    let mut order: [usize; N] = std::array::from_fn(|i| i);
+    order.sort_by_key(|&i| ranges[i].start);
+    let mut out: [&'a mut [f32]; N] = std::array::from_fn(|_| Default::default());
+    let (mut rest, mut offset) = (buf, 0);
+    for &i in &order {
+        let r = ranges[i];
+        assert!(r.start >= offset, "overlapping ranges");
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut(r.start - offset);
+        let (slice, tail) = tail.split_at_mut(r.end - r.start);
+        out[i] = slice;
+        rest = tail;
+        offset = r.end;
+    }
+    out
 }
 
 fn bias<'a>(buf: &'a [f32], at: &Span) -> Option<&'a [f32]> {
@@ -74,6 +110,90 @@ impl Backend for Cpu {
     }
     fn sum_squares(&self, buf: &Vec<f32>, len: usize) -> f64 {
         buf[..len].iter().map(|&x| x as f64 * x as f64).sum()
+    }
+
+    fn scale(&self, buf: &mut Vec<f32>, len: usize, factor: f32) {
+        scale(&mut buf[..len], factor);
+    }
+
+    fn embedding_forward(
+        &self,
+        out: &mut Vec<f32>,
+        ids: &[u32],
+        first_row: usize,
+        params: &Vec<f32>,
+        at: &Span,
+        dims: &EmbeddingDims,
+    ) {
+        embedding_forward(out, ids, first_row, &params[at.weight.clone()], dims);
+    }
+    fn embedding_backward(
+        &self,
+        grads: &mut Vec<f32>,
+        dout: &Vec<f32>,
+        ids: &[u32],
+        at: &Span,
+        dims: &EmbeddingDims,
+    ) {
+        embedding_backward(&mut grads[at.weight.clone()], dout, ids, dims);
+    }
+
+    fn lstm_forward(
+        &self,
+        out: &mut Vec<f32>,
+        cells: &mut Vec<f32>,
+        gates: &mut Vec<f32>,
+        final_state: (&mut Vec<f32>, &mut Vec<f32>),
+        inp: &Vec<f32>,
+        init: (&Vec<f32>, &Vec<f32>),
+        params: &Vec<f32>,
+        at: &LstmSpan,
+        dims: &LstmDims,
+        steps: Range<usize>,
+    ) {
+        let p = lstm_params(params, at);
+        let (h_n, c_n) = final_state;
+        lstm_forward(
+            out, cells, gates, h_n, c_n, inp, init.0, init.1, &p, dims, steps,
+        );
+    }
+    fn lstm_backward(
+        &self,
+        dinp: Option<&mut Vec<f32>>,
+        dinit: (&mut Vec<f32>, &mut Vec<f32>),
+        grads: &mut Vec<f32>,
+        dgates: &mut Vec<f32>,
+        dout: &Vec<f32>,
+        dfinal: Option<(&Vec<f32>, &Vec<f32>)>,
+        inp: &Vec<f32>,
+        init: (&Vec<f32>, &Vec<f32>),
+        saved: (&Vec<f32>, &Vec<f32>, &Vec<f32>),
+        params: &Vec<f32>,
+        at: &LstmSpan,
+        dims: &LstmDims,
+    ) {
+        let [dweight_ih, dweight_hh, dbias_ih, dbias_hh] = disjoint_mut(
+            grads,
+            [&at.weight_ih, &at.weight_hh, &at.bias_ih, &at.bias_hh],
+        );
+        let d = LstmGrads {
+            dinp: dinp.map(|d| d.as_mut_slice()),
+            dh0: dinit.0,
+            dc0: dinit.1,
+            dgates,
+            dweight_ih,
+            dweight_hh,
+            dbias_ih,
+            dbias_hh,
+        };
+        let saved = LstmSaved {
+            out: saved.0,
+            cells: saved.1,
+            gates: saved.2,
+        };
+        let dfinal = dfinal.map(|(h, c)| (h.as_slice(), c.as_slice()));
+        let p = lstm_params(params, at);
+        lstm_backward(d, dout, dfinal, inp, init.0, init.1, &saved, &p, dims);
     }
 
     fn linear_forward(
@@ -241,6 +361,23 @@ impl Backend for Cpu {
     ) {
         dropout_forward(&mut out[..len], &mut mask[..len], &inp[..len], p, seed);
     }
+    fn dropout_forward_range(
+        &self,
+        out: &mut Vec<f32>,
+        mask: &mut Vec<f32>,
+        inp: &Vec<f32>,
+        range: Range<usize>,
+        p: f32,
+        seed: u64,
+    ) {
+        let first = range.start;
+        let (o, m, x) = (
+            &mut out[range.clone()],
+            &mut mask[range.clone()],
+            &inp[range],
+        );
+        dropout_forward_from(o, m, x, p, seed, first);
+    }
     fn dropout_backward(&self, dinp: &mut Vec<f32>, dout: &Vec<f32>, mask: &Vec<f32>, len: usize) {
         dropout_backward(&mut dinp[..len], &dout[..len], &mask[..len]);
     }
@@ -256,6 +393,17 @@ impl Backend for Cpu {
         softmax_xent_forward_backward(dlogits, logits, labels, n, classes)
     }
 
+    fn softmax_xent_masked(
+        &self,
+        dlogits: &mut Vec<f32>,
+        logits: &Vec<f32>,
+        labels: &[u32],
+        pad: u32,
+        classes: usize,
+    ) -> XentStats {
+        softmax_xent_masked(dlogits, logits, labels, pad, classes)
+    }
+
     fn sgd_step(
         &self,
         params: &mut Vec<f32>,
@@ -264,5 +412,16 @@ impl Backend for Cpu {
         h: &SgdStep,
     ) {
         sgd_step(params, velocity, grads, h);
+    }
+
+    fn adam_step(
+        &self,
+        params: &mut Vec<f32>,
+        m: &mut Vec<f32>,
+        v: &mut Vec<f32>,
+        grads: &Vec<f32>,
+        h: &AdamStep,
+    ) {
+        adam_step(params, m, v, grads, h);
     }
 }

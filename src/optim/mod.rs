@@ -11,6 +11,12 @@
 //! Momentum stays per update: stretched to one decay per round of W pushes, it makes the
 //! asynchronous modes oscillate on stale gradients (figures in docs/benchmarks.md).
 
+pub mod adam;
+pub mod clip;
+
+pub use adam::{Adam, AdamConfig, BufAdam};
+pub use clip::{clip_grad_norm, global_norm, ClipError};
+
 use crate::backend::{cpu, Backend, SgdStep};
 use crate::model::Network;
 
