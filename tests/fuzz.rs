@@ -629,8 +629,11 @@ fn check_config(text: &str, overrides: &[String], world: usize) -> Result<(), Te
         return Ok(());
     };
     if cfg.validate().is_ok() {
-        // What a validated config sizes: the gssp mailbox rings (k of a mid-sized model).
-        let _ = MailboxLayout::new(cfg.sync.groups, 1 << 20, cfg.sync.mailbox_messages);
+        // What a validated config sizes: the gssp mailbox rings (k of a mid-sized model),
+        // which must hold the messages, not a size that wrapped.
+        let (k, messages) = (1 << 20, cfg.sync.mailbox_messages);
+        let ring = MailboxLayout::new(cfg.sync.groups, k, messages);
+        prop_assert!(ring.cap as u128 >= messages as u128 * message_words(k) as u128);
     }
     for w in [0, 1, 2, world, usize::MAX] {
         let workers = cfg.num_workers(w);
