@@ -15,6 +15,8 @@
 mod overrides;
 mod validate;
 
+pub use validate::MAX_MAILBOX_MESSAGES;
+
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};

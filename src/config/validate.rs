@@ -7,6 +7,11 @@ use std::fmt::Display;
 use super::{Config, ConfigError, DataConfig, DatasetKind, Grouping, SyncMode};
 use crate::data::MAX_CLASSES;
 
+/// Upper bound of `sync.mailbox_messages`: the ring's size, messages x (1 + 2k) words
+/// rounded up to a power of two, must not overflow (wrapped, it gave a tiny or empty ring),
+/// and flow control needs nowhere near this many messages in flight (the default is 8).
+pub const MAX_MAILBOX_MESSAGES: usize = 1 << 16;
+
 impl Config {
     /// Checks every value on its own (independent of the number of ranks); reports the first
     /// problem as `section.key: must be ..., got VALUE`.
@@ -65,9 +70,9 @@ impl Config {
             s.inter_group_every,
         )?;
         ensure(
-            s.mailbox_messages >= 1,
+            (1..=MAX_MAILBOX_MESSAGES).contains(&s.mailbox_messages),
             "sync.mailbox_messages",
-            ">= 1",
+            &format!("in 1..={MAX_MAILBOX_MESSAGES}"),
             s.mailbox_messages,
         )?;
         self.validate_compression()?;
@@ -236,9 +241,11 @@ impl Config {
             )?;
         }
         if !h.tiers.is_empty() {
-            let total: usize = h.tiers.iter().map(|t| t.workers).sum();
+            // In u128: worker counts near usize::MAX would wrap a usize sum (release builds
+            // do not check overflow), and a sum that wraps onto `workers` would pass.
+            let total: u128 = h.tiers.iter().map(|t| t.workers as u128).sum();
             ensure(
-                total == workers,
+                total == workers as u128,
                 "heterogeneity.tiers",
                 &format!(
                     "tiers whose worker counts sum to {workers} ({workers} workers on {world_size} ranks)"
@@ -458,7 +465,9 @@ mod tests {
             (&["sync.profile_iters=0"], "sync.profile_iters: must be >= 1, got 0"),
             (&["sync.inter_group_every=0"], "sync.inter_group_every: must be >= 1, got 0"),
             (&["sync.local_steps=0"], "sync.local_steps: must be >= 1, got 0"),
-            (&["sync.mailbox_messages=0"], "sync.mailbox_messages: must be >= 1, got 0"),
+            (&["sync.mailbox_messages=0"], "sync.mailbox_messages: must be in 1..=65536, got 0"),
+            // Fuzzing finding: a huge ring overflowed MailboxLayout::new's size arithmetic.
+            (&["sync.mailbox_messages=9223372036854775807"], "sync.mailbox_messages: must be in 1..=65536, got 9223372036854775807"),
             (&["compression.ratio=0"], "compression.ratio: must be in (0, 1], got 0"),
             (&["compression.ratio=1.01"], "compression.ratio: must be in (0, 1], got 1.01"),
             (&["compression.ratio_min=0.5"], "compression.ratio_min: must be in (0, compression.ratio = 0.01], got 0.5"),
@@ -527,6 +536,8 @@ mod tests {
             (&["sync.mode=asp", "heterogeneity.changes=[{at_s=1, worker=3, factor=2}]"], 4, "heterogeneity.changes[0].worker: must be a worker index < 3 (3 workers on 4 ranks), got 3"),
             (&["sync.mode=bsp", "heterogeneity.slowdown=[1, 2]"], 4, "heterogeneity.slowdown: must be one factor per worker (3 workers on 4 ranks), got 2 factors"),
             (&["sync.mode=allreduce", "heterogeneity.tiers=[{factor=1, workers=2}, {factor=3, workers=1}]"], 4, "heterogeneity.tiers: must be tiers whose worker counts sum to 4 (4 workers on 4 ranks), got 3 workers in total"),
+            // Fuzzing finding: the usize sum wrapped, to 1 here, and the config passed.
+            (&["sync.mode=allreduce", "heterogeneity.tiers=[{factor=1, workers=9223372036854775807}, {factor=1, workers=9223372036854775807}, {factor=1, workers=3}]"], 1, "heterogeneity.tiers: must be tiers whose worker counts sum to 1 (1 workers on 1 ranks), got 18446744073709551617 workers in total"),
         ];
         for (overrides, world, expected) in cases {
             assert_eq!(

@@ -50,11 +50,22 @@ pub fn message_words(k: usize) -> usize {
 impl MailboxLayout {
     /// Rings that hold `messages` messages of `k` values each (rounded up to a power of two);
     /// `k = 0` gives header-only slots.
+    ///
+    /// # Panics
+    /// If the ring's size overflows `usize`: unchecked, it would wrap in a release build to
+    /// a tiny or empty ring. Config validation bounds `messages`
+    /// ([`crate::config::MAX_MAILBOX_MESSAGES`]), so this is a caller bug.
     pub fn new(groups: usize, k: usize, messages: usize) -> Self {
         let cap = if k == 0 || messages == 0 {
             0
         } else {
-            (messages * message_words(k)).next_power_of_two()
+            k.checked_mul(2)
+                .and_then(|w| w.checked_add(1))
+                .and_then(|w| w.checked_mul(messages))
+                .and_then(usize::checked_next_power_of_two)
+                .unwrap_or_else(|| {
+                    panic!("a mailbox ring of {messages} messages of {k} values overflows usize")
+                })
         };
         Self { groups, cap }
     }
@@ -163,6 +174,14 @@ mod tests {
         assert_eq!(l.slot(2), l.ring(1) + l.cap);
         assert_eq!(MailboxLayout::new(3, 0, 8).cap, 0);
         assert_eq!(MailboxLayout::new(3, 0, 8).window_len(), 3 * HEADER);
+    }
+
+    /// Fuzzing finding: `messages * (1 + 2k)` wrapped in release builds, to a ring of 2^62
+    /// words here (or of none), where it must fail loudly instead.
+    #[test]
+    #[should_panic(expected = "a mailbox ring of 4611686018427387904 messages of 10 values")]
+    fn an_overflowing_ring_size_panics_instead_of_wrapping() {
+        MailboxLayout::new(2, 10, 1 << 62);
     }
 
     #[test]
