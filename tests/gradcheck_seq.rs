@@ -33,8 +33,13 @@ fn tolerance(numeric: f32) -> f32 {
 trait Model {
     /// The training loss; with `backward`, the gradients too.
     fn run(&mut self, backward: bool) -> f32;
-    fn groups(&self) -> usize;
-    fn name(&self, group: usize) -> String;
+    /// One group (the parameters) unless a model checks more.
+    fn groups(&self) -> usize {
+        1
+    }
+    fn name(&self, _group: usize) -> String {
+        "params".into()
+    }
     fn values(&mut self, group: usize) -> &mut Vec<f32>;
     fn grad(&self, group: usize) -> Vec<f32>;
 }
@@ -326,12 +331,6 @@ impl Model for EmbeddingModel {
         }
         loss
     }
-    fn groups(&self) -> usize {
-        1
-    }
-    fn name(&self, _: usize) -> String {
-        "params".into()
-    }
     fn values(&mut self, _: usize) -> &mut Vec<f32> {
         &mut self.flat.params
     }
@@ -396,9 +395,6 @@ struct XentModel {
 impl Model for XentModel {
     fn run(&mut self, _: bool) -> f32 {
         xent(&mut self.dlogits, &self.logits, &self.labels, self.classes)
-    }
-    fn groups(&self) -> usize {
-        1
     }
     fn name(&self, _: usize) -> String {
         "logits".into()
@@ -502,12 +498,6 @@ impl Model for Seq2SeqModel {
                 .unwrap();
         }
         loss
-    }
-    fn groups(&self) -> usize {
-        1
-    }
-    fn name(&self, _: usize) -> String {
-        "params".into()
     }
     fn values(&mut self, _: usize) -> &mut Vec<f32> {
         &mut self.flat.params

@@ -10,12 +10,23 @@ use common::{base_toml, job_lock, pids_with_marker, signal, spawn_mpirun, world_
 
 /// Runs `gssp train` with the base config plus `sets` on `ranks` ranks; expects failure.
 fn train_fails(name: &str, ranks: usize, sets: &[&str], within: Duration) -> common::JobResult {
+    train_fails_env(name, ranks, sets, &[], within)
+}
+
+/// [`train_fails`] with extra environment variables for the ranks.
+fn train_fails_env(
+    name: &str,
+    ranks: usize,
+    sets: &[&str],
+    env: &[(&str, &str)],
+    within: Duration,
+) -> common::JobResult {
     let scratch = Scratch::new();
     let config = scratch.config("base", &base_toml());
     let out = scratch.out(name);
     let args = scratch.train_args(&config, sets, &out);
     // Hard deadline well past `within`, so an overrun is reported as such, not as a hang.
-    let job = spawn_mpirun(ranks, &args, &out.display().to_string())
+    let job = common::spawn_mpirun_env(ranks, &args, &out.display().to_string(), env)
         .wait(within + Duration::from_secs(30));
     assert!(
         matches!(job.code, Some(c) if c != 0),
@@ -315,11 +326,9 @@ fn stopped_worker_holds_back_only_its_own_group() {
 #[test]
 fn nan_gradient_ends_the_job_naming_rank_and_iteration() {
     let _lock = job_lock();
-    let scratch = Scratch::new();
-    let config = scratch.config("base", &base_toml());
-    let out = scratch.out("nan");
-    let args = scratch.train_args(
-        &config,
+    let job = train_fails_env(
+        "nan",
+        6,
         &[
             "sync.mode=gssp",
             "sync.groups=2",
@@ -327,24 +336,8 @@ fn nan_gradient_ends_the_job_naming_rank_and_iteration() {
             "sync.static_groups=[[2,3],[4,5]]",
             "compression.kind=topk",
         ],
-        &out,
-    );
-    let job = common::spawn_mpirun_env(
-        6,
-        &args,
-        &out.display().to_string(),
         &[("GSSP_FAULT_NAN_GRADIENT", "4:5")],
-    )
-    .wait(Duration::from_secs(60));
-    assert!(
-        matches!(job.code, Some(c) if c != 0),
-        "expected failure, got {:?}",
-        job.code
-    );
-    assert!(
-        job.elapsed < Duration::from_secs(30),
-        "took {:?}",
-        job.elapsed
+        Duration::from_secs(30),
     );
     assert!(
         job.stderr.contains("(rank 4) pushed a non-finite gradient")
@@ -358,18 +351,13 @@ fn nan_gradient_ends_the_job_naming_rank_and_iteration() {
 #[test]
 fn bad_fault_injection_value_is_named() {
     let _lock = job_lock();
-    let scratch = Scratch::new();
-    let config = scratch.config("base", &base_toml());
-    let out = scratch.out("badfault");
-    let args = scratch.train_args(&config, &["sync.mode=asp", "run.epochs=1"], &out);
-    let job = common::spawn_mpirun_env(
+    let job = train_fails_env(
+        "badfault",
         3,
-        &args,
-        &out.display().to_string(),
+        &["sync.mode=asp", "run.epochs=1"],
         &[("GSSP_FAULT_NAN_GRADIENT", "soon")],
-    )
-    .wait(Duration::from_secs(60));
-    assert!(matches!(job.code, Some(c) if c != 0), "{:?}", job.code);
+        Duration::from_secs(30),
+    );
     assert!(
         job.stderr
             .contains("GSSP_FAULT_NAN_GRADIENT: must be RANK:ITERATION"),

@@ -51,16 +51,7 @@ pub fn work(
         // as waiting, since on a heterogeneous cluster the wait dominates.
         let t1 = Instant::now();
         step.net.grads_to_host(&mut buf[..n]);
-        buf[n] = if should_stop(cfg, epoch, time_s) {
-            1.0
-        } else {
-            0.0
-        };
-        buf[n + 1] = if comm.rank() == 0 {
-            run_progress(cfg, epoch, time_s) as f32
-        } else {
-            0.0
-        };
+        fill_control_slots(&mut buf[n..], comm, cfg, epoch, time_s);
         comm.allreduce_sum_f32_in_place(&mut buf)?;
         let wait_s = t1.elapsed().as_secs_f64();
         if buf[n] > 0.0 {
@@ -93,4 +84,23 @@ pub fn work(
     }
     stats.wall_s = start.elapsed().as_secs_f64();
     Ok(stats)
+}
+
+/// Fills the two slots that ride after the model in a reduction (`CONTROL_SLOTS` values):
+/// this rank's vote to stop, and rank 0's share of the run done. After the sum, slot 0 > 0
+/// means some rank stopped, and slot 1 is rank 0's progress, so every rank stops after the
+/// same iteration and steps at the same learning rate.
+pub(super) fn fill_control_slots(
+    slots: &mut [f32],
+    comm: &Comm,
+    cfg: &Config,
+    epoch: f64,
+    time_s: f64,
+) {
+    slots[0] = f32::from(u8::from(should_stop(cfg, epoch, time_s)));
+    slots[1] = if comm.rank() == 0 {
+        run_progress(cfg, epoch, time_s) as f32
+    } else {
+        0.0
+    };
 }

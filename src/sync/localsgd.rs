@@ -18,8 +18,8 @@ use crate::comm::{Collectives, Comm};
 use crate::config::Config;
 use crate::metrics::{Snapshots, WorkerRow};
 use crate::optim::{self, NetworkSgd};
+use crate::sync::allreduce::fill_control_slots;
 use crate::sync::worker::{WorkerContext, WorkerStats};
-use crate::train::{run_progress, should_stop};
 
 /// What a local-SGD rank ends with.
 pub struct LocalSgdOutcome {
@@ -71,12 +71,7 @@ pub fn work(
             // Waiting for the slowest rank and the transfer are one call, counted as waiting.
             let t1 = Instant::now();
             step.net.params_to_host(&mut buf[..n]);
-            buf[n] = f32::from(u8::from(should_stop(cfg, epoch, time_s)));
-            buf[n + 1] = if comm.rank() == 0 {
-                run_progress(cfg, epoch, time_s) as f32
-            } else {
-                0.0
-            };
+            fill_control_slots(&mut buf[n..], comm, cfg, epoch, time_s);
             comm.allreduce_sum_f32_in_place(&mut buf)?;
             let scale = 1.0 / workers as f32;
             for x in &mut buf[..n] {

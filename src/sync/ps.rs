@@ -86,10 +86,10 @@ impl ParamServer {
         } else {
             Vec::new()
         };
-        let weights_copy = if compensates(&rule) {
-            weights.clone()
+        let (sent_weights, corrected) = if compensates(&rule) {
+            (vec![weights.clone(); rule.workers], vec![0.0; n])
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
         ParamServer {
             sgd: Sgd::new(n, rule.momentum, rule.weight_decay),
@@ -105,16 +105,8 @@ impl ParamServer {
             sent_version: vec![0; rule.workers],
             last_staleness: vec![0; rule.workers],
             compensation: rule.delay_compensation as f32,
-            sent_weights: if compensates(&rule) {
-                vec![weights_copy.clone(); rule.workers]
-            } else {
-                Vec::new()
-            },
-            corrected: if compensates(&rule) {
-                vec![0.0; n]
-            } else {
-                Vec::new()
-            },
+            sent_weights,
+            corrected,
         }
     }
 
@@ -249,8 +241,9 @@ mod tests {
         r.delay_compensation = 0.5;
         let mut ps = ParamServer::new(vec![1.0, 2.0], r);
         let mut out = Vec::new();
-        ps.release(&mut out); // both hold [1, 2]
-                              // Worker 0, fresh (w_now = w_then): no correction; w = [1, 2] - [2, 4] / 2 = [0, 0].
+        // Both hold [1, 2]. Worker 0, fresh (w_now = w_then): no correction;
+        // w = [1, 2] - [2, 4] / 2 = [0, 0].
+        ps.release(&mut out);
         ps.on_push(0, &[2.0, 4.0], 1.0);
         assert_eq!(ps.weights(), &[0.0, 0.0]);
         // Worker 1 computed g = [2, -1] at [1, 2]; now w = [0, 0], w_now - w_then = [-1, -2].

@@ -122,9 +122,9 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
         start: Instant::now(),
     };
     match (cfg.sync.mode, is_server) {
-        (SyncMode::Allreduce, _) => {
+        (SyncMode::Allreduce | SyncMode::Localsgd, _) => {
             if cfg.num_servers() > 0 {
-                anyhow::bail!("allreduce has no servers");
+                anyhow::bail!("{} has no servers", cfg.sync.mode);
             }
             let mut log = run.worker_log(rank, cfg.run.log_every)?;
             let w = WorkerContext {
@@ -134,23 +134,14 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
                 log: &mut log,
                 start: ctx.start,
             };
-            role.worker = Some(allreduce::work(comm, cfg, w, &mut snapshots)?);
+            if cfg.sync.mode == SyncMode::Localsgd {
+                let outcome = localsgd::work(comm, cfg, w, &mut snapshots)?;
+                role.worker = Some(outcome.stats);
+                role.replica_error = Some(outcome.replica_error);
+            } else {
+                role.worker = Some(allreduce::work(comm, cfg, w, &mut snapshots)?);
+            }
             log.flush()?;
-            role.final_weights = Some(step.net.params().to_vec());
-        }
-        (SyncMode::Localsgd, _) => {
-            let mut log = run.worker_log(rank, cfg.run.log_every)?;
-            let w = WorkerContext {
-                step: &mut step,
-                train: &train,
-                pacer: &mut pacer,
-                log: &mut log,
-                start: ctx.start,
-            };
-            let outcome = localsgd::work(comm, cfg, w, &mut snapshots)?;
-            log.flush()?;
-            role.worker = Some(outcome.stats);
-            role.replica_error = Some(outcome.replica_error);
             role.final_weights = Some(step.net.params().to_vec());
         }
         (_, true) => {
