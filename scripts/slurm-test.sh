@@ -5,7 +5,9 @@
 #
 #   1. the main job, configs/fashion_mnist_gssp.toml on its 6 ranks (1 epoch);
 #   2. the same config on 10 ranks (2 servers + 8 workers in two speed tiers, 0.2 epochs):
-#      more ranks than this machine has cores (`sbatch --overcommit`).
+#      more ranks than this machine has cores (`sbatch --overcommit`),
+#   3. the main job requeued (`scontrol requeue`) after its first checkpoint: it resumes
+#      from the checkpoint under the same job id and completes.
 #
 # For each it checks the exit status, the job's state in Slurm, Slurm's log of the job
 # (gssp-<job id>.out) and the run directory runs/<job id>-fashion_mnist_gssp (summary.json,
@@ -348,6 +350,54 @@ run_job "main job" 0.70 "$declared" run.epochs=1
 # 2. More ranks than cores: 2 group servers + 8 workers (4 at 1x, 4 at 2x) on 10 ranks.
 run_job "10 ranks" 0.30 10 run.epochs=0.2 \
     "heterogeneity.tiers=[{factor=1.0, workers=4}, {factor=2.0, workers=4}]"
+
+# 3. Requeue: a job killed by `scontrol requeue` after its first checkpoint keeps its job id
+#    and run directory; gssp.sbatch resumes it from the checkpoint, and it completes.
+requeue_job() {
+    local label="requeue" id run log job_state start=$SECONDS
+    local opts=(--parsable --ntasks="$declared" --time=00:10:00)
+    [ "$declared" -le "$cpus" ] || opts+=(--overcommit)
+    say "$label: sbatch ${opts[*]} jobs/gssp.sbatch $config run.epochs=1 run.checkpoint_every_s=3"
+    id=$(sbatch "${opts[@]}" jobs/gssp.sbatch "$config" run.epochs=1 run.checkpoint_every_s=3) \
+        || die "$label: sbatch failed"
+    id=${id%%;*}
+    jobs_submitted+=("$id")
+    run=runs/$id-$name
+    log=gssp-$id.out
+    wait_for 180 test -f "$run/checkpoints/latest" || {
+        [ -f "$log" ] && tail -n 40 "$log" >&2
+        die "$label: no checkpoint in $run after 180 s"
+    }
+    scontrol requeue "$id" || die "$label: scontrol requeue $id failed"
+    say "$label: job $id requeued after checkpoint $(cat "$run/checkpoints/latest")"
+    # Slurm holds a requeued batch job back for a while (its begin time moves about two
+    # minutes on); let it start as soon as the node is free again.
+    wait_for 30 sh -c "scontrol show job $id | grep -q JobState=PENDING" \
+        && scontrol update JobId="$id" StartTime=now 2>/dev/null || true
+    local deadline=$((SECONDS + 400))
+    while :; do
+        job_state=$(scontrol show job "$id" | grep -oE 'JobState=[A-Z_]+' | head -n 1)
+        case "$job_state" in
+            JobState=COMPLETED) break ;;
+            JobState=FAILED | JobState=CANCELLED | JobState=TIMEOUT | JobState=NODE_FAIL)
+                [ -f "$log" ] && tail -n 40 "$log" >&2
+                die "$label: job $id ended $job_state" ;;
+        esac
+        [ "$SECONDS" -lt "$deadline" ] || die "$label: job $id not completed after its requeue ($job_state)"
+        sleep 1
+    done
+    local restarts
+    restarts=$(scontrol show job "$id" | grep -oE 'Restarts=[0-9]+')
+    [ "$restarts" != "Restarts=0" ] || die "$label: job $id was not restarted ($restarts)"
+    grep -q "has a checkpoint .* resuming it" "$log" || { tail -n 40 "$log" >&2; die "$label: $log shows no resume"; }
+    grep -q "resuming $run from checkpoint" "$log" || die "$label: gssp did not resume $run"
+    grep -qE '^gssp .* test accuracy [0-9.]+% after' "$log" || die "$label: no final accuracy line in $log"
+    [ -s "$run/summary.json" ] || die "$label: $run/summary.json is missing"
+    mv "$log" "$run/slurm-$id.out"
+    say "$label: ok in $((SECONDS - start)) s: job $id, $restarts, resumed from its checkpoint and completed"
+    summaries+=("$label: job $id, $restarts, resumed, $(grep -oE 'test accuracy [0-9.]+%' "$run/slurm-$id.out" | tail -n 1)")
+}
+requeue_job
 
 keep_state=0
 say "passed in $(( $(date +%s) - t0 )) s"

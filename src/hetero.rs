@@ -129,6 +129,11 @@ impl Pacer {
         self.clock = Some(Instant::now());
     }
 
+    /// Starts the training clock at `start` (a resumed run's lies in the past).
+    pub fn start_clock_at(&mut self, start: Instant) {
+        self.clock = Some(start);
+    }
+
     /// The base factor `elapsed_s` seconds after the clock started (`None`: not started):
     /// the last change at or before then, else the configured factor.
     fn factor_at(&self, elapsed_s: Option<f64>) -> f64 {

@@ -5,6 +5,7 @@
 
 pub mod backend;
 pub mod bench;
+pub mod checkpoint;
 pub mod comm;
 pub mod compress;
 pub mod config;

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use gssp::checkpoint::{check_resume_overrides, Resume};
 use gssp::comm::{Collectives, Comm, FatalOnAll};
 use gssp::config::{Config, SyncMode};
 use gssp::metrics::RunDir;
@@ -24,8 +25,13 @@ enum Command {
     /// Train a model as the config says; distributed modes run under mpirun/srun.
     Train {
         /// TOML config file (see configs/example.toml).
-        #[arg(long)]
-        config: PathBuf,
+        #[arg(long, required_unless_present = "resume")]
+        config: Option<PathBuf>,
+        /// Continue the run in this directory from its newest checkpoint, with its config
+        /// (`--set` may change run.epochs, run.time_budget_s and logging only) and the same
+        /// number of ranks.
+        #[arg(long, value_name = "RUN_DIR", conflicts_with_all = ["config", "out"])]
+        resume: Option<PathBuf>,
         /// Override a config key, e.g. --set run.epochs=2 --set data.dir=/scratch/mnist.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
@@ -150,9 +156,10 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Train {
             config,
+            resume,
             overrides,
             out,
-        } => train(&config, &overrides, out),
+        } => train(config.as_deref(), resume.as_deref(), &overrides, out),
         Command::Eval {
             model,
             config,
@@ -181,7 +188,34 @@ fn main() -> ExitCode {
 
 /// Loads and checks the config on every rank (each sees the same file, so all fail
 /// alike; rank 0 prints), then runs the configured mode.
-fn train(config: &Path, overrides: &[String], out: Option<PathBuf>) -> ExitCode {
+/// The config of a run, and the checkpoint it resumes from (`--resume`): the run's config
+/// as the checkpoint recorded it, with the allowed overrides.
+fn train_config(
+    config: Option<&Path>,
+    resume: Option<&Path>,
+    overrides: &[String],
+) -> anyhow::Result<(Config, Option<Resume>)> {
+    let Some(run_dir) = resume else {
+        let path = config.ok_or_else(|| anyhow::anyhow!("--config or --resume is required"))?;
+        return Ok((Config::load(path, overrides)?, None));
+    };
+    check_resume_overrides(overrides).map_err(anyhow::Error::msg)?;
+    let resume = Resume::open(run_dir)?;
+    let name = resume.dir.join("manifest.json");
+    let cfg = Config::from_str_with_overrides(
+        &resume.manifest.config,
+        &name.display().to_string(),
+        overrides,
+    )?;
+    Ok((cfg, Some(resume)))
+}
+
+fn train(
+    config: Option<&Path>,
+    resume: Option<&Path>,
+    overrides: &[String],
+    out: Option<PathBuf>,
+) -> ExitCode {
     let comm = match Comm::init() {
         Ok(c) => c,
         Err(e) => {
@@ -191,27 +225,56 @@ fn train(config: &Path, overrides: &[String], out: Option<PathBuf>) -> ExitCode 
     };
     comm.install_panic_abort();
     let rank = comm.rank();
-    let cfg = match Config::load(config, overrides)
-        .and_then(|c| c.validate_for_world(comm.size()).map(|_| c))
-    {
+    let (cfg, resume) = match train_config(config, resume, overrides).and_then(|(c, r)| {
+        c.validate_for_world(comm.size())?;
+        if let Some(r) = &r {
+            anyhow::ensure!(
+                r.manifest.world_size == comm.size(),
+                "--resume: the checkpoint in {} was taken with {} ranks; run it with as many (mpirun -n {}), not {}",
+                r.dir.display(),
+                r.manifest.world_size,
+                r.manifest.world_size,
+                comm.size()
+            );
+        }
+        Ok((c, r))
+    }) {
         Ok(c) => c,
         Err(e) => {
             if rank == 0 {
-                eprintln!("error: {e}");
+                eprintln!("error: {e:#}");
             }
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let dir = out.unwrap_or_else(|| PathBuf::from("runs").join(&cfg.run.name));
+    let dir = match (resume.as_ref(), out) {
+        (Some(r), _) => r.run_dir.clone(),
+        (None, Some(out)) => out,
+        (None, None) => PathBuf::from("runs").join(&cfg.run.name),
+    };
     let result = (|| -> anyhow::Result<()> {
-        let run = RunDir::create(&dir)?;
+        let run = match &resume {
+            Some(r) => {
+                if rank == 0 {
+                    log::info!(
+                        "resuming {} from checkpoint {} (training clock {:.1} s, epoch {:.3})",
+                        dir.display(),
+                        r.dir.display(),
+                        r.manifest.time_s,
+                        r.manifest.epoch
+                    );
+                }
+                RunDir::resume(&dir, r.manifest.time_s)?
+            }
+            None => RunDir::create(&dir)?,
+        };
         if rank == 0 {
             run.write_text("config.toml", &cfg.to_toml_string())?;
         }
         let summary = if cfg.sync.mode == SyncMode::Single {
-            Some(gssp::train::run_single(&cfg, &run)?)
+            Some(gssp::train::run_single(&cfg, &run, resume.as_ref())?)
         } else {
-            gssp::sync::run::run(&comm, &cfg, &run)?
+            gssp::sync::run::run(&comm, &cfg, &run, resume.as_ref())?
         };
         if let Some(s) = summary {
             println!(

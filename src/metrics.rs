@@ -6,6 +6,7 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -32,6 +33,9 @@ pub fn thread_cpu_s() -> f64 {
 #[derive(Debug, Clone)]
 pub struct RunDir {
     path: PathBuf,
+    /// A resumed run: the checkpoint's training clock; the per-rank logs keep their rows
+    /// up to it and continue after them.
+    resumed_at_s: Option<f64>,
 }
 
 impl RunDir {
@@ -40,6 +44,45 @@ impl RunDir {
             .with_context(|| format!("cannot create run directory {}", path.display()))?;
         Ok(RunDir {
             path: path.to_path_buf(),
+            resumed_at_s: None,
+        })
+    }
+
+    /// The existing run directory `path`, resumed from a checkpoint taken at `time_s`.
+    pub fn resume(path: &Path, time_s: f64) -> Result<RunDir> {
+        let mut run = RunDir::create(path)?;
+        run.resumed_at_s = Some(time_s);
+        Ok(run)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A per-rank log (`rank-<r>.csv`): a new file, or in a resumed run the existing one
+    /// cut to its rows up to the checkpoint's time and continued.
+    pub fn csv_continued<R: CsvRow>(&self, name: &str) -> Result<CsvLog<R>> {
+        let p = self.file(name);
+        let Some(until) = self.resumed_at_s else {
+            return self.csv(name);
+        };
+        let text = match std::fs::read_to_string(&p) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return self.csv(name),
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", p.display())),
+        };
+        let kept = rows_until(&text, R::HEADER, until)
+            .with_context(|| format!("cannot continue {}", p.display()))?;
+        std::fs::write(&p, kept).with_context(|| format!("cannot write {}", p.display()))?;
+        let f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&p)
+            .with_context(|| format!("cannot open {}", p.display()))?;
+        Ok(CsvLog {
+            w: BufWriter::new(f),
+            path: p,
+            flushed: Instant::now(),
+            _row: std::marker::PhantomData,
         })
     }
 
@@ -60,7 +103,7 @@ impl RunDir {
     /// The per-iteration log of world rank `rank`, a row every `every` iterations.
     pub fn worker_log(&self, rank: usize, every: usize) -> Result<WorkerLog> {
         Ok(WorkerLog {
-            csv: self.csv(&format!("rank-{rank}.csv"))?,
+            csv: self.csv_continued(&format!("rank-{rank}.csv"))?,
             every: every as u64,
         })
     }
@@ -73,9 +116,36 @@ impl RunDir {
         Ok(CsvLog {
             w,
             path: p,
+            flushed: Instant::now(),
             _row: std::marker::PhantomData,
         })
     }
+}
+
+/// The lines of a CSV log `text` with header `header` whose `time_s` is at most `until`
+/// (the header, and every row of a file without a `time_s` column, kept).
+fn rows_until(text: &str, header: &str, until: f64) -> Result<String> {
+    let mut lines = text.lines();
+    let first = lines.next().unwrap_or_default();
+    anyhow::ensure!(
+        first == header,
+        "its header is not this gssp's ({first:?}); move the file away to start it anew"
+    );
+    let column = header.split(',').position(|c| c == "time_s");
+    // The rows print time with 6 decimals: a row at the checkpoint's time may read up to
+    // half a microsecond later.
+    let until = until + 1e-6;
+    let mut out = String::with_capacity(text.len());
+    out.push_str(header);
+    out.push('\n');
+    for line in lines {
+        let time = column.and_then(|c| line.split(',').nth(c)?.parse::<f64>().ok());
+        if time.is_none_or(|t| t <= until) && !line.is_empty() {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    Ok(out)
 }
 
 /// One row type of a CSV file.
@@ -84,18 +154,29 @@ pub trait CsvRow {
     fn write(&self, w: &mut dyn Write) -> std::io::Result<()>;
 }
 
+/// How often a CSV log reaches the file.
+const FLUSH_EVERY: Duration = Duration::from_secs(1);
+
 pub struct CsvLog<R> {
     w: BufWriter<File>,
     path: PathBuf,
+    flushed: Instant,
     _row: std::marker::PhantomData<R>,
 }
 
 impl<R: CsvRow> CsvLog<R> {
+    /// Appends `row`; the file is flushed at most a second after a row, so a job that dies
+    /// loses at most its last second of rows.
     pub fn push(&mut self, row: &R) -> Result<()> {
         row.write(&mut self.w)
-            .with_context(|| format!("cannot write {}", self.path.display()))
+            .with_context(|| format!("cannot write {}", self.path.display()))?;
+        if self.flushed.elapsed() >= FLUSH_EVERY {
+            self.flush()?;
+        }
+        Ok(())
     }
     pub fn flush(&mut self) -> Result<()> {
+        self.flushed = Instant::now();
         self.w
             .flush()
             .with_context(|| format!("cannot write {}", self.path.display()))
@@ -240,6 +321,16 @@ impl Snapshots {
         }
     }
 
+    /// Continues from a checkpoint taken at `time_s` with the snapshots `taken`.
+    pub fn resume(every_s: f64, time_s: f64, taken: Vec<(EvalRow, Vec<f32>)>) -> Snapshots {
+        let mut s = Snapshots::new(every_s);
+        while s.every_s > 0.0 && s.next_s <= time_s {
+            s.next_s += s.every_s;
+        }
+        s.taken = taken;
+        s
+    }
+
     /// Takes a snapshot if `time_s` has passed the next interval boundary.
     pub fn maybe_take(&mut self, time_s: f64, epoch: f64, iteration: u64, weights: &[f32]) {
         if self.every_s <= 0.0 || time_s < self.next_s {
@@ -263,7 +354,7 @@ impl Snapshots {
 }
 
 /// One test-set evaluation.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct EvalRow {
     pub time_s: f64,
     pub epoch: f64,
@@ -377,6 +468,16 @@ impl Summary {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_resumed_log_keeps_its_rows_up_to_the_checkpoint() {
+        let text = "time_s,loss\n0.500000,1\n1.000000,2\n1.000001,3\n1.500000,4\n";
+        let kept = super::rows_until(text, "time_s,loss", 1.0000004).unwrap();
+        assert_eq!(kept, "time_s,loss\n0.500000,1\n1.000000,2\n1.000001,3\n");
+        assert!(super::rows_until("a,b\n", "time_s,loss", 1.0).is_err());
+        let no_time = super::rows_until("x\n1\n2\n", "x", 0.0).unwrap();
+        assert_eq!(no_time, "x\n1\n2\n");
+    }
+
     use super::*;
 
     #[test]

@@ -6,6 +6,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 
 use crate::backend::cpu::Cpu;
+use crate::checkpoint::{self, RankMeta, Resume, Schedule};
 use crate::config::{Augment, Config};
 use crate::data::augment::Augmenter;
 use crate::data::sampler::ShardSampler;
@@ -51,11 +52,11 @@ impl ComputeStep {
 
     /// One forward/backward pass on the next batch; returns the batch loss.
     pub fn compute(&mut self, train: &Dataset) -> f32 {
-        let epoch = self.sampler.upcoming_epoch();
+        let batch = self.sampler.served();
         let idx = self.sampler.next_batch();
         match &mut self.augmenter {
             Some(aug) => {
-                aug.start_epoch(epoch);
+                aug.start_batch(batch);
                 aug.fill_batch(train, idx, &mut self.x, &mut self.y);
             }
             None => train.fill_batch(idx, &mut self.x, &mut self.y),
@@ -70,6 +71,18 @@ impl ComputeStep {
         let loss = self.compute(train);
         pacer.sleep_pad(t0.elapsed().as_secs_f64());
         (loss, t0.elapsed().as_secs_f64())
+    }
+
+    /// Batches this worker has computed (over all epochs).
+    pub fn batches(&self) -> u64 {
+        self.sampler.served()
+    }
+
+    /// Continues as if `batches` batches had been computed: the sampler, the augmentation
+    /// and the dropout masks all follow the batch count (resume from a checkpoint).
+    pub fn resume_at(&mut self, batches: u64) {
+        self.sampler.skip_to(batches);
+        self.net.set_train_steps(batches);
     }
 
     /// Fractional epochs of this shard consumed so far.
@@ -221,8 +234,9 @@ pub fn should_stop(cfg: &Config, epoch: f64, elapsed_s: f64) -> bool {
         || (cfg.run.time_budget_s > 0.0 && elapsed_s >= cfg.run.time_budget_s)
 }
 
-/// Trains in this process alone and writes the run directory.
-pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
+/// Trains in this process alone and writes the run directory; continues from `resume`'s
+/// checkpoint when given.
+pub fn run_single(cfg: &Config, run: &RunDir, resume: Option<&Resume>) -> Result<Summary> {
     crate::backend::select(cfg.device.kind)?;
     crate::backend::cpu::set_threads(cfg.run.threads);
     let (train, test) = crate::data::load(&cfg.data, cfg.run.seed)?;
@@ -245,13 +259,27 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
     let mut evaluator = Evaluator::new(&test, step.net.max_batch());
     let mut log = run.worker_log(0, cfg.run.log_every)?;
     let mut eval_log = run.csv::<EvalRow>("eval.csv")?;
-    let mut evals = Vec::new();
 
-    // The training clock excludes evaluation, so throughput and time-to-accuracy measure
-    // training alone.
-    let mut train_s = 0.0;
-    let mut iteration = 0u64;
-    let mut next_eval = cfg.run.eval_every_epochs;
+    // The training clock excludes evaluation and checkpoints, so throughput and
+    // time-to-accuracy measure training alone.
+    let (mut train_s, mut iteration, mut evals) = match resume {
+        Some(r) => restore_single(r, &mut step, &mut sgd)?,
+        None => (0.0, 0, Vec::new()),
+    };
+    for row in &evals {
+        eval_log.push(row)?;
+    }
+    let every = cfg.run.eval_every_epochs;
+    let mut next_eval = if every > 0.0 {
+        ((step.epoch() / every + 1e-9).floor() + 1.0) * every
+    } else {
+        0.0
+    };
+    let mut checkpoints = Schedule::new(
+        cfg.run.checkpoint_every_s,
+        train_s,
+        resume.map_or(0, |r| r.manifest.sequence),
+    );
     let mut shown = crate::progress::Progress::new(cfg, train.len(), true);
     while !should_stop(cfg, step.epoch(), train_s) {
         let t0 = Instant::now();
@@ -275,6 +303,19 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
             ..Default::default()
         })?;
         shown.tick(step.epoch(), train_s, loss);
+        if checkpoints.due(train_s) {
+            log.flush()?;
+            save_single(
+                cfg,
+                run,
+                &checkpoints,
+                &step,
+                &sgd,
+                (train_s, iteration),
+                &evals,
+            )?;
+            checkpoints.taken(train_s);
+        }
         if cfg.run.eval_every_epochs > 0.0 && step.epoch() >= next_eval - 1e-9 {
             next_eval += cfg.run.eval_every_epochs;
             if !should_stop(cfg, step.epoch(), train_s) {
@@ -305,6 +346,15 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
     log.flush()?;
     eval_log.flush()?;
     export_model(cfg, run, &step.net)?;
+    save_single(
+        cfg,
+        run,
+        &checkpoints,
+        &step,
+        &sgd,
+        (train_s, iteration),
+        &evals,
+    )?;
 
     let totals = RunTotals {
         ranks: 1,
@@ -317,6 +367,62 @@ pub fn run_single(cfg: &Config, run: &RunDir) -> Result<Summary> {
     run.write_json("summary.json", &summary)
         .context("summary")?;
     Ok(summary)
+}
+
+/// Writes checkpoint `schedule.sequence` of a single-process run: weights, batch-norm
+/// statistics, momentum, iteration (the sampler's position and every random stream follow
+/// it), training clock and the evaluations so far.
+fn save_single(
+    cfg: &Config,
+    run: &RunDir,
+    schedule: &Schedule,
+    step: &ComputeStep,
+    sgd: &NetworkSgd<Cpu>,
+    (time_s, iteration): (f64, u64),
+    evals: &[EvalRow],
+) -> Result<()> {
+    let net = &step.net;
+    let mut momentum = vec![0.0; net.num_params()];
+    sgd.velocity_to_host(net, &mut momentum);
+    let meta = RankMeta {
+        time_s,
+        epoch: step.epoch(),
+        steps: iteration,
+        evals: evals.to_vec(),
+        ..Default::default()
+    };
+    let tensors = [
+        (checkpoint::WEIGHTS, net.params()),
+        (checkpoint::STATE, net.state()),
+        (checkpoint::MOMENTUM, &momentum[..]),
+    ];
+    let dir = checkpoint::store::checkpoint_dir(run.path(), schedule.sequence);
+    let entry = checkpoint::store::write_rank_file(&dir, 0, &tensors, &meta)?;
+    let at = (time_s, step.epoch());
+    let manifest = checkpoint::manifest(cfg, schedule.sequence, at, 1, None, vec![entry]);
+    checkpoint::store::commit(run.path(), &manifest)?;
+    log::debug!("checkpoint {} at {time_s:.1} s", dir.display());
+    Ok(())
+}
+
+/// Loads a single-process run's checkpoint into `step` and `sgd`; returns its training
+/// clock, iteration and evaluations.
+fn restore_single(
+    resume: &Resume,
+    step: &mut ComputeStep,
+    sgd: &mut NetworkSgd<Cpu>,
+) -> Result<(f64, u64, Vec<EvalRow>)> {
+    let path = resume.path(0);
+    let mut file = resume.load(0)?;
+    let n = step.net.num_params();
+    step.net
+        .params_mut()
+        .copy_from_slice(&file.take(checkpoint::WEIGHTS, n, &path)?);
+    let state = file.take(checkpoint::STATE, step.net.num_state(), &path)?;
+    step.net.state_from_host(&state);
+    sgd.velocity_from_host(&step.net, &file.take(checkpoint::MOMENTUM, n, &path)?);
+    step.resume_at(file.meta.steps);
+    Ok((file.meta.time_s, file.meta.steps, file.meta.evals))
 }
 
 /// Writes the model a run evaluated last to `model.safetensors` in the run directory

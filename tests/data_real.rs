@@ -182,7 +182,7 @@ fn cifar10_crop_flip_on_real_images() {
     // A batch: each sample equals one of its image's crops and flips.
     let idx = [5usize, 6, 7, 8];
     let mut aug = Augmenter::new(42, 3);
-    aug.start_epoch(1);
+    aug.start_batch(1);
     let mut x = vec![0.0; idx.len() * sl];
     let mut y = vec![0u8; idx.len()];
     aug.fill_batch(&train, &idx, &mut x, &mut y);

@@ -1,7 +1,7 @@
 //! Fuzzing on stable Rust: property tests that feed every parser of outside input (IDX and
 //! CIFAR-10 files, text lines, vocabularies and Multi30k splits, the TOML config with its
-//! `--set` overrides, mailbox messages, safetensors model files, and the BLEU tokenizers)
-//! with arbitrary and with structurally mutated input. The property is the same everywhere:
+//! `--set` overrides, mailbox messages, safetensors model files and checkpoint files, and the
+//! BLEU tokenizers) with arbitrary and with structurally mutated input. The property is the same everywhere:
 //! the function returns `Ok` or a clear `Err`, never panics, and never allocates what a
 //! header merely claims; where it returns `Ok`, the result is consistent with its input.
 //!
@@ -26,6 +26,8 @@ use proptest::test_runner::Config as ProptestConfig;
 use toml::{Table, Value};
 
 use gssp::backend::cpu::Cpu;
+use gssp::checkpoint::store::{from_bytes as checkpoint_from_bytes, to_bytes as checkpoint_bytes};
+use gssp::checkpoint::RankMeta;
 use gssp::config::Config;
 use gssp::data::lines::{read_lines, split_lines};
 use gssp::data::multi30k::{load_split, Split};
@@ -872,6 +874,27 @@ proptest! {
                     prop_assert_eq!(net.params(), &before[..]);
                     prop_assert!(e.to_string().contains("fuzz.safetensors"), "{}", e);
                 }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// checkpoint rank files
+
+proptest! {
+    #![proptest_config(cases(1000))]
+
+    /// A mutated checkpoint rank file parses or is refused naming the file; what parses
+    /// holds only f32 tensors whose lengths match their bytes.
+    #[test]
+    fn checkpoint_file_mutations_never_panic(edits in mutations(), noise in prop::collection::vec(any::<u8>(), 0..64)) {
+        let meta = RankMeta { steps: 7, worker_clocks: vec![3, 4], ..Default::default() };
+        let valid = checkpoint_bytes(&[("weights", &[1.0, 2.0, 3.0]), ("momentum", &[0.5])], &meta).unwrap();
+        for bytes in [mutate(valid, &edits), noise] {
+            match checkpoint_from_bytes::<RankMeta>(&bytes, Path::new("fuzz-rank.safetensors")) {
+                Ok(file) => prop_assert!(file.tensors.values().all(|t| t.len() < bytes.len())),
+                Err(e) => prop_assert!(e.to_string().contains("fuzz-rank.safetensors"), "{}", e),
             }
         }
     }

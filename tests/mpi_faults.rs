@@ -396,8 +396,8 @@ fn unwritable_run_directory_is_named() {
 }
 
 /// A full disk (a 256 KiB tmpfs as the run directory) ends the job with an error naming the
-/// file that could not be written and the cause, in bounded time; the model file is never
-/// left half-written. Skipped, with the reason printed, where tmpfs cannot be mounted.
+/// file that could not be written and the cause, in bounded time; neither the model file nor
+/// a checkpoint is ever left half-written. Skipped, with the reason printed, where tmpfs cannot be mounted.
 #[test]
 fn full_disk_is_a_clear_error_and_leaves_no_half_written_model() {
     let _lock = job_lock();
@@ -426,7 +426,12 @@ fn full_disk_is_a_clear_error_and_leaves_no_half_written_model() {
     // lenet5's model file alone (about 250 KB) and the per-iteration logs overflow 256 KiB.
     let args = scratch.train_args(
         &config,
-        &["sync.mode=asp", "run.epochs=2", "model.name=lenet5"],
+        &[
+            "sync.mode=asp",
+            "run.epochs=2",
+            "model.name=lenet5",
+            "run.checkpoint_every_s=0.5",
+        ],
         &out,
     );
     let job = spawn_mpirun(3, &args, &out.display().to_string()).wait(Duration::from_secs(120));
@@ -456,6 +461,18 @@ fn full_disk_is_a_clear_error_and_leaves_no_half_written_model() {
             eval.status.success(),
             "a half-written model file was left behind"
         );
+    }
+    // Nor a half-written checkpoint: the newest committed one, if any, reads back whole.
+    if out.join("checkpoints").join("latest").exists() {
+        let resume = gssp::checkpoint::Resume::open(&out).expect("the newest checkpoint opens");
+        for f in &resume.manifest.files {
+            let rank: usize = f.name["rank-".len()..f.name.len() - ".safetensors".len()]
+                .parse()
+                .expect("a rank file name");
+            resume
+                .load(rank)
+                .expect("a committed checkpoint file reads back");
+        }
     }
     eprintln!(
         "full disk: job failed in {:.1} s: {}",

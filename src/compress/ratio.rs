@@ -53,6 +53,14 @@ impl SpeedMeter {
         }
     }
 
+    /// Continues from a speed a checkpoint saved (0: none measured yet).
+    pub fn resume(&mut self, speed: f64) {
+        if speed > 0.0 && speed.is_finite() {
+            self.speed = speed;
+            self.started = true;
+        }
+    }
+
     /// Smoothed pushes per second; 0 before the first update.
     pub fn speed(&self) -> f64 {
         self.speed

@@ -61,6 +61,9 @@ pub struct RunConfig {
     /// Distributed modes: snapshot the model every this many seconds; snapshots are
     /// evaluated after training. 0 = only at the end.
     pub snapshot_every_s: f64,
+    /// Write a checkpoint every this many seconds of training (and always at the end);
+    /// `gssp train --resume RUN_DIR` continues from the newest. 0 = at the end only.
+    pub checkpoint_every_s: f64,
     /// Accuracy (fraction in 0..1) for `time_to_target_s` in the summary.
     pub target_accuracy: f64,
     /// Write one CSV row every this many iterations.
@@ -405,6 +408,7 @@ impl Default for RunConfig {
             seed: 42,
             eval_every_epochs: 1.0,
             snapshot_every_s: 0.0,
+            checkpoint_every_s: 0.0,
             target_accuracy: 0.98,
             log_every: 1,
             threads: 1,

@@ -97,6 +97,7 @@ impl Config {
         )?;
         at_least("run.eval_every_epochs", r.eval_every_epochs, 0.0)?;
         at_least("run.snapshot_every_s", r.snapshot_every_s, 0.0)?;
+        at_least("run.checkpoint_every_s", r.checkpoint_every_s, 0.0)?;
         in_unit_interval("run.target_accuracy", r.target_accuracy)?;
         ensure(r.log_every >= 1, "run.log_every", ">= 1", r.log_every)?;
         ensure(r.threads >= 1, "run.threads", ">= 1", r.threads)
@@ -425,6 +426,7 @@ mod tests {
             (&["run.epochs=0"], "run.epochs: must be > 0 when run.time_budget_s is 0 (set at least one limit), got 0"),
             (&["run.eval_every_epochs=-1"], "run.eval_every_epochs: must be >= 0, got -1"),
             (&["run.snapshot_every_s=-1"], "run.snapshot_every_s: must be >= 0, got -1"),
+            (&["run.checkpoint_every_s=-2"], "run.checkpoint_every_s: must be >= 0, got -2"),
             (&["run.target_accuracy=0"], "run.target_accuracy: must be in (0, 1], got 0"),
             (&["run.target_accuracy=1.5"], "run.target_accuracy: must be in (0, 1], got 1.5"),
             (&["run.log_every=0"], "run.log_every: must be >= 1, got 0"),

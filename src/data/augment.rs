@@ -2,8 +2,10 @@
 //! flip of the standard CIFAR-10 recipe (torchvision's `RandomCrop(32, padding=4)` then
 //! `RandomHorizontalFlip()`), written straight into the normalised batch buffer.
 //!
-//! The draws of a worker in an epoch are a pure function of (seed, worker's shard, epoch), so
-//! a run is reproducible and workers do not draw the same crops. Evaluation never augments.
+//! The draws of a worker's batch are a pure function of (seed, worker's shard, batch index),
+//! so a run is reproducible, workers do not draw the same crops, and a run resumed from a
+//! checkpoint draws what it would have drawn (the batch index is its whole state).
+//! Evaluation never augments.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -26,36 +28,32 @@ pub struct Draw {
     pub flip: bool,
 }
 
-/// A worker's augmentation stream, reseeded at every epoch.
+/// A worker's augmentation stream, reseeded at every batch.
 #[derive(Debug, Clone)]
 pub struct Augmenter {
     seed: u64,
     shard: usize,
-    epoch: u64,
     rng: ChaCha8Rng,
 }
 
 impl Augmenter {
-    /// The stream of worker shard `shard` under run seed `seed`, at epoch 0.
+    /// The stream of worker shard `shard` under run seed `seed`, at batch 0.
     pub fn new(seed: u64, shard: usize) -> Augmenter {
         Augmenter {
             seed,
             shard,
-            epoch: 0,
-            rng: ChaCha8Rng::seed_from_u64(Self::epoch_seed(seed, shard, 0)),
+            rng: ChaCha8Rng::seed_from_u64(Self::batch_seed(seed, shard, 0)),
         }
     }
 
-    fn epoch_seed(seed: u64, shard: usize, epoch: u64) -> u64 {
-        mix_seed(mix_seed(mix_seed(seed, AUGMENT_TAG), shard as u64), epoch)
+    fn batch_seed(seed: u64, shard: usize, batch: u64) -> u64 {
+        mix_seed(mix_seed(mix_seed(seed, AUGMENT_TAG), shard as u64), batch)
     }
 
-    /// Restarts the stream for `epoch` when it is not the current one.
-    pub fn start_epoch(&mut self, epoch: u64) {
-        if epoch != self.epoch {
-            self.epoch = epoch;
-            self.rng = ChaCha8Rng::seed_from_u64(Self::epoch_seed(self.seed, self.shard, epoch));
-        }
+    /// Restarts the stream for the worker's batch number `batch` (0-based, over all
+    /// epochs). Seeding ChaCha8 costs well under a microsecond, once a batch.
+    pub fn start_batch(&mut self, batch: u64) {
+        self.rng = ChaCha8Rng::seed_from_u64(Self::batch_seed(self.seed, self.shard, batch));
     }
 
     /// The next sample's crop offset and flip.
@@ -213,22 +211,22 @@ mod tests {
     }
 
     #[test]
-    fn draws_are_a_function_of_seed_shard_and_epoch() {
-        let draws = |seed, shard, epoch| {
+    fn draws_are_a_function_of_seed_shard_and_batch() {
+        let draws = |seed, shard, batch| {
             let mut a = Augmenter::new(seed, shard);
-            a.start_epoch(epoch);
+            a.start_batch(batch);
             (0..64).map(|_| a.draw()).collect::<Vec<_>>()
         };
         assert_eq!(draws(1, 0, 2), draws(1, 0, 2));
         assert_ne!(draws(1, 0, 2), draws(1, 0, 3));
         assert_ne!(draws(1, 0, 2), draws(1, 1, 2));
         assert_ne!(draws(1, 0, 2), draws(2, 0, 2));
-        // Going back to an epoch replays it.
+        // Going back to a batch replays it (what a resumed run relies on).
         let mut a = Augmenter::new(1, 0);
-        a.start_epoch(2);
+        a.start_batch(2);
         let first: Vec<Draw> = (0..8).map(|_| a.draw()).collect();
-        a.start_epoch(3);
-        a.start_epoch(2);
+        a.start_batch(3);
+        a.start_batch(2);
         let again: Vec<Draw> = (0..8).map(|_| a.draw()).collect();
         assert_eq!(first, again);
     }

@@ -122,7 +122,8 @@ impl ShardSampler {
     }
 
     /// The epoch (0-based) of the batch [`ShardSampler::next_batch`] serves next.
-    pub fn upcoming_epoch(&self) -> u64 {
+    #[cfg(test)]
+    fn upcoming_epoch(&self) -> u64 {
         self.served / self.batches_per_epoch as u64
     }
 
@@ -136,6 +137,27 @@ impl ShardSampler {
         }
         self.served += 1;
         &self.order[pos * self.batch_size..(pos + 1) * self.batch_size]
+    }
+
+    /// Batches served so far, over all epochs: the sampler's whole state besides its
+    /// configuration (a checkpoint records it).
+    pub fn served(&self) -> u64 {
+        self.served
+    }
+
+    /// Continues as if `served` batches had been served: the next batch is the one an
+    /// uninterrupted sampler would serve after them (resume from a checkpoint).
+    pub fn skip_to(&mut self, served: u64) {
+        self.served = served;
+        let bpe = self.batches_per_epoch as u64;
+        // The order of the epoch that the next batch falls in; at an epoch boundary
+        // `next_batch` reshuffles for the new epoch itself.
+        let epoch = if served > 0 && served.is_multiple_of(bpe) {
+            served / bpe - 1
+        } else {
+            served / bpe
+        };
+        self.shuffle_for(epoch);
     }
 
     /// Full epochs completed (the floor of `epoch_progress`).
@@ -165,6 +187,21 @@ impl ShardSampler {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn skipping_ahead_serves_what_an_uninterrupted_sampler_serves() {
+        let mut whole = ShardSampler::new(103, 3, 1, 4, 9).unwrap();
+        let batches: Vec<Vec<usize>> = (0..40).map(|_| whole.next_batch().to_vec()).collect();
+        // 34 samples, 8 batches an epoch: skip to mid-epoch, to a boundary, to the start.
+        for at in [0usize, 3, 8, 16, 21, 39] {
+            let mut resumed = ShardSampler::new(103, 3, 1, 4, 9).unwrap();
+            resumed.skip_to(at as u64);
+            assert_eq!(resumed.served(), at as u64);
+            for (k, b) in batches.iter().enumerate().skip(at) {
+                assert_eq!(resumed.next_batch(), &b[..], "skip to {at}, batch {k}");
+            }
+        }
+    }
 
     #[test]
     fn upcoming_epoch_turns_after_a_full_epoch() {

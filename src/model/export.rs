@@ -37,15 +37,16 @@ const ZERO_I64: [u8; 8] = [0; 8];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
-    #[error("cannot write model file {path}: {source}")]
+    // The I/O error is part of the message, not a `source`: printed once with `{:#}`.
+    #[error("cannot write model file {path}: {cause}")]
     Write {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    #[error("cannot read model file {path}: {source}")]
+    #[error("cannot read model file {path}: {cause}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{path}: not a readable safetensors file (truncated or corrupt?): {reason}")]
     Corrupt { path: PathBuf, reason: String },
@@ -167,11 +168,11 @@ pub fn save<B: Backend>(
 ) -> Result<(), ExportError> {
     let bytes = to_bytes(net, meta).map_err(|e| ExportError::Write {
         path: path.to_path_buf(),
-        source: std::io::Error::other(e),
+        cause: std::io::Error::other(e),
     })?;
-    write_atomic(path, &bytes).map_err(|source| ExportError::Write {
+    write_atomic(path, &bytes).map_err(|cause| ExportError::Write {
         path: path.to_path_buf(),
-        source,
+        cause,
     })
 }
 
@@ -215,9 +216,9 @@ pub fn load_into<B: Backend>(
     expected: &BTreeMap<String, String>,
     path: &Path,
 ) -> Result<BTreeMap<String, String>, ExportError> {
-    let bytes = std::fs::read(path).map_err(|source| ExportError::Read {
+    let bytes = std::fs::read(path).map_err(|cause| ExportError::Read {
         path: path.to_path_buf(),
-        source,
+        cause,
     })?;
     from_bytes(net, expected, &bytes, path)
 }

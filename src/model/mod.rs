@@ -191,6 +191,12 @@ impl<B: Backend> Network<B> {
     }
 
     /// Draws dropout masks from `stream` from now on (each worker its own).
+    /// Sets the count of training steps taken (dropout masks follow it), for a run resumed
+    /// from a checkpoint.
+    pub fn set_train_steps(&mut self, steps: u64) {
+        self.steps = steps;
+    }
+
     pub fn set_dropout_stream(&mut self, stream: u64) {
         self.dropout_stream = stream;
     }

@@ -37,6 +37,15 @@ impl Sgd {
         }
     }
 
+    /// The momentum buffer (a checkpoint saves it).
+    pub fn velocity(&self) -> &[f32] {
+        &self.velocity
+    }
+
+    pub fn velocity_mut(&mut self) -> &mut [f32] {
+        &mut self.velocity
+    }
+
     /// One update on `params` from `grads` scaled by `scale`, at learning rate `lr`,
     /// worth `share` of a synchronous step (1 for a full step).
     pub fn step(&mut self, params: &mut [f32], grads: &[f32], lr: f64, scale: f32, share: f32) {
@@ -72,6 +81,15 @@ impl<B: Backend> NetworkSgd<B> {
             velocity: net.backend().alloc(net.num_params()),
             len: net.num_params(),
         }
+    }
+
+    /// The momentum buffer on the host (a checkpoint saves it).
+    pub fn velocity_to_host(&self, net: &Network<B>, host: &mut [f32]) {
+        net.backend().download(host, &self.velocity);
+    }
+
+    pub fn velocity_from_host(&mut self, net: &Network<B>, host: &[f32]) {
+        net.backend().upload(&mut self.velocity, host);
     }
 
     /// A full step from the network's gradient buffer scaled by `scale` (1, or 1/W for

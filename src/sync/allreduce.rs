@@ -1,18 +1,21 @@
 //! `allreduce`: no server; every rank computes a gradient, `MPI_Allreduce` sums them,
 //! and every rank steps on the mean (what PyTorch DDP and Horovod do).
 //!
-//! The stop decision and rank 0's progress through the run ride in the same reduction (two
-//! extra slots), so all ranks stop after the same iteration and step at the same learning
-//! rate even under a wall-clock budget.
+//! The stop decision, rank 0's progress through the run and its call for a checkpoint ride
+//! in the same reduction ([`CONTROL_SLOTS`] extra values), so all ranks stop and checkpoint
+//! after the same iteration and step at the same learning rate even under a wall-clock
+//! budget.
 
 use std::time::Instant;
 
 use anyhow::Result;
 
+use crate::checkpoint::Resume;
 use crate::comm::{Collectives, Comm};
 use crate::config::Config;
 use crate::metrics::{Snapshots, WorkerRow};
 use crate::optim::{self, NetworkSgd};
+use crate::sync::checkpoint::{restore_replica, save_replica, Saver};
 use crate::sync::worker::{WorkerContext, WorkerStats};
 use crate::train::{run_progress, should_stop};
 
@@ -22,6 +25,8 @@ pub fn work(
     cfg: &Config,
     w: WorkerContext<'_>,
     snapshots: &mut Snapshots,
+    saver: &mut Saver<'_, Comm>,
+    resume: Option<&Resume>,
 ) -> Result<WorkerStats> {
     let WorkerContext {
         step,
@@ -29,15 +34,20 @@ pub fn work(
         pacer,
         log,
         start,
+        ..
     } = w;
     let n = step.net.num_params();
     let workers = comm.size();
     let mut sgd = NetworkSgd::new(&step.net, cfg.optim.momentum, cfg.optim.weight_decay);
-    let mut buf = vec![0.0f32; n + 2];
+    let mut iteration = 0u64;
+    if let Some(r) = resume {
+        (iteration, *snapshots) =
+            restore_replica(r, comm.rank(), step, &mut sgd, cfg.run.snapshot_every_s)?;
+    }
+    let mut buf = vec![0.0f32; n + CONTROL_SLOTS];
     let bytes = (buf.len() * std::mem::size_of::<f32>()) as u64;
     let samples_per_step = (cfg.optim.batch_size * workers) as f64 / train.len() as f64;
     let mut stats = WorkerStats::default();
-    let mut iteration = 0u64;
     let mut shown = crate::progress::Progress::new(cfg, train.len(), comm.rank() == 0);
     loop {
         let epoch = iteration as f64 * samples_per_step;
@@ -51,17 +61,22 @@ pub fn work(
         // as waiting, since on a heterogeneous cluster the wait dominates.
         let t1 = Instant::now();
         step.net.grads_to_host(&mut buf[..n]);
-        fill_control_slots(&mut buf[n..], comm, cfg, epoch, time_s);
+        fill_control_slots(&mut buf[n..], comm, cfg, (epoch, time_s), saver);
         comm.allreduce_sum_f32_in_place(&mut buf)?;
         let wait_s = t1.elapsed().as_secs_f64();
-        if buf[n] > 0.0 {
+        let control = Control::read(&buf[n..]);
+        if control.stop {
             shown.finish();
             break;
         }
-        let lr = optim::lr_at(&cfg.optim, epoch, f64::from(buf[n + 1]));
+        let lr = optim::lr_at(&cfg.optim, epoch, control.progress);
         step.net.grads_from_host(&buf[..n]);
         sgd.step(&mut step.net, lr, 1.0 / workers as f32);
         iteration += 1;
+        if let Some(at) = control.checkpoint_at {
+            let epoch = iteration as f64 * samples_per_step;
+            save_replica(saver, step, &sgd, (iteration, epoch, at), snapshots)?;
+        }
         shown.tick(iteration as f64 * samples_per_step, time_s, loss);
         stats.iterations = iteration;
         stats.compute_s += compute_s;
@@ -83,24 +98,72 @@ pub fn work(
         })?;
     }
     stats.wall_s = start.elapsed().as_secs_f64();
+    let epoch = iteration as f64 * samples_per_step;
+    save_final(
+        comm,
+        saver,
+        step,
+        &sgd,
+        (iteration, epoch),
+        snapshots,
+        start,
+    )?;
     Ok(stats)
 }
 
-/// Fills the two slots that ride after the model in a reduction (`CONTROL_SLOTS` values):
-/// this rank's vote to stop, and rank 0's share of the run done. After the sum, slot 0 > 0
-/// means some rank stopped, and slot 1 is rank 0's progress, so every rank stops after the
-/// same iteration and steps at the same learning rate.
+/// The final checkpoint of a rank that trains its own replica, at the latest rank's clock.
+pub(super) fn save_final(
+    comm: &Comm,
+    saver: &mut Saver<'_, Comm>,
+    step: &crate::train::ComputeStep,
+    sgd: &NetworkSgd<crate::backend::cpu::Cpu>,
+    (iteration, epoch): (u64, f64),
+    snapshots: &Snapshots,
+    start: Instant,
+) -> Result<()> {
+    let time_s = comm.allreduce_max_f64(start.elapsed().as_secs_f64())?;
+    save_replica(saver, step, sgd, (iteration, epoch, time_s), snapshots)
+}
+
+/// Values that ride after the model in a reduction.
+pub(super) const CONTROL_SLOTS: usize = 4;
+
+/// What the control slots say after the sum.
+pub(super) struct Control {
+    /// Some rank stopped: every rank stops after this iteration.
+    pub stop: bool,
+    /// Rank 0's share of the run done: every rank steps at the same learning rate.
+    pub progress: f64,
+    /// Rank 0's checkpoint is due: every rank saves after this iteration, at this clock.
+    pub checkpoint_at: Option<f64>,
+}
+
+impl Control {
+    pub fn read(slots: &[f32]) -> Control {
+        Control {
+            stop: slots[0] > 0.0,
+            progress: f64::from(slots[1]),
+            checkpoint_at: (slots[2] > 0.0).then_some(f64::from(slots[3])),
+        }
+    }
+}
+
+/// Fills this rank's [`CONTROL_SLOTS`]: its vote to stop; on rank 0 its progress, and
+/// whether a checkpoint is due with its clock (rank 0 alone decides when).
 pub(super) fn fill_control_slots(
     slots: &mut [f32],
     comm: &Comm,
     cfg: &Config,
-    epoch: f64,
-    time_s: f64,
+    (epoch, time_s): (f64, f64),
+    saver: &Saver<'_, Comm>,
 ) {
+    slots.fill(0.0);
     slots[0] = f32::from(u8::from(should_stop(cfg, epoch, time_s)));
-    slots[1] = if comm.rank() == 0 {
-        run_progress(cfg, epoch, time_s) as f32
-    } else {
-        0.0
-    };
+    if comm.rank() == 0 {
+        slots[1] = run_progress(cfg, epoch, time_s) as f32;
+        if saver.due(time_s) {
+            slots[2] = 1.0;
+            slots[3] = time_s as f32;
+        }
+    }
 }

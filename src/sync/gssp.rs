@@ -27,6 +27,12 @@
 //! No server waits for another group. At the end every server flushes its unsent change
 //! densely, the servers meet at a barrier, drain, and the replicas (now equal up to float
 //! rounding) are averaged.
+//!
+//! Checkpoints need the same quiet point. A server whose checkpoint is due meets the others
+//! (an agreement over the servers' communicator): if all are training, they flush, drain
+//! and save together; if one is already finishing, the server stops training instead. A
+//! finishing server keeps meeting until every server is finishing, so the meetings always
+//! pair up, whichever comes first.
 
 use anyhow::{Context, Result};
 
@@ -42,7 +48,7 @@ use crate::sync::mailbox::{
     SPEED, WRITTEN,
 };
 use crate::sync::ps::ParamServer;
-use crate::sync::server::Exchange;
+use crate::sync::server::{Exchange, Meet};
 
 /// The model to evaluate: the snapshots (with their evaluation rows to fill) and the
 /// final weights.
@@ -410,9 +416,52 @@ impl<'c> GroupExchange<'c> {
         Ok(())
     }
 
+    /// Continues from a checkpoint: the pushes of every group and this server's speed as
+    /// it saved them (the weights, and with them the peer view, come from the server's
+    /// replica; the mailboxes start empty, as they were at the checkpoint's quiet point).
+    pub fn resume(&mut self, group_pushes: &[u64], speed: f64) -> Result<()> {
+        anyhow::ensure!(
+            group_pushes.len() == self.groups,
+            "the checkpoint knows {} groups, this run has {}",
+            group_pushes.len(),
+            self.groups
+        );
+        self.peer_pushes.copy_from_slice(group_pushes);
+        self.last_pushes = group_pushes[self.me];
+        self.meter.resume(speed);
+        self.speeds[self.me] = self.meter.speed();
+        Ok(())
+    }
+
+    /// Flushes the unsent change densely, meets the other servers, drains: every update
+    /// has then reached every replica and nothing is in flight (collective).
+    fn flush_and_drain(&mut self, ps: &mut ParamServer) -> Result<()> {
+        self.view
+            .take_dense(ps.weights(), &mut self.vals)
+            .map_err(|e| e.in_context(self.me, self.last_pushes))?;
+        self.send_to_inboxes(false, self.last_pushes)?;
+        self.comm.barrier()?;
+        self.drain(ps.weights_mut(), true)?;
+        self.comm.barrier()?;
+        Ok(())
+    }
+
+    /// One meeting of the servers (collective): whether all of them, and whether any of
+    /// them, are stopping, and the latest of their clocks.
+    fn meet_all(&self, stopping: bool, time_s: f64) -> Result<(bool, bool, f64)> {
+        let vote = f64::from(u8::from(stopping));
+        let all = self.comm.allreduce_min_f64(vote)? > 0.0;
+        let any = self.comm.allreduce_max_f64(vote)? > 0.0;
+        let time_s = self.comm.allreduce_max_f64(time_s)?;
+        Ok((all, any, time_s))
+    }
+
     /// End of training: flush the unsent change densely, meet the other servers, drain, and
     /// check that the replica equals the initial weights plus every group's updates.
     pub fn finish(&mut self, ps: &mut ParamServer) -> Result<f64> {
+        // A server still training meets this one only when a checkpoint is due for it or
+        // when it stops too; it learns here that it must stop. Meet until all stop.
+        while !self.meet_all(true, 0.0)?.0 {}
         let ExchangePhases {
             topk_s,
             send_s,
@@ -424,13 +473,7 @@ impl<'c> GroupExchange<'c> {
             self.deferred,
             self.arrival_drains
         );
-        self.view
-            .take_dense(ps.weights(), &mut self.vals)
-            .map_err(|e| e.in_context(self.me, self.last_pushes))?;
-        self.send_to_inboxes(false, self.last_pushes)?;
-        self.comm.barrier()?;
-        self.drain(ps.weights_mut(), true)?;
-        self.comm.barrier()?;
+        self.flush_and_drain(ps)?;
         // Nothing lost: replica - initial must equal the sum of everything all groups sent,
         // final flushes included. A group's own changes reach its replica directly, not
         // through what it sent, so anything its feedback or top-k dropped shows up here.
@@ -515,6 +558,25 @@ impl Exchange for GroupExchange<'_> {
         self.drain(ps.weights_mut(), false)?;
         self.phases.drain_s += t.elapsed().as_secs_f64();
         Ok(ratio)
+    }
+
+    fn meet(&mut self, time_s: f64) -> Result<Meet> {
+        let (_, any_stopping, time_s) = self.meet_all(false, time_s)?;
+        Ok(if any_stopping {
+            Meet::Stop
+        } else {
+            Meet::Checkpoint { time_s }
+        })
+    }
+
+    fn quiesce(&mut self, ps: &mut ParamServer) -> Result<()> {
+        self.flush_and_drain(ps)
+    }
+
+    fn saved_state(&self, own_pushes: u64) -> (Vec<u64>, f64) {
+        let mut pushes = self.peer_pushes.clone();
+        pushes[self.me] = own_pushes;
+        (pushes, self.meter.speed())
     }
 
     fn global_pushes(&self, own_pushes: u64) -> u64 {

@@ -1,14 +1,14 @@
 //! Who does what in a distributed run: which world ranks serve, which work, in which
 //! group, and how much each worker is slowed down.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, SyncMode};
 use crate::hetero;
 
 /// Who does what: the servers (world ranks) and the workers of each group (world ranks).
 /// Group g is served by `servers[g]`; allreduce has no servers and one group.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Layout {
     pub mode: SyncMode,
     pub world_size: usize,

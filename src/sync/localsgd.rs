@@ -14,12 +14,15 @@ use std::time::Instant;
 
 use anyhow::Result;
 
+use crate::checkpoint::Resume;
 use crate::comm::{Collectives, Comm};
 use crate::config::Config;
 use crate::metrics::{Snapshots, WorkerRow};
 use crate::optim::{self, NetworkSgd};
-use crate::sync::allreduce::fill_control_slots;
+use crate::sync::allreduce::{fill_control_slots, save_final, Control, CONTROL_SLOTS};
+use crate::sync::checkpoint::{restore_replica, save_replica, Saver};
 use crate::sync::worker::{WorkerContext, WorkerStats};
+use crate::train::run_progress;
 
 /// What a local-SGD rank ends with.
 pub struct LocalSgdOutcome {
@@ -36,6 +39,8 @@ pub fn work(
     cfg: &Config,
     w: WorkerContext<'_>,
     snapshots: &mut Snapshots,
+    saver: &mut Saver<'_, Comm>,
+    resume: Option<&Resume>,
 ) -> Result<LocalSgdOutcome> {
     let WorkerContext {
         step,
@@ -43,12 +48,13 @@ pub fn work(
         pacer,
         log,
         start,
+        ..
     } = w;
     let n = step.net.num_params();
     let workers = comm.size();
     let local_steps = cfg.sync.local_steps.max(1) as u64;
     let mut sgd = NetworkSgd::new(&step.net, cfg.optim.momentum, cfg.optim.weight_decay);
-    let mut buf = vec![0.0f32; n + 2];
+    let mut buf = vec![0.0f32; n + CONTROL_SLOTS];
     let bytes = (buf.len() * std::mem::size_of::<f32>()) as u64;
     let samples_per_step = (cfg.optim.batch_size * workers) as f64 / train.len() as f64;
     let mut stats = WorkerStats::default();
@@ -56,6 +62,13 @@ pub fn work(
     // Rank 0's share of the run done, as of the last average: every rank steps at the
     // same learning rate between averages.
     let mut progress = 0.0f64;
+    if let Some(r) = resume {
+        (iteration, *snapshots) =
+            restore_replica(r, comm.rank(), step, &mut sgd, cfg.run.snapshot_every_s)?;
+        // A checkpoint follows an average: every rank restores the same clock.
+        let epoch = iteration as f64 * samples_per_step;
+        progress = run_progress(cfg, epoch, r.manifest.time_s);
+    }
     let mut shown = crate::progress::Progress::new(cfg, train.len(), comm.rank() == 0);
     loop {
         let epoch = iteration as f64 * samples_per_step;
@@ -71,7 +84,7 @@ pub fn work(
             // Waiting for the slowest rank and the transfer are one call, counted as waiting.
             let t1 = Instant::now();
             step.net.params_to_host(&mut buf[..n]);
-            fill_control_slots(&mut buf[n..], comm, cfg, epoch, time_s);
+            fill_control_slots(&mut buf[n..], comm, cfg, (epoch, time_s), saver);
             comm.allreduce_sum_f32_in_place(&mut buf)?;
             let scale = 1.0 / workers as f32;
             for x in &mut buf[..n] {
@@ -80,10 +93,15 @@ pub fn work(
             step.net.params_from_host(&buf[..n]);
             wait_s = t1.elapsed().as_secs_f64();
             sent = bytes;
-            stop = buf[n] > 0.0;
-            progress = f64::from(buf[n + 1]);
+            let control = Control::read(&buf[n..]);
+            stop = control.stop;
+            progress = control.progress;
             if comm.rank() == 0 {
                 snapshots.maybe_take(time_s, epoch, iteration, step.net.params());
+            }
+            // Right after an average the replicas are equal: a quiet point.
+            if let (Some(at), false) = (control.checkpoint_at, stop) {
+                save_replica(saver, step, &sgd, (iteration, epoch, at), snapshots)?;
             }
         }
         shown.tick(epoch, time_s, loss);
@@ -112,6 +130,16 @@ pub fn work(
     }
     stats.wall_s = start.elapsed().as_secs_f64();
     let replica_error = replica_error(comm, step.net.params())?;
+    let epoch = iteration as f64 * samples_per_step;
+    save_final(
+        comm,
+        saver,
+        step,
+        &sgd,
+        (iteration, epoch),
+        snapshots,
+        start,
+    )?;
     Ok(LocalSgdOutcome {
         stats,
         replica_error,

@@ -5,6 +5,7 @@
 //! loops over the comm layer; [`run`] assigns roles and writes the results.
 
 pub mod allreduce;
+pub mod checkpoint;
 pub mod gssp;
 pub mod layout;
 pub mod localsgd;

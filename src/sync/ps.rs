@@ -127,6 +127,28 @@ impl ParamServer {
         &self.clock
     }
 
+    /// The momentum buffer (a checkpoint saves it).
+    pub fn momentum(&self) -> &[f32] {
+        self.sgd.velocity()
+    }
+
+    /// Continues from a checkpoint taken at a quiet point: `weights`, `momentum`, model
+    /// `version` and each worker's clock. Every worker is then waiting for weights (its
+    /// in-flight push, if any, was lost with the job) and gets the current version.
+    ///
+    /// # Panics
+    /// If the lengths do not match this server (the caller checks the file first).
+    pub fn restore(&mut self, weights: &[f32], momentum: &[f32], version: u64, clocks: &[u64]) {
+        self.weights.copy_from_slice(weights);
+        self.sgd.velocity_mut().copy_from_slice(momentum);
+        self.version = version;
+        self.clock = SspClock::restore(clocks, self.clock.bound());
+        self.sent_version.fill(version);
+        for sent in &mut self.sent_weights {
+            sent.copy_from_slice(weights);
+        }
+    }
+
     /// Handles worker `w`'s gradient at the schedule's learning rate `lr`.
     pub fn on_push(&mut self, w: usize, grad: &[f32], lr: f64) -> Applied {
         let staleness = self.version - self.sent_version[w];
@@ -360,6 +382,30 @@ mod tests {
         let mut ps = ParamServer::new(vec![0.0], rule(2, 8, Some(3), Apply::Immediate));
         ps.on_push(0, &[8.0], 1.0);
         assert_eq!(ps.weights(), &[-1.0]);
+    }
+
+    #[test]
+    fn a_restored_server_releases_only_the_workers_the_bound_allows() {
+        let mut ps = ParamServer::new(vec![0.0; 2], rule(3, 3, Some(1), Apply::Immediate));
+        ps.restore(&[1.0, 2.0], &[0.5, 0.25], 9, &[5, 3, 4]);
+        assert_eq!(
+            (ps.weights(), ps.momentum(), ps.version()),
+            (&[1.0, 2.0][..], &[0.5, 0.25][..], 9)
+        );
+        let mut out = Vec::new();
+        ps.release(&mut out);
+        assert_eq!(
+            out,
+            vec![1, 2],
+            "worker 0 is 2 ahead of worker 1, over the bound"
+        );
+        assert_eq!(
+            ps.on_push(1, &[0.0, 0.0], 0.1).staleness,
+            0,
+            "got version 9"
+        );
+        ps.release(&mut out);
+        assert_eq!(out, vec![1, 2, 0, 1]);
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
+use crate::checkpoint::{Resume, Schedule, MOMENTUM, WEIGHTS};
 use crate::comm::p2p::{ServerLink, WorkerLink};
 use crate::comm::{Collectives, Comm, SubComm};
 use crate::config::{Config, Staleness, SyncMode};
@@ -12,16 +13,23 @@ use crate::data::Dataset;
 use crate::grouping;
 use crate::hetero::{Pacer, CALIBRATION_ITERATIONS};
 use crate::metrics::{EvalRow, RunDir, RunTotals, ServerRow, Snapshots, Summary};
+use crate::sync::checkpoint::{self, Saver};
 use crate::sync::gssp::{self, Replicas};
 use crate::sync::layout::Layout;
 use crate::sync::ps::{Apply, ParamServer, UpdateRule};
-use crate::sync::server::{self, NoExchange, ServeContext};
+use crate::sync::server::{self, Exchange, NoExchange, ServeContext};
 use crate::sync::worker::{self, WorkerContext, WorkerStats};
 use crate::sync::{allreduce, localsgd};
 use crate::train::{ComputeStep, Evaluator};
 
-/// Runs `cfg` on all ranks of `comm`. Every rank returns; rank 0 returns the summary.
-pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
+/// Runs `cfg` on all ranks of `comm`, from `resume`'s checkpoint when given. Every rank
+/// returns; rank 0 returns the summary.
+pub fn run(
+    comm: &Comm,
+    cfg: &Config,
+    run: &RunDir,
+    resume: Option<&Resume>,
+) -> Result<Option<Summary>> {
     crate::backend::cpu::set_threads(cfg.run.threads);
     let rank = comm.rank();
     let device = crate::backend::select(cfg.device.kind);
@@ -50,7 +58,17 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
         cfg.run.seed ^ ((rank as u64 + 1) * 0x9E37),
         CALIBRATION_ITERATIONS,
     );
-    if cfg.sync.mode == SyncMode::Gssp {
+    let saved_layout = resume.and_then(|r| r.manifest.layout.clone());
+    if let Some(saved) = saved_layout {
+        // A resumed run keeps its groups: the replicas it saved belong to them.
+        let saved = serde_json::from_value::<Layout>(saved).map_err(|e| {
+            format!(
+                "{}: layout: {e}",
+                resume.map_or_else(Default::default, |r| r.dir.display().to_string())
+            )
+        });
+        layout = comm.fatal_on_all(saved)?;
+    } else if cfg.sync.mode == SyncMode::Gssp {
         let profiled = layout.worker_ranks();
         let formed = grouping::form_groups(comm, &cfg.sync, &profiled, || {
             step.compute_paced(&train, &mut pacer);
@@ -108,9 +126,30 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
 
     let mut snapshots = Snapshots::new(cfg.run.snapshot_every_s);
     let mut role = RoleOutcome::default();
+    // A worker of the server modes resumes at its clock, which its server saved.
+    let mut done = Ok(0);
+    if let (Some(r), false, false) = (resume, is_server, serverless(cfg)) {
+        let server = layout.servers[group];
+        let index = layout.groups[group].iter().position(|&w| w == rank);
+        done = r.load(server).map_err(|e| e.to_string()).and_then(|f| {
+            index
+                .and_then(|i| f.meta.worker_clocks.get(i).copied())
+                .ok_or_else(|| format!("{}: no clock for rank {rank}", r.path(server).display()))
+        });
+    }
+    // Collective: every rank learns whether some worker could not read its clock.
+    let done = comm.fatal_on_all(done)?;
+    if done > 0 {
+        step.resume_at(done);
+    }
+    let resumed_at = resume.map_or(0.0, |r| r.manifest.time_s);
+    let layout_json = serde_json::to_value(&layout).ok();
 
     comm.barrier()?;
-    pacer.start_clock();
+    let start = Instant::now()
+        .checked_sub(std::time::Duration::from_secs_f64(resumed_at))
+        .context("the checkpoint's training clock lies before this machine's boot")?;
+    pacer.start_clock_at(start);
     let ctx = RunContext {
         comm,
         cfg,
@@ -119,7 +158,15 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
         train: &train,
         test: &test,
         server_comm: server_comm.as_ref(),
-        start: Instant::now(),
+        start,
+        resume,
+    };
+    let schedule = || {
+        Schedule::new(
+            cfg.run.checkpoint_every_s,
+            resumed_at,
+            resume.map_or(0, |r| r.manifest.sequence),
+        )
     };
     match (cfg.sync.mode, is_server) {
         (SyncMode::Allreduce | SyncMode::Localsgd, _) => {
@@ -133,13 +180,30 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
                 pacer: &mut pacer,
                 log: &mut log,
                 start: ctx.start,
+                done: 0,
+            };
+            let mut saver = Saver {
+                comm,
+                cfg,
+                run,
+                world_rank: rank,
+                world_size: comm.size(),
+                layout: layout_json,
+                schedule: schedule(),
             };
             if cfg.sync.mode == SyncMode::Localsgd {
-                let outcome = localsgd::work(comm, cfg, w, &mut snapshots)?;
+                let outcome = localsgd::work(comm, cfg, w, &mut snapshots, &mut saver, resume)?;
                 role.worker = Some(outcome.stats);
                 role.replica_error = Some(outcome.replica_error);
             } else {
-                role.worker = Some(allreduce::work(comm, cfg, w, &mut snapshots)?);
+                role.worker = Some(allreduce::work(
+                    comm,
+                    cfg,
+                    w,
+                    &mut snapshots,
+                    &mut saver,
+                    resume,
+                )?);
             }
             log.flush()?;
             role.final_weights = Some(step.net.params().to_vec());
@@ -148,7 +212,19 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
             let gc = group_comm
                 .as_ref()
                 .context("server without a group communicator")?;
-            role = serve_group(&ctx, gc, group, &step, &mut snapshots)?;
+            let sc = ctx
+                .server_comm
+                .context("server without the servers' communicator")?;
+            let mut saver = Saver {
+                comm: sc,
+                cfg,
+                run,
+                world_rank: rank,
+                world_size: comm.size(),
+                layout: layout_json,
+                schedule: schedule(),
+            };
+            role = serve_group(&ctx, gc, group, &step, &mut snapshots, &mut saver)?;
         }
         (_, false) => {
             let gc = group_comm
@@ -162,6 +238,7 @@ pub fn run(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Option<Summary>> {
                 pacer: &mut pacer,
                 log: &mut log,
                 start: ctx.start,
+                done,
             };
             role.worker = Some(worker::work(&mut link, w, nan_at)?);
             log.flush()?;
@@ -181,8 +258,15 @@ struct RunContext<'a> {
     test: &'a Dataset,
     /// The group servers' communicator (on the servers).
     server_comm: Option<&'a SubComm>,
-    /// Common time origin of all ranks (taken right after a barrier).
+    /// Common time origin of all ranks (taken right after a barrier; a resumed run's lies
+    /// its checkpoint's training clock back).
     start: Instant,
+    resume: Option<&'a Resume>,
+}
+
+/// The modes without parameter servers.
+fn serverless(cfg: &Config) -> bool {
+    matches!(cfg.sync.mode, SyncMode::Allreduce | SyncMode::Localsgd)
 }
 
 /// One rank's numbers for the summary, gathered on rank 0 as one row of `f64`.
@@ -292,6 +376,7 @@ fn serve_group(
     group: usize,
     step: &ComputeStep,
     snapshots: &mut Snapshots,
+    saver: &mut Saver<'_, SubComm>,
 ) -> Result<RoleOutcome> {
     let (cfg, layout) = (ctx.cfg, ctx.layout);
     let workers = layout.groups[group].len();
@@ -318,39 +403,84 @@ fn serve_group(
         },
     );
     let rank = layout.servers[group];
-    let mut log = ctx.run.csv::<ServerRow>(&format!("rank-{rank}.csv"))?;
+    let mut resumed = None;
+    if let Some(r) = ctx.resume {
+        let path = r.path(rank);
+        let mut file = r.load(rank)?;
+        let weights = file.take(WEIGHTS, n, &path)?;
+        let momentum = file.take(MOMENTUM, n, &path)?;
+        anyhow::ensure!(
+            file.meta.worker_clocks.len() == workers,
+            "{}: clocks of {} workers, group {group} has {workers}",
+            path.display(),
+            file.meta.worker_clocks.len()
+        );
+        ps.restore(
+            &weights,
+            &momentum,
+            file.meta.version,
+            &file.meta.worker_clocks,
+        );
+        *snapshots = checkpoint::restore_snapshots(&mut file, cfg.run.snapshot_every_s, n, &path)?;
+        resumed = Some(file.meta);
+    }
+    let mut log = ctx
+        .run
+        .csv_continued::<ServerRow>(&format!("rank-{rank}.csv"))?;
     let serve_ctx = ServeContext {
         cfg,
         train_len: ctx.train.len(),
         start: ctx.start,
         show_progress: rank == 0,
         worker_ranks: &layout.groups[group],
+        resumed_pushes: resumed.as_ref().map(|m| m.steps),
     };
     let mut outcome = RoleOutcome::default();
     // gssp with one group has no peers to exchange with: it is ssp with a group server.
-    let stats = if cfg.sync.mode == SyncMode::Gssp && layout.servers.len() > 1 {
+    let (stats, own_pushes, known) = if cfg.sync.mode == SyncMode::Gssp && layout.servers.len() > 1
+    {
         let sc = ctx
             .server_comm
             .context("group server without the servers' communicator")?;
         let mut ex = gssp::GroupExchange::new(sc, cfg, ps.weights())?;
-        let stats = server::serve(&mut link, &mut ps, &serve_ctx, &mut ex, &mut log, snapshots)?;
+        if let Some(m) = &resumed {
+            ex.resume(&m.group_pushes, m.speed).with_context(|| {
+                ctx.resume
+                    .map(|r| r.path(rank).display().to_string())
+                    .unwrap_or_default()
+            })?;
+        }
+        let stats = server::serve(
+            &mut link, &mut ps, &serve_ctx, &mut ex, &mut log, snapshots, saver,
+        )?;
         outcome.replica_error = Some(ex.finish(&mut ps)?);
         outcome.bytes_inter_group = ex.bytes_sent();
         outcome.exchanges_deferred = ex.deferred();
         outcome.arrival_drains = ex.arrival_drains();
+        let own = serve_ctx.resumed_pushes.unwrap_or(0) + stats.pushes;
+        let known = ex.saved_state(own);
         ex.close()?;
-        stats
+        (stats, own, known)
     } else {
-        server::serve(
+        let stats = server::serve(
             &mut link,
             &mut ps,
             &serve_ctx,
             &mut NoExchange,
             &mut log,
             snapshots,
-        )?
+            saver,
+        )?;
+        let own = serve_ctx.resumed_pushes.unwrap_or(0) + stats.pushes;
+        (stats, own, NoExchange.saved_state(own))
     };
     log.flush()?;
+    // The final checkpoint: after the final flush every replica holds every update.
+    let time_s = saver
+        .comm
+        .allreduce_max_f64(ctx.start.elapsed().as_secs_f64())?;
+    let at = (own_pushes, stats.epoch, time_s);
+    server::save(saver, &ps, known, at, snapshots)?;
     outcome.bytes_sent = link.stats().bytes_sent + outcome.bytes_inter_group;
     outcome.server = Some(stats);
     outcome.final_weights = Some(ps.weights().to_vec());

@@ -10,10 +10,13 @@ use std::time::Instant;
 
 use anyhow::Result;
 
+use crate::checkpoint::{RankMeta, MOMENTUM, WEIGHTS};
 use crate::comm::p2p::ServerLink;
+use crate::comm::SubComm;
 use crate::config::Config;
 use crate::metrics::{thread_cpu_s, CsvLog, ServerRow, Snapshots};
 use crate::optim;
+use crate::sync::checkpoint::{self, Saver};
 use crate::sync::ps::ParamServer;
 use crate::train::{run_progress, should_stop};
 
@@ -25,6 +28,23 @@ pub trait Exchange {
     fn after_push(&mut self, ps: &mut ParamServer, own_pushes: u64, epoch: f64) -> Result<f64>;
     /// Pushes applied by all groups together, as far as this server knows.
     fn global_pushes(&self, own_pushes: u64) -> u64;
+    /// Agrees with the other group servers on a checkpoint at `time_s` (collective among
+    /// them; [`Meet::Stop`] when one of them is already finishing).
+    fn meet(&mut self, time_s: f64) -> Result<Meet>;
+    /// Brings the replicas to a quiet point: nothing unsent, nothing in flight.
+    fn quiesce(&mut self, ps: &mut ParamServer) -> Result<()>;
+    /// What of the exchange a checkpoint saves: every group's pushes as known here (this
+    /// group's are `own_pushes`), and this server's measured speed.
+    fn saved_state(&self, own_pushes: u64) -> (Vec<u64>, f64);
+}
+
+/// What the group servers agreed at a meeting.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Meet {
+    /// Everyone is here and training: take a checkpoint at the latest of their clocks.
+    Checkpoint { time_s: f64 },
+    /// A server is finishing: stop training too (its final flush needs everyone).
+    Stop,
 }
 
 /// The single-server modes: no peers.
@@ -36,6 +56,15 @@ impl Exchange for NoExchange {
     }
     fn global_pushes(&self, own_pushes: u64) -> u64 {
         own_pushes
+    }
+    fn meet(&mut self, time_s: f64) -> Result<Meet> {
+        Ok(Meet::Checkpoint { time_s })
+    }
+    fn quiesce(&mut self, _: &mut ParamServer) -> Result<()> {
+        Ok(())
+    }
+    fn saved_state(&self, own_pushes: u64) -> (Vec<u64>, f64) {
+        (vec![own_pushes], 0.0)
     }
 }
 
@@ -80,6 +109,9 @@ pub struct ServeContext<'a> {
     pub show_progress: bool,
     /// World rank of each of this server's workers, for error messages.
     pub worker_ranks: &'a [usize],
+    /// Pushes this server applied before the checkpoint it resumed from (`None`: a fresh
+    /// run).
+    pub resumed_pushes: Option<u64>,
 }
 
 /// Serves until the run's epochs or time budget are used up and every worker has been
@@ -91,16 +123,25 @@ pub fn serve(
     exchange: &mut dyn Exchange,
     log: &mut CsvLog<ServerRow>,
     snapshots: &mut Snapshots,
+    saver: &mut Saver<'_, SubComm>,
 ) -> Result<ServeStats> {
     let cfg = ctx.cfg;
     let workers = link.workers();
     let samples_per_push = cfg.optim.batch_size as f64 / ctx.train_len as f64;
     let mut ready = Vec::with_capacity(workers);
     let mut stats = ServeStats::default();
-    let everyone: Vec<usize> = (0..workers).collect();
-    link.send_weights(&everyone, ps.version(), ps.weights(), |_| 0)?;
+    // Pushes applied over the whole run (a resumed run counts those before its checkpoint).
+    let before = ctx.resumed_pushes.unwrap_or(0);
+    if ctx.resumed_pushes.is_some() {
+        // Every worker waits for weights; the SSP bound says who gets them first.
+        ps.release(&mut ready);
+        link.send_weights(&ready, ps.version(), ps.weights(), |_| 0)?;
+    } else {
+        let everyone: Vec<usize> = (0..workers).collect();
+        link.send_weights(&everyone, ps.version(), ps.weights(), |_| 0)?;
+    }
     let mut stopping = false;
-    let mut epoch = 0.0;
+    let mut epoch = exchange.global_pushes(before) as f64 * samples_per_push;
     let mut shown = crate::progress::Progress::new(cfg, ctx.train_len, ctx.show_progress);
     loop {
         let t_wait = Instant::now();
@@ -139,22 +180,42 @@ pub fn serve(
         let applied = ps.on_push(w, push.payload, lr);
         let apply_s = t_apply.elapsed().as_secs_f64();
         stats.pushes += 1;
+        let own_pushes = before + stats.pushes;
 
         let cpu_exchange = thread_cpu_s();
         let t_exchange = Instant::now();
-        let ratio = exchange.after_push(ps, stats.pushes, epoch)?;
+        let ratio = exchange.after_push(ps, own_pushes, epoch)?;
         let exchange_s = t_exchange.elapsed().as_secs_f64();
         stats.exchange_cpu_s += thread_cpu_s() - cpu_exchange;
-        epoch = exchange.global_pushes(stats.pushes) as f64 * samples_per_push;
+        epoch = exchange.global_pushes(own_pushes) as f64 * samples_per_push;
         let time_s = ctx.start.elapsed().as_secs_f64();
-        snapshots.maybe_take(time_s, epoch, stats.pushes, ps.weights());
+        snapshots.maybe_take(time_s, epoch, own_pushes, ps.weights());
         shown.tick(epoch, time_s, loss);
 
-        let t_send = Instant::now();
-        // Stop only after a completed step: in bsp every worker is then waiting, so no
-        // partial round is left behind.
+        // Stop, or checkpoint, only after a completed step: in bsp every worker is then
+        // waiting, so no partial round is left behind.
         let stepped = ps.version() > version_before;
         stopping |= stepped && should_stop(cfg, epoch, time_s);
+        if !stopping && stepped && saver.due(time_s) {
+            match exchange.meet(time_s)? {
+                Meet::Stop => stopping = true,
+                Meet::Checkpoint { time_s } => {
+                    let t = Instant::now();
+                    exchange.quiesce(ps)?;
+                    let quiet_s = t.elapsed().as_secs_f64();
+                    let known = exchange.saved_state(own_pushes);
+                    save(saver, ps, known, (own_pushes, epoch, time_s), snapshots)?;
+                    if ctx.show_progress {
+                        log::info!(
+                            "checkpoint took {:.0} ms (quiet point {:.0} ms)",
+                            1e3 * t.elapsed().as_secs_f64(),
+                            1e3 * quiet_s
+                        );
+                    }
+                }
+            }
+        }
+        let t_send = Instant::now();
         if stopping {
             for v in 0..workers {
                 if ps.clock().is_waiting(v) && !link.is_retired(v) {
@@ -180,7 +241,7 @@ pub fn serve(
             log.push(&ServerRow {
                 time_s,
                 epoch,
-                pushes: stats.pushes,
+                pushes: own_pushes,
                 version: ps.version(),
                 worker: w,
                 staleness: applied.staleness,
@@ -201,4 +262,32 @@ pub fn serve(
     stats.epoch = epoch;
     stats.wall_s = ctx.start.elapsed().as_secs_f64();
     Ok(stats)
+}
+
+/// Writes this server's part of a checkpoint at a quiet point: its replica, momentum,
+/// version, workers' clocks, what the exchange knows ([`Exchange::saved_state`]) and its
+/// snapshots; then own pushes (over the whole run), epoch, and the agreed training clock.
+pub fn save(
+    saver: &mut Saver<'_, SubComm>,
+    ps: &ParamServer,
+    (group_pushes, speed): (Vec<u64>, f64),
+    (own_pushes, epoch, time_s): (u64, f64, f64),
+    snapshots: &Snapshots,
+) -> Result<()> {
+    let meta = RankMeta {
+        time_s,
+        epoch,
+        steps: own_pushes,
+        version: ps.version(),
+        worker_clocks: ps.clock().clocks().to_vec(),
+        group_pushes,
+        speed,
+        evals: checkpoint::snapshot_rows(snapshots),
+    };
+    let names = checkpoint::snapshot_names(snapshots);
+    let mut tensors = vec![(WEIGHTS, ps.weights()), (MOMENTUM, ps.momentum())];
+    for (name, (_, w)) in names.iter().zip(&snapshots.taken) {
+        tensors.push((name.as_str(), w.as_slice()));
+    }
+    saver.save((time_s, epoch), &tensors, &meta)
 }

@@ -26,6 +26,26 @@ impl SspClock {
         }
     }
 
+    /// Clocks restored from a checkpoint: every worker waits for weights, so the first
+    /// [`SspClock::release_ready`] lets go only the ones the bound allows.
+    pub fn restore(clocks: &[u64], bound: Option<usize>) -> Self {
+        Self {
+            clocks: clocks.to_vec(),
+            waiting: vec![true; clocks.len()],
+            retired: vec![false; clocks.len()],
+            bound,
+        }
+    }
+
+    pub fn bound(&self) -> Option<usize> {
+        self.bound
+    }
+
+    /// Every worker's clock.
+    pub fn clocks(&self) -> &[u64] {
+        &self.clocks
+    }
+
     /// Records that worker `w`'s push was applied: advances its clock and marks it as waiting
     /// for weights. Returns the new clock.
     ///

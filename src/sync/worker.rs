@@ -17,8 +17,11 @@ pub struct WorkerContext<'a> {
     pub train: &'a Dataset,
     pub pacer: &'a mut Pacer,
     pub log: &'a mut WorkerLog,
-    /// Common time origin of all ranks (taken right after a barrier).
+    /// Common time origin of all ranks (taken right after a barrier; a resumed run's lies
+    /// its checkpoint's training clock back).
     pub start: Instant,
+    /// Iterations done before the checkpoint a run resumed from (0 for a fresh run).
+    pub done: u64,
 }
 
 /// Totals of one worker's run, gathered into the summary.
@@ -78,12 +81,13 @@ pub fn work(
         pacer,
         log,
         start,
+        done,
     } = w;
     let mut stats = WorkerStats::default();
     let t_first = Instant::now();
     let mut header = link.recv_weights(step.net.params_mut())?;
     stats.wait_s += t_first.elapsed().as_secs_f64();
-    let mut clock = 0u64;
+    let mut clock = done;
     while !header.stop {
         let (loss, compute_s) = step.compute_paced(train, pacer);
 

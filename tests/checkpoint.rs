@@ -1,0 +1,381 @@
+//! Checkpoints and resume on real MNIST: a run killed mid-way and resumed ends as an
+//! uninterrupted one (exactly, in one process; within tolerance, under gssp), every mode
+//! resumes, and a damaged checkpoint or a wrong resume is a clear error naming what is wrong.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{
+    base_toml, job_lock, num, pids_with_marker, signal, spawn_mpirun, world_rank_of, Csv, Run,
+    Scratch,
+};
+
+/// `gssp train ARGS` in this process group (single mode runs without mpirun).
+fn gssp(args: &[String]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_gssp"));
+    c.args(args)
+        .env("OPENBLAS_NUM_THREADS", "1")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null());
+    c
+}
+
+fn resume_args(dir: &Path, sets: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        "train".to_string(),
+        "--resume".into(),
+        dir.display().to_string(),
+    ];
+    for s in sets {
+        args.push("--set".into());
+        args.push((*s).to_string());
+    }
+    args
+}
+
+/// Waits until `dir` holds a committed checkpoint; panics after `within`.
+fn wait_for_checkpoint(dir: &Path, within: Duration) {
+    let latest = dir.join("checkpoints").join("latest");
+    let started = Instant::now();
+    while !latest.exists() {
+        assert!(
+            started.elapsed() < within,
+            "no checkpoint in {} after {within:?}",
+            dir.display()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn column(csv: &Csv, name: &str) -> Vec<f64> {
+    csv.col(name)
+}
+
+/// The single-process mode saves everything its training depends on: killed after a
+/// checkpoint and resumed, it ends with the very same model, evaluations and log as a run
+/// that was never interrupted.
+#[test]
+fn single_mode_killed_and_resumed_ends_exactly_as_an_uninterrupted_run() {
+    let scratch = Scratch::new();
+    let config = scratch.config("base", &base_toml());
+    let sets = [
+        "model.name=lenet5",
+        "run.epochs=5",
+        "run.eval_every_epochs=1",
+        "optim.lr=0.05",
+        "optim.batch_size=32",
+    ];
+    let whole = scratch.out("whole");
+    let out = gssp(&scratch.train_args(&config, &sets, &whole))
+        .output()
+        .expect("run gssp");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let cut = scratch.out("cut");
+    let mut with_checkpoints = sets.to_vec();
+    with_checkpoints.push("run.checkpoint_every_s=0.4");
+    let mut child = gssp(&scratch.train_args(&config, &with_checkpoints, &cut))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run gssp");
+    wait_for_checkpoint(&cut, Duration::from_secs(60));
+    thread::sleep(Duration::from_millis(300));
+    child.kill().expect("SIGKILL the run");
+    let status = child.wait().expect("reap it");
+    assert!(!status.success(), "the run ended before it was killed");
+    assert!(
+        !cut.join("summary.json").exists(),
+        "killed too late: the run had finished"
+    );
+
+    let out = gssp(&resume_args(&cut, &[])).output().expect("resume");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (a, b) = (
+        Run {
+            dir: whole,
+            ranks: 1,
+        },
+        Run { dir: cut, ranks: 1 },
+    );
+    let (sa, sb) = (a.summary(), b.summary());
+    for key in [
+        "final_test_loss",
+        "final_test_accuracy",
+        "iterations",
+        "epochs",
+    ] {
+        assert_eq!(num(&sa, key), num(&sb, key), "{key} differs after resume");
+    }
+    assert_eq!(
+        column(&a.eval(), "test_loss"),
+        column(&b.eval(), "test_loss"),
+        "evaluations differ"
+    );
+    // Every iteration logged once: rows after the checkpoint written by the killed attempt
+    // were dropped, and the resumed run wrote them again.
+    assert_eq!(
+        column(&a.rank_csv(0), "iteration"),
+        column(&b.rank_csv(0), "iteration")
+    );
+    assert_eq!(
+        column(&a.rank_csv(0), "loss"),
+        column(&b.rank_csv(0), "loss")
+    );
+}
+
+const GSSP: [&str; 11] = [
+    "sync.mode=gssp",
+    "sync.groups=2",
+    "sync.grouping=static",
+    "sync.static_groups=[[2,3],[4,5]]",
+    "compression.kind=topk",
+    "compression.ratio=0.05",
+    "run.epochs=12",
+    "run.snapshot_every_s=1",
+    "heterogeneity.unit_s=0.01",
+    "optim.staleness_lr=inverse",
+    "model.mlp_hidden=[64]",
+];
+
+/// gssp, 2 groups of 2 workers: a worker SIGKILLed after a checkpoint ends the job; resumed,
+/// the run trains its planned epochs, every update reaches both replicas, the snapshots taken
+/// before the kill survive, and it ends within 3 points of an uninterrupted run.
+#[test]
+fn gssp_worker_killed_then_resumed_finishes_its_epochs() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let config = scratch.config("base", &base_toml());
+    let whole = scratch.train_ok("whole", 6, &GSSP, Duration::from_secs(120));
+
+    let cut = scratch.out("cut");
+    let marker = cut.display().to_string();
+    let mut sets = GSSP.to_vec();
+    sets.push("run.checkpoint_every_s=1.5");
+    let job = spawn_mpirun(6, &scratch.train_args(&config, &sets, &cut), &marker);
+    wait_for_checkpoint(&cut, Duration::from_secs(60));
+    thread::sleep(Duration::from_millis(700));
+    let victim: Vec<u32> = pids_with_marker(&marker)
+        .into_iter()
+        .filter(|&p| world_rank_of(p) == Some(5))
+        .collect();
+    assert_eq!(victim.len(), 1, "rank 5 not found");
+    signal(victim[0], "KILL");
+    let killed_at = job.elapsed();
+    let ended = job.wait(killed_at + Duration::from_secs(60));
+    assert!(
+        matches!(ended.code, Some(c) if c != 0),
+        "the job went on without its killed worker: {:?}",
+        ended.code
+    );
+    assert!(
+        ended.elapsed - killed_at < Duration::from_secs(30),
+        "the job took {:?} to end after the kill",
+        ended.elapsed - killed_at
+    );
+    assert!(!cut.join("summary.json").exists(), "killed too late");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(latest_manifest(&cut)).expect("a manifest"))
+            .expect("manifest JSON");
+    let saved_at = num(&manifest, "time_s");
+
+    let resumed = spawn_mpirun(6, &resume_args(&cut, &[]), &marker).wait(Duration::from_secs(120));
+    resumed.assert_ok("resume");
+    let (a, b) = (whole, Run { dir: cut, ranks: 6 });
+    let (sa, sb) = (a.summary(), b.summary());
+    assert!(
+        num(&sb, "epochs") >= 12.0,
+        "resumed run stopped early: {sb}"
+    );
+    assert!(
+        num(&sb, "replica_max_error") < 1e-4,
+        "an update did not reach every replica: {sb}"
+    );
+    let (acc_a, acc_b) = (
+        num(&sa, "final_test_accuracy"),
+        num(&sb, "final_test_accuracy"),
+    );
+    assert!(
+        (acc_a - acc_b).abs() <= 0.03,
+        "uninterrupted {acc_a:.4} vs resumed {acc_b:.4}"
+    );
+    let times = column(&b.eval(), "time_s");
+    assert!(
+        times.iter().filter(|&&t| t <= saved_at).count() >= 1,
+        "the snapshots before the checkpoint at {saved_at:.1} s are gone: {times:?}"
+    );
+    assert!(
+        times.windows(2).all(|w| w[0] <= w[1]),
+        "eval.csv goes back in time: {times:?}"
+    );
+    eprintln!(
+        "gssp: uninterrupted {:.2}% vs killed at {:.1} s, resumed from {saved_at:.1} s: {:.2}%",
+        100.0 * acc_a,
+        killed_at.as_secs_f64(),
+        100.0 * acc_b
+    );
+}
+
+/// The manifest `latest` names in run directory `dir`.
+fn latest_manifest(dir: &Path) -> PathBuf {
+    let latest = std::fs::read_to_string(dir.join("checkpoints").join("latest"))
+        .expect("checkpoints/latest");
+    dir.join("checkpoints")
+        .join(latest.trim())
+        .join("manifest.json")
+}
+
+/// Every distributed mode writes a final checkpoint and trains on from it when resumed
+/// with more epochs.
+#[test]
+fn every_mode_resumes_its_final_checkpoint_and_trains_on() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    for (mode, ranks) in [
+        ("bsp", 3),
+        ("asp", 3),
+        ("ssp", 4),
+        ("allreduce", 3),
+        ("localsgd", 3),
+        ("gssp", 6),
+    ] {
+        let mut sets = vec![format!("sync.mode={mode}"), "run.epochs=1".to_string()];
+        if mode == "gssp" {
+            sets.extend(["sync.groups=2".into(), "sync.grouping=static".into()]);
+            sets.push("sync.static_groups=[[2,3],[4,5]]".into());
+        }
+        if mode == "localsgd" {
+            sets.push("sync.local_steps=4".into());
+        }
+        let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+        let first = scratch.train_ok(mode, ranks, &sets, Duration::from_secs(120));
+        let before = first.summary();
+        let layout = first.layout();
+        let job = spawn_mpirun(
+            ranks,
+            &resume_args(&first.dir, &["run.epochs=2"]),
+            &first.dir.display().to_string(),
+        )
+        .wait(Duration::from_secs(120));
+        job.assert_ok(&format!("{mode}: resume"));
+        let after = first.summary();
+        assert_eq!(first.layout(), layout, "{mode}: the layout changed");
+        assert!(
+            num(&after, "epochs") >= 1.99 && num(&after, "iterations") > num(&before, "iterations"),
+            "{mode}: did not train on: before {before}\nafter {after}"
+        );
+        let (a, b) = (
+            num(&before, "final_test_accuracy"),
+            num(&after, "final_test_accuracy"),
+        );
+        assert!(
+            b >= a - 0.02,
+            "{mode}: accuracy fell from {a} to {b} after resuming"
+        );
+        if mode == "gssp" || mode == "localsgd" {
+            assert!(num(&after, "replica_max_error") < 1e-4, "{mode}: {after}");
+        }
+        eprintln!(
+            "{mode}: epoch 1 {:.2}% -> epoch 2 {:.2}%",
+            100.0 * a,
+            100.0 * b
+        );
+    }
+}
+
+/// A finished asp run (final checkpoint), for the resume errors.
+fn finished_run(scratch: &Scratch, name: &str) -> Run {
+    scratch.train_ok(
+        name,
+        3,
+        &["sync.mode=asp", "run.epochs=0.2"],
+        Duration::from_secs(60),
+    )
+}
+
+fn resume_fails(dir: &Path, ranks: usize, sets: &[&str]) -> String {
+    let job = spawn_mpirun(ranks, &resume_args(dir, sets), &dir.display().to_string())
+        .wait(Duration::from_secs(30));
+    assert!(
+        matches!(job.code, Some(c) if c != 0),
+        "resume of {} should fail, exited {:?}",
+        dir.display(),
+        job.code
+    );
+    assert!(
+        job.elapsed < Duration::from_secs(30),
+        "took {:?} to fail",
+        job.elapsed
+    );
+    job.stderr
+}
+
+#[test]
+fn a_damaged_checkpoint_is_an_error_naming_the_file() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let run = finished_run(&scratch, "damaged");
+    let manifest = latest_manifest(&run.dir);
+    let file = manifest.with_file_name("rank-0.safetensors");
+    let bytes = std::fs::read(&file).expect("rank 0's file");
+
+    let mut flipped = bytes.clone();
+    let at = flipped.len() - 100;
+    flipped[at] ^= 0x01;
+    std::fs::write(&file, &flipped).expect("corrupt it");
+    let err = resume_fails(&run.dir, 3, &[]);
+    assert!(
+        err.contains(&file.display().to_string()) && err.contains("CRC-32"),
+        "a corrupted file is not named:\n{err}"
+    );
+
+    std::fs::write(&file, &bytes[..bytes.len() / 2]).expect("truncate it");
+    let err = resume_fails(&run.dir, 3, &[]);
+    assert!(
+        err.contains(&file.display().to_string()) && err.contains("truncated"),
+        "a truncated file is not named:\n{err}"
+    );
+
+    std::fs::write(&manifest, "{ not json").expect("break the manifest");
+    let err = resume_fails(&run.dir, 3, &[]);
+    assert!(
+        err.contains(&manifest.display().to_string()),
+        "a broken manifest is not named:\n{err}"
+    );
+}
+
+#[test]
+fn a_wrong_resume_is_refused_with_the_reason() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let run = finished_run(&scratch, "wrong");
+    let err = resume_fails(&run.dir, 4, &[]);
+    assert!(
+        err.contains("3 ranks") && err.contains("mpirun -n 3"),
+        "a wrong rank count:\n{err}"
+    );
+    let err = resume_fails(&run.dir, 3, &["model.mlp_hidden=[8]"]);
+    assert!(
+        err.contains("model.mlp_hidden") && err.contains("run.epochs"),
+        "a key that shapes the state:\n{err}"
+    );
+    let empty = scratch.out("never-ran");
+    std::fs::create_dir_all(&empty).expect("an empty run directory");
+    let err = resume_fails(&empty, 3, &[]);
+    assert!(
+        err.contains("no checkpoint") && err.contains(&empty.display().to_string()),
+        "a directory without checkpoints:\n{err}"
+    );
+}
