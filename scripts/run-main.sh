@@ -34,4 +34,4 @@ if [ "$status" -ne 0 ]; then
 fi
 echo
 echo "result: $(grep -E '^gssp .* test accuracy' "$log" | tail -n 1)"
-echo "run directory: $PWD/$out (summary.json, eval.csv, layout.json, rank-<r>.csv, config.toml, model.safetensors)"
+echo "run directory: $PWD/$out (summary.json, eval.csv, layout.json, rank-<r>.csv, config.toml, model.safetensors, checkpoints/)"
