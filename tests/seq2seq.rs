@@ -1,6 +1,7 @@
 //! `Seq2Seq` beyond its gradient (tests/gradcheck_seq.rs): size and names against the
-//! PyTorch reference, reproducible steps, teacher forcing, greedy decoding, padding, the
-//! evaluation loss and refusals of bad batches. All at a tiny size: milliseconds each.
+//! PyTorch reference, its loss against the reference equations in plain loops,
+//! reproducible steps, teacher forcing, greedy decoding, padding, the evaluation loss and
+//! refusals of bad batches. All at a tiny size: milliseconds each.
 
 use gssp::backend::cpu::Cpu;
 use gssp::data::bucket::TextBatch;
@@ -296,4 +297,96 @@ fn bad_batches_are_errors_not_panics() {
     let only_sos = batch([&[SOS_ID], &[SOS_ID]], [&[SOS_ID], &[SOS_ID]]);
     let e = net.training_loss(&only_sos, 0).unwrap_err().to_string();
     assert!(e.contains("target length 1 is below the 2"), "{e}");
+}
+
+/// The reference model's loss in plain f64 loops, one column at a time (PyTorch's
+/// equations: gates i, f, g, o; encoder final state of every layer into the decoder;
+/// targets 1.. against the decoder's predictions from the target 0..), for full teacher
+/// forcing and no dropout.
+fn reference_loss(net: &Seq2Seq<Cpu>, b: &TextBatch) -> (f64, usize) {
+    let p = |name: &str| -> Vec<f64> {
+        let s = net
+            .param_specs()
+            .iter()
+            .find(|s| s.name == name)
+            .expect(name);
+        net.params()[s.range.clone()]
+            .iter()
+            .map(|&x| x as f64)
+            .collect()
+    };
+    let (e, h, layers) = (3, 4, 2);
+    let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
+    // One step of every layer of `m` (encoder or decoder) from token `id`.
+    let step = |m: &str, id: u32, state: &mut Vec<(Vec<f64>, Vec<f64>)>| -> Vec<f64> {
+        let emb = p(&format!("{m}.embedding.weight"));
+        let mut x = emb[id as usize * e..(id as usize + 1) * e].to_vec();
+        for (l, (hs, cs)) in state.iter_mut().enumerate() {
+            let w_ih = p(&format!("{m}.rnn.weight_ih_l{l}"));
+            let w_hh = p(&format!("{m}.rnn.weight_hh_l{l}"));
+            let (b_ih, b_hh) = (
+                p(&format!("{m}.rnn.bias_ih_l{l}")),
+                p(&format!("{m}.rnn.bias_hh_l{l}")),
+            );
+            let i_len = x.len();
+            let gate = |r: usize| {
+                let a: f64 = (0..i_len).map(|k| w_ih[r * i_len + k] * x[k]).sum();
+                let b: f64 = (0..h).map(|k| w_hh[r * h + k] * hs[k]).sum();
+                a + b + b_ih[r] + b_hh[r]
+            };
+            let g: Vec<f64> = (0..4 * h).map(gate).collect();
+            for k in 0..h {
+                let (i, f, gg, o) = (
+                    sig(g[k]),
+                    sig(g[h + k]),
+                    g[2 * h + k].tanh(),
+                    sig(g[3 * h + k]),
+                );
+                cs[k] = f * cs[k] + i * gg;
+                hs[k] = o * cs[k].tanh();
+            }
+            x = hs.clone();
+        }
+        x
+    };
+    let (w, bias) = (p("decoder.fc_out.weight"), p("decoder.fc_out.bias"));
+    let (cols, mut sum, mut tokens) = (b.size(), 0.0, 0);
+    for c in 0..cols {
+        let mut state = vec![(vec![0.0; h], vec![0.0; h]); layers];
+        for t in 0..b.src_len {
+            step("encoder", b.src[t * cols + c], &mut state);
+        }
+        for t in 0..b.tgt_len - 1 {
+            let top = step("decoder", b.tgt[t * cols + c], &mut state);
+            let label = b.tgt[(t + 1) * cols + c] as usize;
+            if label == PAD as usize {
+                continue;
+            }
+            let logits: Vec<f64> = (0..VOCAB)
+                .map(|v| bias[v] + (0..h).map(|k| w[v * h + k] * top[k]).sum::<f64>())
+                .collect();
+            let max = logits.iter().cloned().fold(f64::MIN, f64::max);
+            let lse = max + logits.iter().map(|l| (l - max).exp()).sum::<f64>().ln();
+            sum += lse - logits[label];
+            tokens += 1;
+        }
+    }
+    (sum, tokens)
+}
+
+#[test]
+fn the_loss_is_the_reference_models() {
+    let b = pairs();
+    let mut net = tiny_net(tiny(0.0, 1.0));
+    let (sum, tokens) = reference_loss(&net, &b);
+    assert_eq!(tokens, 7);
+    let (got, n) = net.evaluate_batch(&b).unwrap();
+    assert_eq!(n, tokens);
+    assert!((got - sum).abs() < 1e-4 * sum, "{got} vs {sum}");
+    let train = net.training_loss(&b, 0).unwrap() as f64;
+    assert!(
+        (train - sum / 7.0).abs() < 1e-4 * sum,
+        "{train} vs {}",
+        sum / 7.0
+    );
 }
