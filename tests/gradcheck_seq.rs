@@ -1,8 +1,9 @@
 //! The recurrent layers' backward against central finite differences of the training
 //! loss, in the style of tests/gradcheck.rs (same eps and tolerance, f32): embedding,
 //! multi-layer LSTM through time (parameters, inputs and initial state), the masked
-//! cross-entropy, and an encoder handing its final state to a decoder run a step at a
-//! time.
+//! cross-entropy, an encoder handing its final state to a decoder run a step at a time,
+//! and the whole `Seq2Seq` training loss (teacher forcing mixed with fed-back
+//! predictions).
 //!
 //! The models here are smooth (sigmoid, tanh, softmax; the dropout mask is fixed by the
 //! step's seed), so no coordinate sits on a kink: every one is checked. Linear on
@@ -11,9 +12,12 @@
 
 use gssp::backend::cpu::Cpu;
 use gssp::backend::Backend;
+use gssp::data::bucket::TextBatch;
+use gssp::data::text::{EOS_ID, SOS_ID};
 use gssp::model::embedding::Embedding;
 use gssp::model::layers::Linear;
 use gssp::model::lstm::{Lstm, LstmConfig, LstmState};
+use gssp::model::seq2seq::{Seq2Seq, Seq2SeqConfig};
 use gssp::model::{initial_values, Flat, Mode, Module, Plan};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -40,7 +44,7 @@ trait Model {
     fn name(&self, _group: usize) -> String {
         "params".into()
     }
-    fn values(&mut self, group: usize) -> &mut Vec<f32>;
+    fn values(&mut self, group: usize) -> &mut [f32];
     fn grad(&self, group: usize) -> Vec<f32>;
 }
 
@@ -201,7 +205,7 @@ impl Model for LstmModel {
             g => format!("{}0 of layer {}", ["h", "c"][(g - 2) % 2], (g - 2) / 2),
         }
     }
-    fn values(&mut self, g: usize) -> &mut Vec<f32> {
+    fn values(&mut self, g: usize) -> &mut [f32] {
         match g {
             0 => &mut self.flat.params,
             1 => &mut self.x,
@@ -331,7 +335,7 @@ impl Model for EmbeddingModel {
         }
         loss
     }
-    fn values(&mut self, _: usize) -> &mut Vec<f32> {
+    fn values(&mut self, _: usize) -> &mut [f32] {
         &mut self.flat.params
     }
     fn grad(&self, _: usize) -> Vec<f32> {
@@ -399,7 +403,7 @@ impl Model for XentModel {
     fn name(&self, _: usize) -> String {
         "logits".into()
     }
-    fn values(&mut self, _: usize) -> &mut Vec<f32> {
+    fn values(&mut self, _: usize) -> &mut [f32] {
         &mut self.logits
     }
     fn grad(&self, _: usize) -> Vec<f32> {
@@ -499,7 +503,7 @@ impl Model for Seq2SeqModel {
         }
         loss
     }
-    fn values(&mut self, _: usize) -> &mut Vec<f32> {
+    fn values(&mut self, _: usize) -> &mut [f32] {
         &mut self.flat.params
     }
     fn grad(&self, _: usize) -> Vec<f32> {
@@ -566,4 +570,99 @@ fn encoder_final_state_feeds_a_decoder_run_a_step_at_a_time() {
         .range
         .clone();
     assert!(grads[0][enc_range].iter().any(|&g| g.abs() > 1e-4));
+}
+
+/// The whole `Seq2Seq` training loss at one fixed step: its dropout masks and
+/// teacher-forcing draws are fixed, and the perturbations are too small to move an
+/// arg-max fed back to the decoder (a constant, as in PyTorch).
+struct FullSeq2Seq {
+    net: Seq2Seq<Cpu>,
+    batch: TextBatch,
+    step: u64,
+}
+
+impl Model for FullSeq2Seq {
+    fn run(&mut self, backward: bool) -> f32 {
+        if backward {
+            self.net
+                .forward_backward(&self.batch, self.step)
+                .unwrap()
+                .loss
+        } else {
+            self.net.training_loss(&self.batch, self.step).unwrap()
+        }
+    }
+    fn values(&mut self, _: usize) -> &mut [f32] {
+        self.net.params_mut()
+    }
+    fn grad(&self, _: usize) -> Vec<f32> {
+        self.net.grads().to_vec()
+    }
+}
+
+/// vocab 7, embeddings 3, hidden 4, 2 layers, dropout 0.25, teacher forcing 0.5; sources
+/// of up to 4 tokens, targets of up to 5, 2 sentences.
+fn tiny_seq2seq() -> Seq2SeqConfig {
+    Seq2SeqConfig {
+        embedding: 3,
+        hidden: 4,
+        dropout: 0.25,
+        max_src_len: 4,
+        max_tgt_len: 5,
+        max_batch: 2,
+        ..Seq2SeqConfig::paper(7, 7)
+    }
+}
+
+/// Two pairs, time-major; column 1 is shorter on both sides (pads).
+fn tiny_batch() -> TextBatch {
+    TextBatch {
+        src: vec![SOS_ID, SOS_ID, 4, 5, 6, EOS_ID, EOS_ID, PAD],
+        tgt: vec![SOS_ID, SOS_ID, 5, 4, 6, 6, 4, EOS_ID, EOS_ID, PAD],
+        src_len: 4,
+        tgt_len: 5,
+        src_lengths: vec![4, 3],
+        tgt_lengths: vec![5, 4],
+        indices: vec![0, 1],
+    }
+}
+
+#[test]
+fn seq2seq_training_loss_with_teacher_forcing_and_fed_back_predictions() {
+    let mut net = Seq2Seq::new(Cpu, tiny_seq2seq(), 21);
+    // Larger weights than the reference's U(-0.08, 0.08): gradients well above the
+    // tolerance's floor, and wide arg-max margins.
+    let w = random(net.num_params(), 22);
+    net.params_mut().copy_from_slice(&w);
+    // A step whose decoder steps 1..4 read both the true token and a prediction.
+    let step = (0..100)
+        .find(|&s| {
+            let tf: Vec<bool> = (1..4).map(|t| net.teacher_forced(s, t)).collect();
+            tf.contains(&true) && tf.contains(&false)
+        })
+        .expect("a step mixing both kinds of input");
+    let mut m = FullSeq2Seq {
+        net,
+        batch: tiny_batch(),
+        step,
+    };
+    let grads = check(&mut m);
+    let specs = m.net.param_specs();
+    let range = |name: &str| {
+        let s = specs.iter().find(|s| s.name == name).expect(name);
+        s.range.clone()
+    };
+    // Every part learns: the encoder only through the decoder's initial state.
+    for name in [
+        "encoder.embedding.weight",
+        "encoder.rnn.weight_hh_l1",
+        "decoder.embedding.weight",
+        "decoder.rnn.weight_ih_l0",
+        "decoder.fc_out.bias",
+    ] {
+        assert!(
+            grads[0][range(name)].iter().any(|&g| g.abs() > 1e-4),
+            "{name}"
+        );
+    }
 }

@@ -98,3 +98,36 @@ fn resnet18_training_step_allocates_nothing_after_warm_up() {
     let n = allocations_in_steps("resnet18", cifar, "crop-flip", 2, 10);
     assert_eq!(n, 0, "allocations in 10 resnet18 training steps");
 }
+
+#[test]
+fn seq2seq_training_step_allocates_nothing_after_warm_up() {
+    use gssp::data::bucket::TextBatch;
+    use gssp::model::seq2seq::{Seq2Seq, Seq2SeqConfig};
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cfg = Seq2SeqConfig {
+        width: 1.0 / 16.0,
+        max_src_len: 6,
+        max_tgt_len: 6,
+        max_batch: 3,
+        ..Seq2SeqConfig::paper(30, 20)
+    };
+    let mut net = Seq2Seq::new(gssp::backend::cpu::Cpu, cfg, 1);
+    // Time-major [6 x 3] and [5 x 3], pads (0) at the ends of short sentences.
+    let batch = TextBatch {
+        src: vec![1, 1, 1, 4, 9, 29, 5, 2, 7, 6, 0, 8, 2, 0, 2, 0, 0, 0],
+        tgt: vec![1, 1, 1, 4, 19, 5, 6, 2, 7, 2, 0, 2, 0, 0, 0],
+        src_len: 6,
+        tgt_len: 5,
+        src_lengths: vec![5, 3, 5],
+        tgt_lengths: vec![4, 3, 4],
+        indices: vec![0, 1, 2],
+    };
+    // Every step draws its own teacher forcing: both kinds of decoder input are seen.
+    net.forward_backward(&batch, 0).unwrap();
+    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    for step in 1..20 {
+        net.forward_backward(&batch, step).unwrap();
+    }
+    let n = ALLOCATIONS.load(Ordering::SeqCst) - before;
+    assert_eq!(n, 0, "allocations in 19 seq2seq training steps");
+}

@@ -15,6 +15,7 @@ pub mod export;
 pub mod layers;
 pub mod lstm;
 pub mod module;
+pub mod seq2seq;
 pub mod zoo;
 
 use rand::{Rng, SeedableRng};
@@ -53,6 +54,13 @@ pub enum ModelError {
     },
     #[error("embedding: token id {id} is outside the vocabulary of {vocab} tokens")]
     TokenId { id: u32, vocab: usize },
+    #[error("{layer}: {what} {got} is below the {min} it needs")]
+    TooSmall {
+        layer: &'static str,
+        what: &'static str,
+        got: usize,
+        min: usize,
+    },
     #[error("{layer}: {what} {got} exceeds the {max} it was built for")]
     TooLarge {
         layer: &'static str,
@@ -325,7 +333,7 @@ impl<B: Backend> Network<B> {
 
 /// The dropout seed of step `step` of stream `stream` (the mask kernel hashes it with
 /// each element's index).
-fn mask_hash(stream: u64, step: u64) -> u64 {
+pub(crate) fn mask_hash(stream: u64, step: u64) -> u64 {
     stream.wrapping_mul(0xD6E8_FEB8_6659_FD93) ^ step.wrapping_mul(0xC2B2_AE3D_27D4_EB4F)
 }
 
