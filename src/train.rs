@@ -14,7 +14,7 @@ use crate::data::Dataset;
 use crate::hetero::Pacer;
 use crate::metrics::{CsvLog, EvalRow, RunDir, RunTotals, Summary, WorkerRow};
 use crate::model::{self, Network};
-use crate::optim::{self, NetworkSgd};
+use crate::optim::{self, NetworkOptimizer};
 
 /// A worker's data pipeline and model: fills a batch from its shard and computes the
 /// gradient into the network's gradient buffer. Buffers are allocated once.
@@ -255,7 +255,7 @@ pub fn run_single(cfg: &Config, run: &RunDir, resume: Option<&Resume>) -> Result
         step.net.name(),
         step.net.num_params()
     );
-    let mut sgd = NetworkSgd::new(&step.net, cfg.optim.momentum, cfg.optim.weight_decay);
+    let mut optimizer = NetworkOptimizer::new(&step.net, &cfg.optim);
     let mut evaluator = Evaluator::new(&test, step.net.max_batch());
     let mut log = run.worker_log(0, cfg.run.log_every)?;
     let mut eval_log = run.csv::<EvalRow>("eval.csv")?;
@@ -263,7 +263,7 @@ pub fn run_single(cfg: &Config, run: &RunDir, resume: Option<&Resume>) -> Result
     // The training clock excludes evaluation and checkpoints, so throughput and
     // time-to-accuracy measure training alone.
     let (mut train_s, mut iteration, mut evals) = match resume {
-        Some(r) => restore_single(r, &mut step, &mut sgd)?,
+        Some(r) => restore_single(r, &mut step, &mut optimizer)?,
         None => (0.0, 0, Vec::new()),
     };
     for row in &evals {
@@ -290,7 +290,9 @@ pub fn run_single(cfg: &Config, run: &RunDir, resume: Option<&Resume>) -> Result
             anyhow::bail!("training diverged: loss is {loss} at iteration {iteration}; lower optim.lr (now {})", cfg.optim.lr);
         }
         let compute_s = t0.elapsed().as_secs_f64();
-        sgd.step(&mut step.net, lr, 1.0);
+        optimizer
+            .step(&mut step.net, lr, 1.0)
+            .map_err(|e| anyhow::anyhow!("iteration {}: {e}", iteration + 1))?;
         train_s += t0.elapsed().as_secs_f64();
         iteration += 1;
         log.record(&WorkerRow {
@@ -310,7 +312,7 @@ pub fn run_single(cfg: &Config, run: &RunDir, resume: Option<&Resume>) -> Result
                 run,
                 &checkpoints,
                 &step,
-                &sgd,
+                &optimizer,
                 (train_s, iteration),
                 &evals,
             )?;
@@ -351,7 +353,7 @@ pub fn run_single(cfg: &Config, run: &RunDir, resume: Option<&Resume>) -> Result
         run,
         &checkpoints,
         &step,
-        &sgd,
+        &optimizer,
         (train_s, iteration),
         &evals,
     )?;
@@ -370,32 +372,32 @@ pub fn run_single(cfg: &Config, run: &RunDir, resume: Option<&Resume>) -> Result
 }
 
 /// Writes checkpoint `schedule.sequence` of a single-process run: weights, batch-norm
-/// statistics, momentum, iteration (the sampler's position and every random stream follow
+/// statistics, the optimizer's state, iteration (the sampler's position and every random stream follow
 /// it), training clock and the evaluations so far.
 fn save_single(
     cfg: &Config,
     run: &RunDir,
     schedule: &Schedule,
     step: &ComputeStep,
-    sgd: &NetworkSgd<Cpu>,
+    optimizer: &NetworkOptimizer<Cpu>,
     (time_s, iteration): (f64, u64),
     evals: &[EvalRow],
 ) -> Result<()> {
     let net = &step.net;
-    let mut momentum = vec![0.0; net.num_params()];
-    sgd.velocity_to_host(net, &mut momentum);
+    let (state, optimizer_steps) = optimizer.state_to_host(net);
     let meta = RankMeta {
         time_s,
         epoch: step.epoch(),
         steps: iteration,
         evals: evals.to_vec(),
+        optimizer_steps,
         ..Default::default()
     };
-    let tensors = [
+    let mut tensors = vec![
         (checkpoint::WEIGHTS, net.params()),
         (checkpoint::STATE, net.state()),
-        (checkpoint::MOMENTUM, &momentum[..]),
     ];
+    tensors.extend(state.iter().map(|(name, v)| (*name, v.as_slice())));
     let dir = checkpoint::store::checkpoint_dir(run.path(), schedule.sequence);
     let entry = checkpoint::store::write_rank_file(&dir, 0, &tensors, &meta)?;
     let at = (time_s, step.epoch());
@@ -410,7 +412,7 @@ fn save_single(
 fn restore_single(
     resume: &Resume,
     step: &mut ComputeStep,
-    sgd: &mut NetworkSgd<Cpu>,
+    optimizer: &mut NetworkOptimizer<Cpu>,
 ) -> Result<(f64, u64, Vec<EvalRow>)> {
     let path = resume.path(0);
     let mut file = resume.load(0)?;
@@ -420,7 +422,8 @@ fn restore_single(
         .copy_from_slice(&file.take(checkpoint::WEIGHTS, n, &path)?);
     let state = file.take(checkpoint::STATE, step.net.num_state(), &path)?;
     step.net.state_from_host(&state);
-    sgd.velocity_from_host(&step.net, &file.take(checkpoint::MOMENTUM, n, &path)?);
+    let steps = file.meta.optimizer_steps;
+    optimizer.state_from_host(&step.net, steps, |name| file.take(name, n, &path))?;
     step.resume_at(file.meta.steps);
     Ok((file.meta.time_s, file.meta.steps, file.meta.evals))
 }

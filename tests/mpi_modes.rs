@@ -903,3 +903,15 @@ fn gssp_with_one_group_runs() {
     assert_eq!(num(&s, "replica_max_error"), 0.0);
     assert!(num(&s, "final_test_accuracy") > 0.5);
 }
+
+/// Adam with gradient clipping, run by the servers (asp, gssp groups) and by every rank
+/// (allreduce), trains as SGD does.
+#[test]
+fn adam_with_clipping_converges_on_mnist() {
+    let adam = ["optim.kind=adam", "optim.lr=0.003", "optim.clip_norm=1.0"];
+    converges("asp", 5, 1, &adam, 0.85);
+    converges("allreduce", 5, 1, &adam, 0.85);
+    let mut bsp = adam.to_vec();
+    bsp.push("optim.lr=0.005");
+    converges("bsp", 5, 1, &bsp, 0.85);
+}

@@ -36,7 +36,8 @@ pub use store::{CheckpointError, FileEntry, Manifest, RankFile};
 
 /// Tensor names in a rank file.
 pub const WEIGHTS: &str = "weights";
-pub const MOMENTUM: &str = "momentum";
+/// The optimizer's state: `momentum` (SGD) or `adam.m` and `adam.v` (Adam).
+pub use crate::optim::choice::{ADAM_M, ADAM_V, MOMENTUM};
 /// Batch-norm running statistics (single, allreduce, localsgd: the ranks that evaluate
 /// or train with their own).
 pub const STATE: &str = "state";
@@ -65,6 +66,9 @@ pub struct RankMeta {
     pub speed: f64,
     /// Evaluations so far (single) or the rows of the `snapshot.I` tensors (distributed).
     pub evals: Vec<EvalRow>,
+    /// The optimizer's update count (Adam's bias corrections need it; 0 for SGD).
+    #[serde(default)]
+    pub optimizer_steps: u64,
 }
 
 /// When the next checkpoint is due.

@@ -181,6 +181,9 @@ pub enum StalenessLr {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct OptimConfig {
+    /// SGD with momentum, or Adam (PyTorch's defaults: betas 0.9 and 0.999, eps 1e-8;
+    /// `momentum` is then unused).
+    pub kind: OptimizerKind,
     pub lr: f64,
     pub momentum: f64,
     pub weight_decay: f64,
@@ -197,6 +200,16 @@ pub struct OptimConfig {
     /// DC-ASGD's lambda: where a server applies pushes one by one, a push's gradient g is
     /// corrected by `lambda * g * g * (w_now - w_then)` (0 = off).
     pub delay_compensation: f64,
+    /// Clip the gradient of each step to this global L2 norm before the optimizer uses
+    /// it (0 = off); where that is in each mode: README, `[optim]`.
+    pub clip_norm: f64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum OptimizerKind {
+    Sgd,
+    Adam,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -433,6 +446,7 @@ impl Default for SyntheticConfig {
 impl Default for OptimConfig {
     fn default() -> Self {
         Self {
+            kind: OptimizerKind::Sgd,
             lr: 0.05,
             momentum: 0.9,
             weight_decay: 0.0005,
@@ -443,6 +457,7 @@ impl Default for OptimConfig {
             warmup_epochs: 0.0,
             staleness_lr: StalenessLr::None,
             delay_compensation: 0.0,
+            clip_norm: 0.0,
         }
     }
 }

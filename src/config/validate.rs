@@ -114,6 +114,7 @@ impl Config {
             o.momentum,
         )?;
         at_least("optim.weight_decay", o.weight_decay, 0.0)?;
+        at_least("optim.clip_norm", o.clip_norm, 0.0)?;
         ensure(o.batch_size >= 1, "optim.batch_size", ">= 1", o.batch_size)?;
         in_unit_interval("optim.lr_decay", o.lr_decay)?;
         let mut previous = None;
@@ -452,6 +453,7 @@ mod tests {
             (&["optim.lr=0"], "optim.lr: must be > 0, got 0"),
             (&["optim.lr=inf"], "optim.lr: must be a finite number, got inf"),
             (&["optim.momentum=1"], "optim.momentum: must be in [0, 1), got 1"),
+            (&["optim.clip_norm=-1"], "optim.clip_norm: must be >= 0, got -1"),
             (&["optim.momentum=-0.1"], "optim.momentum: must be in [0, 1), got -0.1"),
             (&["optim.weight_decay=-1e-4"], "optim.weight_decay: must be >= 0, got -0.0001"),
             (&["optim.batch_size=0"], "optim.batch_size: must be >= 1, got 0"),

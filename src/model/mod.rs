@@ -324,6 +324,13 @@ impl<B: Backend> Network<B> {
         self.num_state() > 0
     }
 
+    /// The backend, the parameters and the gradients, for an optimizer that runs over
+    /// the network's own buffers.
+    pub fn optimizer_buffers(&mut self) -> (&B, &mut B::Buf, &mut B::Buf) {
+        let Flat { params, grads, .. } = &mut self.flat;
+        (&self.be, params, grads)
+    }
+
     /// One SGD step over the network's own buffers.
     pub fn sgd_step(&mut self, velocity: &mut B::Buf, h: &crate::backend::SgdStep) {
         let Flat { params, grads, .. } = &mut self.flat;

@@ -73,6 +73,21 @@ impl Adam {
         self.t
     }
 
+    /// The first and second moment estimates (a checkpoint saves them).
+    pub fn moments(&self) -> (&[f32], &[f32]) {
+        (&self.m, &self.v)
+    }
+
+    /// Continues from saved moments after `steps` updates.
+    ///
+    /// # Panics
+    /// If the lengths differ from this optimizer's (the caller checks the file first).
+    pub fn restore(&mut self, m: &[f32], v: &[f32], steps: u64) {
+        self.m.copy_from_slice(m);
+        self.v.copy_from_slice(v);
+        self.t = steps;
+    }
+
     /// One update on `params` from `grads` scaled by `scale`, at learning rate `lr`,
     /// worth `share` of a synchronous step (1 for a full step).
     pub fn step(&mut self, params: &mut [f32], grads: &[f32], lr: f64, scale: f32, share: f32) {
@@ -110,6 +125,19 @@ impl<B: Backend> BufAdam<B> {
 
     pub fn steps(&self) -> u64 {
         self.t
+    }
+
+    /// The moment estimates, copied to the host (a checkpoint saves them).
+    pub fn moments_to_host(&self, be: &B, m: &mut [f32], v: &mut [f32]) {
+        be.download(m, &self.m);
+        be.download(v, &self.v);
+    }
+
+    /// Continues from saved moments after `steps` updates.
+    pub fn moments_from_host(&mut self, be: &B, m: &[f32], v: &[f32], steps: u64) {
+        be.upload(&mut self.m, m);
+        be.upload(&mut self.v, v);
+        self.t = steps;
     }
 
     /// A full step on the `num_params` values of `params` from `grads` scaled by `scale`.

@@ -12,9 +12,11 @@
 //! asynchronous modes oscillate on stale gradients (figures in docs/benchmarks.md).
 
 pub mod adam;
+pub mod choice;
 pub mod clip;
 
 pub use adam::{Adam, AdamConfig, BufAdam};
+pub use choice::{HostOptimizer, NetworkOptimizer};
 pub use clip::{clip_grad_norm, global_norm, ClipError};
 
 use crate::backend::{cpu, Backend, SgdStep};
@@ -81,6 +83,15 @@ impl<B: Backend> NetworkSgd<B> {
             velocity: net.backend().alloc(net.num_params()),
             len: net.num_params(),
         }
+    }
+
+    /// Values it updates.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// The momentum buffer on the host (a checkpoint saves it).

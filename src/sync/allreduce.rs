@@ -14,7 +14,7 @@ use crate::checkpoint::Resume;
 use crate::comm::{Collectives, Comm};
 use crate::config::Config;
 use crate::metrics::{Snapshots, WorkerRow};
-use crate::optim::{self, NetworkSgd};
+use crate::optim::{self, NetworkOptimizer};
 use crate::sync::checkpoint::{restore_replica, save_replica, Saver};
 use crate::sync::worker::{WorkerContext, WorkerStats};
 use crate::train::{run_progress, should_stop};
@@ -38,11 +38,16 @@ pub fn work(
     } = w;
     let n = step.net.num_params();
     let workers = comm.size();
-    let mut sgd = NetworkSgd::new(&step.net, cfg.optim.momentum, cfg.optim.weight_decay);
+    let mut optimizer = NetworkOptimizer::new(&step.net, &cfg.optim);
     let mut iteration = 0u64;
     if let Some(r) = resume {
-        (iteration, *snapshots) =
-            restore_replica(r, comm.rank(), step, &mut sgd, cfg.run.snapshot_every_s)?;
+        (iteration, *snapshots) = restore_replica(
+            r,
+            comm.rank(),
+            step,
+            &mut optimizer,
+            cfg.run.snapshot_every_s,
+        )?;
     }
     let mut buf = vec![0.0f32; n + CONTROL_SLOTS];
     let bytes = (buf.len() * std::mem::size_of::<f32>()) as u64;
@@ -71,11 +76,13 @@ pub fn work(
         }
         let lr = optim::lr_at(&cfg.optim, epoch, control.progress);
         step.net.grads_from_host(&buf[..n]);
-        sgd.step(&mut step.net, lr, 1.0 / workers as f32);
+        optimizer
+            .step(&mut step.net, lr, 1.0 / workers as f32)
+            .map_err(|e| anyhow::anyhow!("iteration {}: {e}", iteration + 1))?;
         iteration += 1;
         if let Some(at) = control.checkpoint_at {
             let epoch = iteration as f64 * samples_per_step;
-            save_replica(saver, step, &sgd, (iteration, epoch, at), snapshots)?;
+            save_replica(saver, step, &optimizer, (iteration, epoch, at), snapshots)?;
         }
         shown.tick(iteration as f64 * samples_per_step, time_s, loss);
         stats.iterations = iteration;
@@ -103,7 +110,7 @@ pub fn work(
         comm,
         saver,
         step,
-        &sgd,
+        &optimizer,
         (iteration, epoch),
         snapshots,
         start,
@@ -116,13 +123,19 @@ pub(super) fn save_final(
     comm: &Comm,
     saver: &mut Saver<'_, Comm>,
     step: &crate::train::ComputeStep,
-    sgd: &NetworkSgd<crate::backend::cpu::Cpu>,
+    optimizer: &NetworkOptimizer<crate::backend::cpu::Cpu>,
     (iteration, epoch): (u64, f64),
     snapshots: &Snapshots,
     start: Instant,
 ) -> Result<()> {
     let time_s = comm.allreduce_max_f64(start.elapsed().as_secs_f64())?;
-    save_replica(saver, step, sgd, (iteration, epoch, time_s), snapshots)
+    save_replica(
+        saver,
+        step,
+        optimizer,
+        (iteration, epoch, time_s),
+        snapshots,
+    )
 }
 
 /// Values that ride after the model in a reduction.

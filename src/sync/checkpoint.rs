@@ -5,11 +5,13 @@
 
 use anyhow::Result;
 
+use crate::backend::cpu::Cpu;
 use crate::checkpoint::store::{self, FileEntry};
 use crate::checkpoint::{self, RankFile, RankMeta, Resume, Schedule};
 use crate::comm::Collectives;
 use crate::config::Config;
 use crate::metrics::{EvalRow, RunDir, Snapshots};
+use crate::optim::NetworkOptimizer;
 
 /// What a group of saving ranks needs to write a checkpoint together.
 pub struct Saver<'a, C: Collectives> {
@@ -125,7 +127,7 @@ pub fn restore_replica(
     resume: &Resume,
     rank: usize,
     step: &mut crate::train::ComputeStep,
-    sgd: &mut crate::optim::NetworkSgd<crate::backend::cpu::Cpu>,
+    optimizer: &mut NetworkOptimizer<Cpu>,
     snapshot_every_s: f64,
 ) -> Result<(u64, Snapshots)> {
     let path = resume.path(rank);
@@ -135,8 +137,8 @@ pub fn restore_replica(
     step.net.params_mut().copy_from_slice(&weights);
     let state = file.take(checkpoint::STATE, step.net.num_state(), &path)?;
     step.net.state_from_host(&state);
-    let momentum = file.take(checkpoint::MOMENTUM, n, &path)?;
-    sgd.velocity_from_host(&step.net, &momentum);
+    let steps = file.meta.optimizer_steps;
+    optimizer.state_from_host(&step.net, steps, |name| file.take(name, n, &path))?;
     step.resume_at(file.meta.steps);
     let snapshots = restore_snapshots(&mut file, snapshot_every_s, n, &path)?;
     Ok((file.meta.steps, snapshots))
@@ -147,26 +149,26 @@ pub fn restore_replica(
 pub fn save_replica<C: Collectives>(
     saver: &mut Saver<'_, C>,
     step: &crate::train::ComputeStep,
-    sgd: &crate::optim::NetworkSgd<crate::backend::cpu::Cpu>,
+    optimizer: &NetworkOptimizer<Cpu>,
     (iteration, epoch, time_s): (u64, f64, f64),
     snapshots: &Snapshots,
 ) -> Result<()> {
     let net = &step.net;
-    let mut momentum = vec![0.0; net.num_params()];
-    sgd.velocity_to_host(net, &mut momentum);
+    let (state, optimizer_steps) = optimizer.state_to_host(net);
     let meta = RankMeta {
         time_s,
         epoch,
         steps: iteration,
         evals: snapshot_rows(snapshots),
+        optimizer_steps,
         ..Default::default()
     };
     let names = snapshot_names(snapshots);
     let mut tensors = vec![
         (checkpoint::WEIGHTS, net.params()),
         (checkpoint::STATE, net.state()),
-        (checkpoint::MOMENTUM, &momentum[..]),
     ];
+    tensors.extend(state.iter().map(|(name, v)| (*name, v.as_slice())));
     for (name, (_, w)) in names.iter().zip(&snapshots.taken) {
         tensors.push((name.as_str(), w.as_slice()));
     }

@@ -18,7 +18,7 @@ use crate::checkpoint::Resume;
 use crate::comm::{Collectives, Comm};
 use crate::config::Config;
 use crate::metrics::{Snapshots, WorkerRow};
-use crate::optim::{self, NetworkSgd};
+use crate::optim::{self, NetworkOptimizer};
 use crate::sync::allreduce::{fill_control_slots, save_final, Control, CONTROL_SLOTS};
 use crate::sync::checkpoint::{restore_replica, save_replica, Saver};
 use crate::sync::worker::{WorkerContext, WorkerStats};
@@ -53,7 +53,7 @@ pub fn work(
     let n = step.net.num_params();
     let workers = comm.size();
     let local_steps = cfg.sync.local_steps.max(1) as u64;
-    let mut sgd = NetworkSgd::new(&step.net, cfg.optim.momentum, cfg.optim.weight_decay);
+    let mut optimizer = NetworkOptimizer::new(&step.net, &cfg.optim);
     let mut buf = vec![0.0f32; n + CONTROL_SLOTS];
     let bytes = (buf.len() * std::mem::size_of::<f32>()) as u64;
     let samples_per_step = (cfg.optim.batch_size * workers) as f64 / train.len() as f64;
@@ -63,8 +63,13 @@ pub fn work(
     // same learning rate between averages.
     let mut progress = 0.0f64;
     if let Some(r) = resume {
-        (iteration, *snapshots) =
-            restore_replica(r, comm.rank(), step, &mut sgd, cfg.run.snapshot_every_s)?;
+        (iteration, *snapshots) = restore_replica(
+            r,
+            comm.rank(),
+            step,
+            &mut optimizer,
+            cfg.run.snapshot_every_s,
+        )?;
         // A checkpoint follows an average: every rank restores the same clock.
         let epoch = iteration as f64 * samples_per_step;
         progress = run_progress(cfg, epoch, r.manifest.time_s);
@@ -74,7 +79,9 @@ pub fn work(
         let epoch = iteration as f64 * samples_per_step;
         let (loss, compute_s) = step.compute_paced(train, pacer);
         let lr = optim::lr_at(&cfg.optim, epoch, progress);
-        sgd.step(&mut step.net, lr, 1.0);
+        optimizer
+            .step(&mut step.net, lr, 1.0)
+            .map_err(|e| anyhow::anyhow!("iteration {}: {e}", iteration + 1))?;
         iteration += 1;
         let epoch = iteration as f64 * samples_per_step;
         let time_s = start.elapsed().as_secs_f64();
@@ -101,7 +108,7 @@ pub fn work(
             }
             // Right after an average the replicas are equal: a quiet point.
             if let (Some(at), false) = (control.checkpoint_at, stop) {
-                save_replica(saver, step, &sgd, (iteration, epoch, at), snapshots)?;
+                save_replica(saver, step, &optimizer, (iteration, epoch, at), snapshots)?;
             }
         }
         shown.tick(epoch, time_s, loss);
@@ -135,7 +142,7 @@ pub fn work(
         comm,
         saver,
         step,
-        &sgd,
+        &optimizer,
         (iteration, epoch),
         snapshots,
         start,

@@ -17,8 +17,9 @@
 //! in for the Hessian: `g + lambda * g * g * (w_now - w_then)`, elementwise. The server keeps
 //! each worker's w_then (one model copy per worker).
 
+use crate::backend::cpu::Cpu;
 use crate::config::StalenessLr;
-use crate::optim::Sgd;
+use crate::optim::{clip_grad_norm, HostOptimizer, Sgd};
 use crate::sync::staleness::SspClock;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +43,9 @@ pub struct UpdateRule {
     pub staleness_lr: StalenessLr,
     /// DC-ASGD's lambda (0: no compensation); immediate pushes only.
     pub delay_compensation: f64,
+    /// Global-norm limit of the gradient each optimizer step uses (0: none): a push's
+    /// gradient (immediate), or the round's mean (bsp).
+    pub clip_norm: f64,
 }
 
 /// What applying one push did.
@@ -55,7 +59,8 @@ pub struct Applied {
 
 pub struct ParamServer {
     weights: Vec<f32>,
-    sgd: Sgd,
+    optimizer: HostOptimizer,
+    clip_norm: f64,
     clock: SspClock,
     apply: Apply,
     staleness_lr: StalenessLr,
@@ -86,13 +91,17 @@ impl ParamServer {
         } else {
             Vec::new()
         };
-        let (sent_weights, corrected) = if compensates(&rule) {
-            (vec![weights.clone(); rule.workers], vec![0.0; n])
+        let sent_weights = if compensates(&rule) {
+            vec![weights.clone(); rule.workers]
         } else {
-            (Vec::new(), Vec::new())
+            Vec::new()
         };
+        let rewrites =
+            compensates(&rule) || (rule.clip_norm > 0.0 && rule.apply == Apply::Immediate);
         ParamServer {
-            sgd: Sgd::new(n, rule.momentum, rule.weight_decay),
+            optimizer: HostOptimizer::Sgd(Sgd::new(n, rule.momentum, rule.weight_decay)),
+            clip_norm: rule.clip_norm,
+            corrected: if rewrites { vec![0.0; n] } else { Vec::new() },
             weights,
             clock: SspClock::new(rule.workers, rule.bound),
             apply: rule.apply,
@@ -106,8 +115,13 @@ impl ParamServer {
             last_staleness: vec![0; rule.workers],
             compensation: rule.delay_compensation as f32,
             sent_weights,
-            corrected,
         }
+    }
+
+    /// Replaces the default optimizer (SGD from the rule's momentum and weight decay).
+    pub fn with_optimizer(mut self, optimizer: HostOptimizer) -> Self {
+        self.optimizer = optimizer;
+        self
     }
 
     pub fn weights(&self) -> &[f32] {
@@ -127,20 +141,24 @@ impl ParamServer {
         &self.clock
     }
 
-    /// The momentum buffer (a checkpoint saves it).
-    pub fn momentum(&self) -> &[f32] {
-        self.sgd.velocity()
+    /// The optimizer (a checkpoint saves its state).
+    pub fn optimizer(&self) -> &HostOptimizer {
+        &self.optimizer
     }
 
-    /// Continues from a checkpoint taken at a quiet point: `weights`, `momentum`, model
-    /// `version` and each worker's clock. Every worker is then waiting for weights (its
-    /// in-flight push, if any, was lost with the job) and gets the current version.
+    pub fn optimizer_mut(&mut self) -> &mut HostOptimizer {
+        &mut self.optimizer
+    }
+
+    /// Continues from a checkpoint taken at a quiet point: `weights`, model `version` and
+    /// each worker's clock (the optimizer's state through [`ParamServer::optimizer_mut`]).
+    /// Every worker is then waiting for weights (its in-flight push, if any, was lost with
+    /// the job) and gets the current version.
     ///
     /// # Panics
     /// If the lengths do not match this server (the caller checks the file first).
-    pub fn restore(&mut self, weights: &[f32], momentum: &[f32], version: u64, clocks: &[u64]) {
+    pub fn restore(&mut self, weights: &[f32], version: u64, clocks: &[u64]) {
         self.weights.copy_from_slice(weights);
-        self.sgd.velocity_mut().copy_from_slice(momentum);
         self.version = version;
         self.clock = SspClock::restore(clocks, self.clock.bound());
         self.sent_version.fill(version);
@@ -158,19 +176,33 @@ impl ParamServer {
         match self.apply {
             Apply::Immediate => {
                 applied.lr = push_lr(self.staleness_lr, lr, staleness);
-                let grad = if self.sent_weights.is_empty() {
+                let grad = if self.corrected.is_empty() {
                     grad
                 } else {
-                    delay_compensate(
-                        &mut self.corrected,
-                        grad,
-                        &self.weights,
-                        &self.sent_weights[w],
-                        self.compensation,
-                    );
+                    if self.sent_weights.is_empty() {
+                        self.corrected.copy_from_slice(grad);
+                    } else {
+                        delay_compensate(
+                            &mut self.corrected,
+                            grad,
+                            &self.weights,
+                            &self.sent_weights[w],
+                            self.compensation,
+                        );
+                    }
+                    // A worker's batch gradient, clipped as PyTorch clips the gradient of
+                    // its step. The server checked it is finite.
+                    if self.clip_norm > 0.0 {
+                        let _ = clip_grad_norm(
+                            &Cpu,
+                            &mut self.corrected,
+                            self.weights.len(),
+                            self.clip_norm,
+                        );
+                    }
                     &self.corrected
                 };
-                self.sgd
+                self.optimizer
                     .step(&mut self.weights, grad, applied.lr, self.scale, self.scale);
                 self.version += 1;
             }
@@ -181,7 +213,13 @@ impl ParamServer {
                 self.round_pushes += 1;
                 if self.round_pushes >= self.active {
                     let scale = 1.0 / self.round_pushes as f32;
-                    self.sgd
+                    if self.clip_norm > 0.0 {
+                        // The round's mean gradient to the limit: its sum to limit / scale.
+                        let limit = self.clip_norm / f64::from(scale);
+                        let n = self.weights.len();
+                        let _ = clip_grad_norm(&Cpu, &mut self.round_sum, n, limit);
+                    }
+                    self.optimizer
                         .step(&mut self.weights, &self.round_sum, lr, scale, 1.0);
                     self.round_sum.fill(0.0);
                     self.round_pushes = 0;
@@ -253,6 +291,7 @@ mod tests {
             weight_decay: 0.0,
             staleness_lr: StalenessLr::None,
             delay_compensation: 0.0,
+            clip_norm: 0.0,
         }
     }
 
@@ -387,11 +426,8 @@ mod tests {
     #[test]
     fn a_restored_server_releases_only_the_workers_the_bound_allows() {
         let mut ps = ParamServer::new(vec![0.0; 2], rule(3, 3, Some(1), Apply::Immediate));
-        ps.restore(&[1.0, 2.0], &[0.5, 0.25], 9, &[5, 3, 4]);
-        assert_eq!(
-            (ps.weights(), ps.momentum(), ps.version()),
-            (&[1.0, 2.0][..], &[0.5, 0.25][..], 9)
-        );
+        ps.restore(&[1.0, 2.0], 9, &[5, 3, 4]);
+        assert_eq!((ps.weights(), ps.version()), (&[1.0, 2.0][..], 9));
         let mut out = Vec::new();
         ps.release(&mut out);
         assert_eq!(
@@ -406,6 +442,23 @@ mod tests {
         );
         ps.release(&mut out);
         assert_eq!(out, vec![1, 2, 0, 1]);
+    }
+
+    #[test]
+    fn clipping_limits_each_push_and_each_round_mean() {
+        let mut r = rule(2, 2, None, Apply::Immediate);
+        r.clip_norm = 1.0;
+        let mut ps = ParamServer::new(vec![0.0; 2], r);
+        // g = [3, 4] (norm 5) clipped to [0.6, 0.8], scaled by 1/2.
+        ps.on_push(0, &[3.0, 4.0], 1.0);
+        assert!((ps.weights()[0] + 0.3).abs() < 1e-5 && (ps.weights()[1] + 0.4).abs() < 1e-5);
+        let mut r = rule(2, 2, Some(0), Apply::Round);
+        r.clip_norm = 1.0;
+        let mut ps = ParamServer::new(vec![0.0; 2], r);
+        ps.on_push(0, &[6.0, 0.0], 1.0);
+        ps.on_push(1, &[0.0, 8.0], 1.0);
+        // Mean [3, 4], norm 5, clipped to [0.6, 0.8].
+        assert!((ps.weights()[0] + 0.6).abs() < 1e-5 && (ps.weights()[1] + 0.8).abs() < 1e-5);
     }
 
     #[test]

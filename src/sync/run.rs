@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-use crate::checkpoint::{Resume, Schedule, MOMENTUM, WEIGHTS};
+use crate::checkpoint::{Resume, Schedule, WEIGHTS};
 use crate::comm::p2p::{ServerLink, WorkerLink};
 use crate::comm::{Collectives, Comm, SubComm};
 use crate::config::{Config, Staleness, SyncMode};
@@ -13,6 +13,7 @@ use crate::data::Dataset;
 use crate::grouping;
 use crate::hetero::{Pacer, CALIBRATION_ITERATIONS};
 use crate::metrics::{EvalRow, RunDir, RunTotals, ServerRow, Snapshots, Summary};
+use crate::optim::HostOptimizer;
 use crate::sync::checkpoint::{self, Saver};
 use crate::sync::gssp::{self, Replicas};
 use crate::sync::layout::Layout;
@@ -400,27 +401,26 @@ fn serve_group(
             weight_decay: cfg.optim.weight_decay,
             staleness_lr: cfg.optim.staleness_lr,
             delay_compensation: cfg.optim.delay_compensation,
+            clip_norm: cfg.optim.clip_norm,
         },
-    );
+    )
+    .with_optimizer(HostOptimizer::new(&cfg.optim, n));
     let rank = layout.servers[group];
     let mut resumed = None;
     if let Some(r) = ctx.resume {
         let path = r.path(rank);
         let mut file = r.load(rank)?;
         let weights = file.take(WEIGHTS, n, &path)?;
-        let momentum = file.take(MOMENTUM, n, &path)?;
+        let steps = file.meta.optimizer_steps;
+        ps.optimizer_mut()
+            .restore(steps, |name| file.take(name, n, &path))?;
         anyhow::ensure!(
             file.meta.worker_clocks.len() == workers,
             "{}: clocks of {} workers, group {group} has {workers}",
             path.display(),
             file.meta.worker_clocks.len()
         );
-        ps.restore(
-            &weights,
-            &momentum,
-            file.meta.version,
-            &file.meta.worker_clocks,
-        );
+        ps.restore(&weights, file.meta.version, &file.meta.worker_clocks);
         *snapshots = checkpoint::restore_snapshots(&mut file, cfg.run.snapshot_every_s, n, &path)?;
         resumed = Some(file.meta);
     }

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use crate::checkpoint::{RankMeta, MOMENTUM, WEIGHTS};
+use crate::checkpoint::{RankMeta, WEIGHTS};
 use crate::comm::p2p::ServerLink;
 use crate::comm::SubComm;
 use crate::config::Config;
@@ -274,6 +274,7 @@ pub fn save(
     (own_pushes, epoch, time_s): (u64, f64, f64),
     snapshots: &Snapshots,
 ) -> Result<()> {
+    let (optimizer, optimizer_steps) = ps.optimizer().state();
     let meta = RankMeta {
         time_s,
         epoch,
@@ -283,9 +284,11 @@ pub fn save(
         group_pushes,
         speed,
         evals: checkpoint::snapshot_rows(snapshots),
+        optimizer_steps,
     };
     let names = checkpoint::snapshot_names(snapshots);
-    let mut tensors = vec![(WEIGHTS, ps.weights()), (MOMENTUM, ps.momentum())];
+    let mut tensors = vec![(WEIGHTS, ps.weights())];
+    tensors.extend(optimizer);
     for (name, (_, w)) in names.iter().zip(&snapshots.taken) {
         tensors.push((name.as_str(), w.as_slice()));
     }
