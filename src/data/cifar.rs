@@ -67,9 +67,9 @@ fn batch_key(name: &str) -> (u64, String) {
 
 /// File names in `dir` that start with `prefix` and end with `.bin`, in batch-number order.
 fn matching(dir: &Path, prefix: &str) -> Result<Vec<PathBuf>, DataError> {
-    let io = |source| DataError::Io {
+    let io = |cause| DataError::Io {
         path: dir.to_path_buf(),
-        source,
+        cause,
     };
     let mut names = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(io)? {

@@ -16,21 +16,63 @@ pub const LABELS_MAGIC: u32 = 2049;
 /// MNIST and Fashion-MNIST both have 10 classes.
 const CLASSES: usize = 10;
 
-/// Reads a file and gunzips it when it starts with the gzip magic.
-pub(crate) fn read_maybe_gzip(path: &Path) -> Result<Vec<u8>, DataError> {
-    let raw = read_file(path)?;
-    if raw.len() < 2 || raw[..2] != [0x1f, 0x8b] {
-        return Ok(raw);
-    }
+/// DEFLATE inflates at most about 1032:1: a header that claims more than that many times
+/// the compressed size describes a truncated file, whatever the rest holds.
+const MAX_INFLATE_RATIO: u64 = 1032;
+
+fn is_gzip(raw: &[u8]) -> bool {
+    raw.len() >= 2 && raw[..2] == [0x1f, 0x8b]
+}
+
+/// Inflates at most `limit` bytes of the gzip stream `raw` (of file `path`), so that a
+/// small file cannot fill memory (a "gzip bomb"): the caller says how much it can use.
+fn inflate(raw: &[u8], path: &Path, limit: u64) -> Result<Vec<u8>, DataError> {
     // MNIST images inflate roughly 5x; a good guess saves reallocations.
-    let mut out = Vec::with_capacity(raw.len().saturating_mul(5));
-    MultiGzDecoder::new(&raw[..])
+    let guess = (raw.len() as u64).saturating_mul(5).min(limit) as usize;
+    let mut out = Vec::with_capacity(guess);
+    MultiGzDecoder::new(raw)
+        .take(limit)
         .read_to_end(&mut out)
-        .map_err(|source| DataError::Gzip {
+        .map_err(|cause| DataError::Gzip {
             path: path.to_path_buf(),
-            source,
+            cause,
         })?;
     Ok(out)
+}
+
+/// Reads a file and gunzips it when it starts with the gzip magic; more than `limit`
+/// bytes (inflated) is an error naming `what` the limit is.
+pub(crate) fn read_maybe_gzip(
+    path: &Path,
+    limit: u64,
+    what: &'static str,
+) -> Result<Vec<u8>, DataError> {
+    let raw = read_file(path)?;
+    let bytes = if is_gzip(&raw) {
+        inflate(&raw, path, limit.saturating_add(1))?
+    } else {
+        raw
+    };
+    if bytes.len() as u64 > limit {
+        return Err(DataError::TooLarge {
+            path: path.to_path_buf(),
+            limit,
+            what,
+        });
+    }
+    Ok(bytes)
+}
+
+/// The file length (header included) the header `head` claims, if it is whole and the
+/// product does not overflow.
+fn claimed_len(head: &[u8], dims: usize) -> Option<u64> {
+    if head.len() < 4 * (1 + dims) {
+        return None;
+    }
+    (1..=dims)
+        .map(|i| u64::from(be_u32(head, i)))
+        .try_fold(1u64, |acc, s| acc.checked_mul(s))?
+        .checked_add(4 * (1 + dims) as u64)
 }
 
 fn be_u32(b: &[u8], i: usize) -> u32 {
@@ -40,8 +82,25 @@ fn be_u32(b: &[u8], i: usize) -> u32 {
 /// Checks the header and exact length of an IDX file with `dims` dimensions; returns the
 /// dimensions and the file bytes with the header removed.
 fn parse_idx(path: &Path, magic: u32, dims: usize) -> Result<(Vec<usize>, Vec<u8>), DataError> {
-    let mut bytes = read_maybe_gzip(path)?;
     let header = 4 * (1 + dims);
+    let raw = read_file(path)?;
+    let mut bytes = if is_gzip(&raw) {
+        // Inflate the header, then no more than the payload it claims (and one byte, to
+        // see trailing bytes): what a file may use is what its header says.
+        let head = inflate(&raw, path, header as u64)?;
+        let claimed = claimed_len(&head, dims).unwrap_or(header as u64);
+        if claimed > (raw.len() as u64).saturating_mul(MAX_INFLATE_RATIO) {
+            return Err(DataError::Truncated {
+                path: path.to_path_buf(),
+                part: "payload (the header claims more than the compressed file can hold)",
+                expected: claimed,
+                got: raw.len() as u64,
+            });
+        }
+        inflate(&raw, path, claimed.saturating_add(1))?
+    } else {
+        raw
+    };
     if bytes.len() < 4 {
         return Err(DataError::Truncated {
             path: path.to_path_buf(),
@@ -262,6 +321,45 @@ pub(crate) mod tests {
         let d = load_idx_pair(&p.images, &p.labels).unwrap();
         assert_eq!(d.pixels, imgs[16..]);
         assert_eq!(d.labels, [3, 1, 4, 1]);
+    }
+
+    #[test]
+    fn a_gzip_bomb_is_inflated_no_further_than_its_header_claims() {
+        // A valid 2-image header followed by 64 MiB of zeros: about 64 KiB compressed.
+        let mut imgs = idx_images(2, 2, 2);
+        imgs.resize(imgs.len() + (64 << 20), 0);
+        let p = pair(gzip(&imgs), idx_labels(&[1, 2]), "i.gz", "l");
+        let err = load_err(&p);
+        // Inflated to the claimed 24 bytes and one more, not to 64 MiB.
+        assert!(
+            err.contains("trailing bytes") && err.contains("got 25"),
+            "{err}"
+        );
+        // A header that claims more than the compressed bytes can hold.
+        let mut huge = idx_images(1, 1, 1);
+        huge[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
+        huge[8..12].copy_from_slice(&u32::MAX.to_be_bytes());
+        let p = pair(gzip(&huge), idx_labels(&[1]), "i.gz", "l");
+        assert!(
+            load_err(&p).contains("claims more than"),
+            "{}",
+            load_err(&p)
+        );
+    }
+
+    #[test]
+    fn a_text_file_over_the_limit_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.gz");
+        std::fs::write(&path, gzip(&[b'a'; 100])).unwrap();
+        let err = read_maybe_gzip(&path, 64, "the test allows")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("big.gz") && err.contains("more than 64 bytes"),
+            "{err}"
+        );
+        assert_eq!(read_maybe_gzip(&path, 100, "").unwrap().len(), 100);
     }
 
     #[test]

@@ -34,9 +34,16 @@ pub fn split_lines(path: &Path, bytes: &[u8]) -> Result<Vec<String>, DataError> 
     Ok(lines)
 }
 
+/// The largest text file read (Multi30k's largest split is under 2 MB): a bound, so a
+/// corrupt or hostile gzip file cannot fill memory.
+pub const MAX_TEXT_BYTES: u64 = 1 << 30;
+
 /// Reads a text file (gzip or not) into lines by the rules in the module doc.
 pub fn read_lines(path: &Path) -> Result<Vec<String>, DataError> {
-    split_lines(path, &read_maybe_gzip(path)?)
+    split_lines(
+        path,
+        &read_maybe_gzip(path, MAX_TEXT_BYTES, "a text file may hold")?,
+    )
 }
 
 /// `dir/name`, or `dir/name.gz` when only that exists.

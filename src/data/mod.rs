@@ -42,17 +42,22 @@ pub const MAX_CLASSES: usize = u8::MAX as usize + 1;
 /// the problem so a user can fix it without reading code.
 #[derive(Debug, Error)]
 pub enum DataError {
-    #[error("{}: cannot read: {source}", path.display())]
+    // The I/O error is part of the message, not a `source`: printed once with `{:#}`.
+    #[error("{}: cannot read: {cause}", path.display())]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    #[error("{}: gzip stream is corrupt or truncated: {source}", path.display())]
+    #[error("{}: gzip stream is corrupt or truncated: {cause}", path.display())]
     Gzip {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
+    },
+    #[error("{}: inflates to more than {limit} bytes, more than {what}", path.display())]
+    TooLarge {
+        path: PathBuf,
+        limit: u64,
+        what: &'static str,
     },
     #[error("{what} not found; looked for: {}", list_paths(looked_for))]
     Missing {
@@ -330,9 +335,9 @@ pub fn load_test(cfg: &DataConfig, seed: u64) -> Result<Dataset, DataError> {
 
 /// Reads a whole file, naming it in the error.
 pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, DataError> {
-    std::fs::read(path).map_err(|source| DataError::Io {
+    std::fs::read(path).map_err(|cause| DataError::Io {
         path: path.to_path_buf(),
-        source,
+        cause,
     })
 }
 

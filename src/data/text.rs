@@ -216,9 +216,9 @@ impl Vocab {
             text.push_str(t);
             text.push('\n');
         }
-        std::fs::write(path, text).map_err(|source| DataError::Io {
+        std::fs::write(path, text).map_err(|cause| DataError::Io {
             path: path.to_path_buf(),
-            source,
+            cause,
         })
     }
 
