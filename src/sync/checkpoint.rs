@@ -12,6 +12,7 @@ use crate::comm::Collectives;
 use crate::config::Config;
 use crate::metrics::{EvalRow, RunDir, Snapshots};
 use crate::optim::NetworkOptimizer;
+use crate::sync::ps::ParamServer;
 
 /// What a group of saving ranks needs to write a checkpoint together.
 pub struct Saver<'a, C: Collectives> {
@@ -173,4 +174,32 @@ pub fn save_replica<C: Collectives>(
         tensors.push((name.as_str(), w.as_slice()));
     }
     saver.save((time_s, epoch), &tensors, &meta)
+}
+
+/// Restores group server world rank `rank` from its file: replica, optimizer state, model
+/// version and its workers' clocks; returns what else it saved (pushes, what it knew of
+/// the other groups) and its snapshots.
+pub fn restore_server(
+    resume: &Resume,
+    rank: usize,
+    ps: &mut ParamServer,
+    snapshot_every_s: f64,
+) -> Result<(RankMeta, Snapshots)> {
+    let path = resume.path(rank);
+    let mut file = load(resume, rank)?;
+    let n = ps.weights().len();
+    let workers = ps.clock().clocks().len();
+    let weights = file.take(checkpoint::WEIGHTS, n, &path)?;
+    let steps = file.meta.optimizer_steps;
+    ps.optimizer_mut()
+        .restore(steps, |name| file.take(name, n, &path))?;
+    anyhow::ensure!(
+        file.meta.worker_clocks.len() == workers,
+        "{}: clocks of {} workers, this server has {workers}",
+        path.display(),
+        file.meta.worker_clocks.len()
+    );
+    ps.restore(&weights, file.meta.version, &file.meta.worker_clocks);
+    let snapshots = restore_snapshots(&mut file, snapshot_every_s, n, &path)?;
+    Ok((file.meta, snapshots))
 }

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-use crate::checkpoint::{Resume, Schedule, WEIGHTS};
+use crate::checkpoint::{Resume, Schedule};
 use crate::comm::p2p::{ServerLink, WorkerLink};
 use crate::comm::{Collectives, Comm, SubComm};
 use crate::config::{Config, Staleness, SyncMode};
@@ -406,24 +406,15 @@ fn serve_group(
     )
     .with_optimizer(HostOptimizer::new(&cfg.optim, n));
     let rank = layout.servers[group];
-    let mut resumed = None;
-    if let Some(r) = ctx.resume {
-        let path = r.path(rank);
-        let mut file = r.load(rank)?;
-        let weights = file.take(WEIGHTS, n, &path)?;
-        let steps = file.meta.optimizer_steps;
-        ps.optimizer_mut()
-            .restore(steps, |name| file.take(name, n, &path))?;
-        anyhow::ensure!(
-            file.meta.worker_clocks.len() == workers,
-            "{}: clocks of {} workers, group {group} has {workers}",
-            path.display(),
-            file.meta.worker_clocks.len()
-        );
-        ps.restore(&weights, file.meta.version, &file.meta.worker_clocks);
-        *snapshots = checkpoint::restore_snapshots(&mut file, cfg.run.snapshot_every_s, n, &path)?;
-        resumed = Some(file.meta);
-    }
+    let resumed = match ctx.resume {
+        Some(r) => {
+            let every_s = cfg.run.snapshot_every_s;
+            let (meta, restored) = checkpoint::restore_server(r, rank, &mut ps, every_s)?;
+            *snapshots = restored;
+            Some(meta)
+        }
+        None => None,
+    };
     let mut log = ctx
         .run
         .csv_continued::<ServerRow>(&format!("rank-{rank}.csv"))?;
