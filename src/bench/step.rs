@@ -1,5 +1,6 @@
 //! `gssp bench step`: throughput of the training step.
 
+use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
@@ -137,6 +138,14 @@ pub fn seq2seq_step(
             data.display()
         );
     }
+    // Created before the timing, so that a bad path fails at once.
+    let out = batches_out
+        .map(|p| {
+            std::fs::File::create(p)
+                .with_context(|| format!("--batches-out {}: cannot create", p.display()))
+                .map(|f| (p, f))
+        })
+        .transpose()?;
     let (cfg, batches) = seq2seq_setup(&pairs, vocabs.de.len(), vocabs.en.len(), batch)?;
     crate::backend::cpu::set_threads(threads);
     let mut net = Seq2Seq::new(Cpu, cfg, 0);
@@ -174,14 +183,14 @@ pub fn seq2seq_step(
     let sps = sentences as f64 / s;
     println!("sentences_per_s: {sps:.1}");
     println!("tokens_per_s: {:.1}", tokens as f64 / s);
-    if let Some(path) = batches_out {
+    if let Some((path, mut file)) = out {
         let mut text = String::new();
         for b in timed {
             let ids: Vec<String> = b.indices.iter().map(usize::to_string).collect();
             text.push_str(&ids.join(" "));
             text.push('\n');
         }
-        std::fs::write(path, text)
+        file.write_all(text.as_bytes())
             .with_context(|| format!("--batches-out {}: cannot write", path.display()))?;
     }
     Ok(sps)
