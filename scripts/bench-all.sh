@@ -11,6 +11,9 @@ mkdir -p runs
 for m in resnet18 vgg19; do
     "$bin" bench step --model $m --batch 32 --threads 1 --seconds 10 | tee runs/bench-step-$m.txt
 done
+if [ -d ../shared/data/multi30k ]; then
+    "$bin" bench step --model seq2seq --batch 32 --threads 1 --seconds 10 | tee runs/bench-step-seq2seq.txt
+fi
 "$bin" bench topk --n 11200000 --ratio 0.01 | tee runs/bench-topk.txt
 "$bin" bench paper --seeds 42,2,7 --out runs/bench-paper | tee runs/bench-paper.txt
 "$bin" bench configs --out runs/bench-configs | tee runs/bench-configs.txt

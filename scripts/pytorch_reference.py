@@ -24,6 +24,21 @@ a fresh shuffle every epoch, evaluation on the test set after each epoch.
     python3 scripts/pytorch_reference.py --load runs/x/model.safetensors \\
         --data ../shared/data/mnist          # test accuracy of a model gssp exported
 
+`--model seq2seq --bench-step N` times N training steps of the LSTM encoder-decoder (bentrevett's
+pytorch-seq2seq, tutorial 1: embeddings 256, hidden 512, 2 layers, dropout 0.5, teacher forcing
+0.5, uniform(-0.08, 0.08) init, CrossEntropyLoss ignoring <pad>, clip_grad_norm 1, Adam lr 1e-3)
+on Multi30k's training pairs (`--data`, default ../shared/data/multi30k), German to English,
+tokenized and numbered by gssp's rules (src/data/text.rs: the tokenizer, vocabularies of min
+frequency 2) and batched padded, time-major. `--batches FILE` takes the batches from FILE (one line
+of pair indices per batch), as `gssp bench step --model seq2seq --batches-out FILE` wrote them,
+so both time the same batches; otherwise they are bucketed as gssp's BucketSampler does (shuffle,
+sort windows of 100 batches by length, shuffle the batches), with another random stream.
+
+    python3 scripts/pytorch_reference.py --model seq2seq --batch 32 --bench-step 40
+    gssp bench step --model seq2seq --batch 32 --seconds 10 --batches-out /tmp/b.txt
+    python3 scripts/pytorch_reference.py --model seq2seq --batch 32 --batches /tmp/b.txt \\
+        --bench-step $(wc -l < /tmp/b.txt)     # the same batches: sentences_per_s
+
 `--load FILE` reads a `model.safetensors` that gssp wrote at the end of a run into the
 matching module below with `load_state_dict` (strict: every name and shape must match) and
 prints its test accuracy and loss, to compare with `gssp eval`. Model, width, hidden widths
@@ -37,7 +52,9 @@ import argparse
 import gzip
 import math
 import os
+import random
 import statistics
+import unicodedata
 import struct
 import time
 
@@ -274,6 +291,229 @@ def bench_step(args, train):
     print(f"images_per_s: {args.batch * args.bench_step / secs:.1f}")
 
 
+# ---- seq2seq: Multi30k, gssp's tokenizer and vocabulary, the tutorial's model ----------------
+
+PAD_ID, SOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+SPECIALS = ["<pad>", "<sos>", "<eos>", "<unk>"]
+MIN_FREQ = 2
+BUCKET_WINDOW = 100
+
+
+def is_alnum(c):
+    """Rust's char::is_alphanumeric: letters (and other alphabetic) or numbers."""
+    return c.isalpha() or unicodedata.category(c)[0] == "N"
+
+
+def tokenize(line):
+    """gssp's tokenizer (src/data/text.rs, rules 1-5): lowercase; words of alphanumerics joined
+    by a hyphen between alphanumerics or `.,:` between ASCII digits; an apostrophe between two
+    letters starts a clitic token; every other non-space character is a token of its own."""
+    chars = line.lower()
+    n = len(chars)
+
+    def joins(prev, mid, nxt):
+        if mid == "-":
+            return is_alnum(prev) and is_alnum(nxt)
+        if mid in ".,:":
+            return prev in "0123456789" and nxt in "0123456789"
+        return False
+
+    def word_end(start):
+        i = start
+        while i < n:
+            if is_alnum(chars[i]):
+                i += 1
+            elif i > start and i + 1 < n and joins(chars[i - 1], chars[i], chars[i + 1]):
+                i += 2
+            else:
+                break
+        return i
+
+    tokens, i = [], 0
+    while i < n:
+        c = chars[i]
+        if c.isspace():
+            i += 1
+            continue
+        if is_alnum(c):
+            end = word_end(i)
+        elif (c in "'\u2019" and i > 0 and chars[i - 1].isalpha() and i + 1 < n
+              and chars[i + 1].isalpha()):
+            end = word_end(i + 1)
+        else:
+            end = i + 1
+        tokens.append(chars[i:end])
+        i = end
+    return tokens
+
+
+def read_lines(folder, name):
+    """Lines of `name` (or `name`.gz) in `folder` by gssp's rules: a trailing \\r dropped,
+    trailing empty lines ignored, any other empty line an error."""
+    for path in (os.path.join(folder, name), os.path.join(folder, name + ".gz")):
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                data = f.read()
+            if data[:2] == b"\x1f\x8b":
+                data = gzip.decompress(data)
+            lines = [l[:-1] if l.endswith("\r") else l for l in data.decode("utf-8").split("\n")]
+            while lines and lines[-1] == "":
+                lines.pop()
+            for i, l in enumerate(lines):
+                if l == "":
+                    raise SystemExit(f"{path}: line {i + 1} is empty")
+            return lines
+    raise SystemExit(f"{folder}: no {name} or {name}.gz (Multi30k: train.de, train.en)")
+
+
+def build_vocab(sentences):
+    """{token: id}: the specials, then tokens seen MIN_FREQ times or more, by frequency
+    (descending) then UTF-8 bytes (ascending), as gssp's Vocab::build."""
+    counts = {}
+    for s in sentences:
+        for t in s:
+            counts[t] = counts.get(t, 0) + 1
+    kept = [(t, c) for t, c in counts.items() if c >= MIN_FREQ and t not in SPECIALS]
+    kept.sort(key=lambda tc: (-tc[1], tc[0].encode("utf-8")))
+    return {t: i for i, t in enumerate(SPECIALS + [t for t, _ in kept])}
+
+
+def load_multi30k_train(folder):
+    """(German id lists, English id lists, German vocab size, English vocab size), each
+    sentence wrapped as <sos> ... <eos>."""
+    de, en = read_lines(folder, "train.de"), read_lines(folder, "train.en")
+    if len(de) != len(en):
+        raise SystemExit(f"{folder}: train.de has {len(de)} lines, train.en {len(en)}")
+    out = []
+    for lines in (de, en):
+        toks = [tokenize(l) for l in lines]
+        vocab = build_vocab(toks)
+        ids = [[SOS_ID] + [vocab.get(t, UNK_ID) for t in s] + [EOS_ID] for s in toks]
+        out.append((ids, len(vocab)))
+    return out[0][0], out[1][0], out[0][1], out[1][1]
+
+
+def pad_time_major(seqs, idx):
+    """[longest x len(idx)] int64 tensor of seqs[i] for i in idx, padded with <pad>."""
+    rows = max(len(seqs[i]) for i in idx)
+    out = torch.full((rows, len(idx)), PAD_ID, dtype=torch.long)
+    for col, i in enumerate(idx):
+        out[: len(seqs[i]), col] = torch.tensor(seqs[i])
+    return out
+
+
+def bucket_batches(src, tgt, batch, seed):
+    """One epoch of gssp's BucketSampler rule with Python's RNG: shuffle, sort windows of
+    BUCKET_WINDOW batches by (source length, target length), cut, shuffle the batches."""
+    rng = random.Random(seed)
+    order = list(range(len(src)))
+    rng.shuffle(order)
+    batches = []
+    w = BUCKET_WINDOW * batch
+    for k in range(0, len(order), w):
+        window = sorted(order[k : k + w], key=lambda i: (len(src[i]), len(tgt[i])))
+        batches += [window[j : j + batch] for j in range(0, len(window), batch)]
+    rng.shuffle(batches)
+    return batches
+
+
+class Encoder(nn.Module):
+    def __init__(self, input_dim, emb_dim, hid_dim, n_layers, dropout):
+        super().__init__()
+        self.embedding = nn.Embedding(input_dim, emb_dim)
+        self.rnn = nn.LSTM(emb_dim, hid_dim, n_layers, dropout=dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, src):
+        _, (hidden, cell) = self.rnn(self.dropout(self.embedding(src)))
+        return hidden, cell
+
+
+class Decoder(nn.Module):
+    def __init__(self, output_dim, emb_dim, hid_dim, n_layers, dropout):
+        super().__init__()
+        self.output_dim = output_dim
+        self.embedding = nn.Embedding(output_dim, emb_dim)
+        self.rnn = nn.LSTM(emb_dim, hid_dim, n_layers, dropout=dropout)
+        self.fc_out = nn.Linear(hid_dim, output_dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, inp, hidden, cell):
+        embedded = self.dropout(self.embedding(inp.unsqueeze(0)))
+        output, (hidden, cell) = self.rnn(embedded, (hidden, cell))
+        return self.fc_out(output.squeeze(0)), hidden, cell
+
+
+class Seq2Seq(nn.Module):
+    """The tutorial's model, step for step: the head runs at every decoder step and the next
+    input is the true token with probability `teacher_forcing`, else the arg-max."""
+
+    def __init__(self, src_vocab, tgt_vocab, emb=256, hid=512, layers=2, dropout=0.5):
+        super().__init__()
+        self.encoder = Encoder(src_vocab, emb, hid, layers, dropout)
+        self.decoder = Decoder(tgt_vocab, emb, hid, layers, dropout)
+        for p in self.parameters():
+            nn.init.uniform_(p, -0.08, 0.08)
+
+    def forward(self, src, trg, teacher_forcing=0.5):
+        outputs = torch.zeros(trg.shape[0], trg.shape[1], self.decoder.output_dim)
+        hidden, cell = self.encoder(src)
+        inp = trg[0, :]
+        for t in range(1, trg.shape[0]):
+            output, hidden, cell = self.decoder(inp, hidden, cell)
+            outputs[t] = output
+            inp = trg[t] if random.random() < teacher_forcing else output.argmax(1)
+        return outputs
+
+
+def bench_seq2seq(args):
+    """Sentences per second of the seq2seq training step (forward with teacher forcing 0.5,
+    backward, clip_grad_norm 1, Adam) over real Multi30k batches, in order, cycling."""
+    torch.manual_seed(0)
+    random.seed(0)
+    src, tgt, vs, vt = load_multi30k_train(args.data)
+    if args.batches:
+        try:
+            with open(args.batches) as f:
+                batches = [[int(i) for i in l.split()] for l in f if l.strip()]
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"--batches {args.batches}: {e}")
+        bad = [i for b in batches for i in b if not 0 <= i < len(src)]
+        if not batches or bad:
+            raise SystemExit(f"--batches {args.batches}: no batches, or pair {bad[:1]} out of "
+                             f"range (train has {len(src)} pairs)")
+    else:
+        batches = bucket_batches(src, tgt, args.batch, 0)
+    data = [(pad_time_major(src, b), pad_time_major(tgt, b)) for b in batches]
+    model = Seq2Seq(vs, vt)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss_fn = nn.CrossEntropyLoss(ignore_index=PAD_ID)
+
+    def step(k):
+        s, t = data[k % len(data)]
+        opt.zero_grad()
+        out = model(s, t)
+        loss_fn(out[1:].reshape(-1, out.shape[-1]), t[1:].reshape(-1)).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    model.train()
+    for k in range(min(3, len(data))):
+        step(k)
+    t0 = time.perf_counter()
+    for k in range(args.bench_step):
+        step(k)
+    secs = time.perf_counter() - t0
+    timed = [batches[k % len(batches)] for k in range(args.bench_step)]
+    sentences = sum(len(b) for b in timed)
+    tokens = sum(len(src[i]) + len(tgt[i]) for b in timed for i in b)
+    params = sum(p.numel() for p in model.parameters())
+    print(f"pytorch {torch.__version__} seq2seq ({params} parameters, vocab de {vs} en {vt}) "
+          f"batch {args.batch}, {args.threads} thread(s): {args.bench_step} steps in {secs:.2f} s")
+    print(f"sentences_per_s: {sentences / secs:.1f}")
+    print(f"tokens_per_s: {tokens / secs:.1f}")
+
+
 def run(seed, args, train, test):
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
@@ -307,7 +547,7 @@ def run(seed, args, train, test):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", choices=["lenet5", "mlp", "resnet18", "vgg19"],
+    p.add_argument("--model", choices=["lenet5", "mlp", "resnet18", "vgg19", "seq2seq"],
                    help="default: lenet5, or what the --load file says")
     p.add_argument("--dataset", choices=sorted(MEAN_STD),
                    help="default: fashion-mnist for lenet5, cifar10 otherwise")
@@ -331,6 +571,9 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--bench-step", type=int, default=0, metavar="STEPS",
                    help="only time STEPS training steps and print images_per_s")
+    p.add_argument("--batches", metavar="FILE",
+                   help="seq2seq: the batches to time, one line of pair indices each, as "
+                   "gssp bench step --batches-out writes them")
     p.add_argument("--load", metavar="FILE",
                    help="only evaluate FILE, a model.safetensors gssp exported, on the test set")
     args = p.parse_args()
@@ -344,6 +587,13 @@ def main():
     args.mlp_hidden = [int(h) for h in args.mlp_hidden.split(",") if h.strip()]
     if args.dataset is None and "dataset" in meta:
         args.dataset = meta["dataset"]
+    if args.model == "seq2seq":
+        if args.bench_step <= 0:
+            raise SystemExit("--model seq2seq is only for --bench-step")
+        torch.set_num_threads(args.threads)
+        args.data = args.data or os.path.join("..", "shared", "data", "multi30k")
+        bench_seq2seq(args)
+        return
     if args.model == "mlp" and not args.load:
         raise SystemExit("--model mlp is only for --load")
     if args.dataset is None:

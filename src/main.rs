@@ -97,6 +97,13 @@ enum BenchCommand {
         /// Seconds to measure for.
         #[arg(long, default_value_t = 5.0)]
         seconds: f64,
+        /// seq2seq: the Multi30k folder (train.de, train.en); default ../shared/data/multi30k.
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// seq2seq: write the pair indices of each timed batch here, one line per batch, for
+        /// `scripts/pytorch_reference.py --model seq2seq --batches FILE`.
+        #[arg(long)]
+        batches_out: Option<PathBuf>,
     },
     /// Exact top-k selection against one pass summing the same array.
     Topk {
@@ -359,7 +366,17 @@ fn bench(which: BenchCommand) -> anyhow::Result<()> {
             batch,
             threads,
             seconds,
-        } => bench::step(&model, batch, threads, seconds).map(|_| ()),
+            data,
+            batches_out,
+        } => bench::step(
+            &model,
+            batch,
+            threads,
+            seconds,
+            data.as_deref(),
+            batches_out.as_deref(),
+        )
+        .map(|_| ()),
         BenchCommand::Topk { n, ratio, reps } => bench::topk(n, ratio, reps).map(|_| ()),
         BenchCommand::Modes {
             config,

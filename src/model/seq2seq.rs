@@ -359,6 +359,13 @@ impl<B: Backend> Seq2Seq<B> {
         self.be.sgd_step(params, velocity, grads, h);
     }
 
+    /// Scales the gradient buffer to global L2 norm `max_norm` at most, as the reference's
+    /// `clip_grad_norm_(model.parameters(), 1)`; returns the norm before clipping.
+    pub fn clip_grads(&mut self, max_norm: f64) -> Result<f64, crate::optim::ClipError> {
+        let n = self.num_params();
+        crate::optim::clip_grad_norm(&self.be, &mut self.flat.grads, n, max_norm)
+    }
+
     /// Training step `step`: overwrites the gradient buffer with the gradient of the
     /// masked mean cross-entropy of `batch` and returns its stats.
     pub fn forward_backward(
