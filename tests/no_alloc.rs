@@ -1,10 +1,11 @@
 //! The training step allocates nothing once warmed up: batch fill (augmented or not), forward,
 //! backward and the optimizer step reuse the buffers built with the model (OpenBLAS keeps its own
 //! buffer pool, outside Rust's allocator). Rank 0's progress display, ticked once per step, is
-//! checked in the same test (the counter is global, so checks in parallel tests would see each
-//! other's allocations).
+//! checked in the same test. Only allocations on a measuring test's own thread count: the
+//! test harness's other threads (printing other tests' results) allocate meanwhile.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Counts allocations made through Rust's global allocator.
@@ -12,16 +13,30 @@ struct Counting;
 
 static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
 
+thread_local! {
+    /// Whether allocations on this thread count (set by [`turn`]). A const-initialised
+    /// `Cell` needs no allocation of its own, so the allocator may read it.
+    static COUNTED: Cell<bool> = const { Cell::new(false) };
+}
+
+fn counted_here() -> bool {
+    COUNTED.try_with(Cell::get).unwrap_or(false)
+}
+
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        if counted_here() {
+            ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        }
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        if counted_here() {
+            ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        }
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
@@ -31,6 +46,13 @@ static GLOBAL: Counting = Counting;
 
 /// The allocation counter is global: the tests take turns.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Waits for this test's turn and counts this thread's allocations from now on.
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    COUNTED.with(|c| c.set(true));
+    guard
+}
 
 /// Allocations in `steps` training steps (forward, backward, SGD) after 3 warm-up
 /// steps, for a synthetic dataset shaped for the model.
@@ -65,7 +87,7 @@ fn allocations_in_steps(
 
 #[test]
 fn lenet5_training_step_allocates_nothing_after_warm_up() {
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = turn();
     for augment in ["none", "crop-flip"] {
         // 20 steps of 64 cross an epoch boundary (8 batches per epoch): reshuffles (and
         // reseeded augmentation) too.
@@ -91,7 +113,7 @@ fn lenet5_training_step_allocates_nothing_after_warm_up() {
 
 #[test]
 fn resnet18_training_step_allocates_nothing_after_warm_up() {
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = turn();
     // The full-width network at batch 2: batch norm, residual blocks, projections and the
     // chunked convolutions of the late stages, 10 steps across an epoch boundary.
     let cifar = "channels = 3\nheight = 32\nwidth = 32\n";
@@ -103,7 +125,7 @@ fn resnet18_training_step_allocates_nothing_after_warm_up() {
 fn seq2seq_training_step_allocates_nothing_after_warm_up() {
     use gssp::data::bucket::TextBatch;
     use gssp::model::seq2seq::{Seq2Seq, Seq2SeqConfig};
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = turn();
     let cfg = Seq2SeqConfig {
         width: 1.0 / 16.0,
         max_src_len: 6,
