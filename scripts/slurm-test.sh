@@ -370,10 +370,8 @@ requeue_job() {
     }
     scontrol requeue "$id" || die "$label: scontrol requeue $id failed"
     say "$label: job $id requeued after checkpoint $(cat "$run/checkpoints/latest")"
-    # Slurm holds a requeued batch job back for a while (its begin time moves about two
-    # minutes on); let it start as soon as the node is free again.
-    wait_for 30 sh -c "scontrol show job $id | grep -q JobState=PENDING" \
-        && scontrol update JobId="$id" StartTime=now 2>/dev/null || true
+    # Slurm holds a requeued batch job back for about two minutes (its credential of the
+    # first start is revoked meanwhile; starting it sooner fails the job): wait for that.
     local deadline=$((SECONDS + 400))
     while :; do
         job_state=$(scontrol show job "$id" | grep -oE 'JobState=[A-Z_]+' | head -n 1)
