@@ -78,12 +78,7 @@ impl RunDir {
             .append(true)
             .open(&p)
             .with_context(|| format!("cannot open {}", p.display()))?;
-        Ok(CsvLog {
-            w: BufWriter::new(f),
-            path: p,
-            flushed: Instant::now(),
-            _row: std::marker::PhantomData,
-        })
+        Ok(CsvLog::over(BufWriter::new(f), p))
     }
 
     pub fn file(&self, name: &str) -> PathBuf {
@@ -113,12 +108,7 @@ impl RunDir {
         let f = File::create(&p).with_context(|| format!("cannot create {}", p.display()))?;
         let mut w = BufWriter::new(f);
         writeln!(w, "{}", R::HEADER).with_context(|| format!("cannot write {}", p.display()))?;
-        Ok(CsvLog {
-            w,
-            path: p,
-            flushed: Instant::now(),
-            _row: std::marker::PhantomData,
-        })
+        Ok(CsvLog::over(w, p))
     }
 }
 
@@ -165,6 +155,16 @@ pub struct CsvLog<R> {
 }
 
 impl<R: CsvRow> CsvLog<R> {
+    /// Rows go to `w`, the file at `path` (named in errors).
+    fn over(w: BufWriter<File>, path: PathBuf) -> Self {
+        CsvLog {
+            w,
+            path,
+            flushed: Instant::now(),
+            _row: std::marker::PhantomData,
+        }
+    }
+
     /// Appends `row`; the file is flushed at most a second after a row, so a job that dies
     /// loses at most its last second of rows.
     pub fn push(&mut self, row: &R) -> Result<()> {
