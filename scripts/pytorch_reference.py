@@ -39,6 +39,23 @@ sort windows of 100 batches by length, shuffle the batches), with another random
     python3 scripts/pytorch_reference.py --model seq2seq --batch 32 --batches /tmp/b.txt \\
         --bench-step $(wc -l < /tmp/b.txt)     # the same batches: sentences_per_s
 
+Without `--bench-step`, `--model seq2seq` trains that model for `--epochs` on all training pairs
+with one `--seed` (torch.manual_seed and Python's RNG, which draws teacher forcing once per
+decoder step for the whole batch; batches of `--batch`, default 32, bucketed as above afresh
+every epoch from (seed, epoch); Adam, `--lr` default 1e-3) and evaluates it: perplexity on val
+and test2016 with full teacher forcing (exp of the summed token NLL over all non-pad target
+tokens / their count; `test_ppl_free_running` is the tutorial's figure, teacher forcing 0),
+and BLEU-4 of greedy translations of test2016 (from <sos>, arg-max fed back, at most 50 tokens,
+stopping at <eos>; tokens joined as gssp's detokenize does) against the raw test2016.en lines,
+by sacrebleu.corpus_bleu(lowercase=True). Evaluation runs in batches of 128 in file order.
+`--json FILE` also writes the results, `--translations FILE` the translations one a line;
+`--limit-batches N` trains only the first N batches of each epoch (a quick check). Needs
+`sacrebleu` too.
+
+    python3 scripts/pytorch_reference.py --model seq2seq --epochs 1 --seed 1 \\
+        --json /tmp/s2s.json --translations /tmp/s2s.txt     # val_ppl, test_ppl, bleu
+    python3 scripts/pytorch_reference.py --model seq2seq --epochs 1 --limit-batches 20
+
 `--load FILE` reads a `model.safetensors` that gssp wrote at the end of a run into the
 matching module below with `load_state_dict` (strict: every name and shape must match) and
 prints its test accuracy and loss, to compare with `gssp eval`. Model, width, hidden widths
@@ -50,6 +67,7 @@ venv and prints its python. One thread by default (`--threads`), like one gssp r
 
 import argparse
 import gzip
+import json
 import math
 import os
 import random
@@ -378,19 +396,32 @@ def build_vocab(sentences):
     return {t: i for i, t in enumerate(SPECIALS + [t for t, _ in kept])}
 
 
+def encode(sentences, vocab):
+    """Id lists of tokenized `sentences`, each wrapped as <sos> ... <eos>; unknown tokens <unk>."""
+    return [[SOS_ID] + [vocab.get(t, UNK_ID) for t in s] + [EOS_ID] for s in sentences]
+
+
+def read_pairs(folder, split):
+    """(German lines, English lines) of `split` (train, val, test2016)."""
+    de, en = read_lines(folder, f"{split}.de"), read_lines(folder, f"{split}.en")
+    if len(de) != len(en):
+        raise SystemExit(f"{folder}: {split}.de has {len(de)} lines, {split}.en {len(en)}")
+    return de, en
+
+
+def load_multi30k(folder):
+    """(German vocab, English vocab), both built on the training pairs, and the training
+    pairs as (German id lists, English id lists)."""
+    de, en = ([tokenize(l) for l in lines] for lines in read_pairs(folder, "train"))
+    vde, ven = build_vocab(de), build_vocab(en)
+    return vde, ven, encode(de, vde), encode(en, ven)
+
+
 def load_multi30k_train(folder):
     """(German id lists, English id lists, German vocab size, English vocab size), each
     sentence wrapped as <sos> ... <eos>."""
-    de, en = read_lines(folder, "train.de"), read_lines(folder, "train.en")
-    if len(de) != len(en):
-        raise SystemExit(f"{folder}: train.de has {len(de)} lines, train.en {len(en)}")
-    out = []
-    for lines in (de, en):
-        toks = [tokenize(l) for l in lines]
-        vocab = build_vocab(toks)
-        ids = [[SOS_ID] + [vocab.get(t, UNK_ID) for t in s] + [EOS_ID] for s in toks]
-        out.append((ids, len(vocab)))
-    return out[0][0], out[1][0], out[0][1], out[1][1]
+    vde, ven, src, tgt = load_multi30k(folder)
+    return src, tgt, len(vde), len(ven)
 
 
 def pad_time_major(seqs, idx):
@@ -514,6 +545,139 @@ def bench_seq2seq(args):
     print(f"tokens_per_s: {tokens / secs:.1f}")
 
 
+EVAL_BATCH = 128
+MAX_DECODE = 50
+
+
+def detokenize(tokens):
+    """gssp's detokenize: single spaces, except that a token of an apostrophe and more (`'s`)
+    is glued to the token before it."""
+    out = ""
+    for t in tokens:
+        if out and not (len(t) > 1 and t[0] in "'\u2019"):
+            out += " "
+        out += t
+    return out
+
+
+def seq2seq_ppl(model, src, tgt, teacher_forcing):
+    """exp(summed token NLL over every non-pad target token / their count), in batches of
+    EVAL_BATCH in order; teacher_forcing 1 reads the true previous token at every step."""
+    nll, count = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, len(src), EVAL_BATCH):
+            idx = range(i, min(i + EVAL_BATCH, len(src)))
+            s, t = pad_time_major(src, idx), pad_time_major(tgt, idx)
+            out = model(s, t, teacher_forcing)
+            nll += nn.functional.cross_entropy(out[1:].reshape(-1, out.shape[-1]),
+                                               t[1:].reshape(-1), ignore_index=PAD_ID,
+                                               reduction="sum").item()
+            count += (t[1:] != PAD_ID).sum().item()
+    return math.exp(nll / count)
+
+
+def greedy_decode(model, src):
+    """Each source's arg-max translation as ids: from <sos>, the prediction fed back, up to
+    MAX_DECODE tokens, ending before the first <eos>."""
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(src), EVAL_BATCH):
+            idx = range(i, min(i + EVAL_BATCH, len(src)))
+            hidden, cell = model.encoder(pad_time_major(src, idx))
+            inp = torch.full((len(idx),), SOS_ID, dtype=torch.long)
+            sents, done = [[] for _ in idx], [False] * len(idx)
+            for _ in range(MAX_DECODE):
+                logits, hidden, cell = model.decoder(inp, hidden, cell)
+                inp = logits.argmax(1)
+                for k, tok in enumerate(inp.tolist()):
+                    done[k] = done[k] or tok == EOS_ID
+                    if not done[k]:
+                        sents[k].append(tok)
+                if all(done):
+                    break
+            out += sents
+    return out
+
+
+def train_seq2seq(args):
+    """Trains the tutorial's model for --epochs with one seed, then evaluates it (perplexity,
+    greedy BLEU on test2016); prints the results as JSON and writes them to --json."""
+    import sacrebleu
+
+    seeds = [int(x) for x in args.seeds.split(",")]
+    if len(seeds) != 1:
+        raise SystemExit("--model seq2seq trains one --seed at a time")
+    seed = seeds[0]
+    vde, ven, src, tgt = load_multi30k(args.data)
+    torch.manual_seed(seed)
+    random.seed(seed)
+    model = Seq2Seq(len(vde), len(ven))
+    params = sum(p.numel() for p in model.parameters())
+    print(f"pytorch {torch.__version__} seq2seq: {params} parameters, vocab de {len(vde)} en "
+          f"{len(ven)}, {len(src)} training pairs, batch {args.batch}, lr {args.lr}, seed {seed}, "
+          f"{args.threads} thread(s)", flush=True)
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8)
+    loss_fn = nn.CrossEntropyLoss(ignore_index=PAD_ID)
+    sentences, train_s = 0, 0.0
+    for epoch in range(args.epochs):
+        batches = bucket_batches(src, tgt, args.batch, seed * 1_000_003 + epoch)
+        if args.limit_batches > 0:
+            batches = batches[: args.limit_batches]
+        every = max(1, min(100, len(batches) // 10))
+        model.train()
+        t0 = time.perf_counter()
+        window, window_n = 0.0, 0
+        for k, b in enumerate(batches):
+            s, t = pad_time_major(src, b), pad_time_major(tgt, b)
+            opt.zero_grad()
+            out = model(s, t, 0.5)
+            loss = loss_fn(out[1:].reshape(-1, out.shape[-1]), t[1:].reshape(-1))
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sentences += len(b)
+            window, window_n = window + loss.item(), window_n + 1
+            if (k + 1) % every == 0 or k + 1 == len(batches):
+                print(f"epoch {epoch + 1} batch {k + 1}/{len(batches)}: mean loss "
+                      f"{window / window_n:.4f} ({time.perf_counter() - t0:.1f} s)", flush=True)
+                window, window_n = 0.0, 0
+        train_s += time.perf_counter() - t0
+    model.eval()
+    val_de, val_en = read_pairs(args.data, "val")
+    test_de, test_en = read_pairs(args.data, "test2016")
+
+    def ids(lines, vocab):
+        return encode([tokenize(l) for l in lines], vocab)
+
+    val_src, val_tgt = ids(val_de, vde), ids(val_en, ven)
+    test_src, test_tgt = ids(test_de, vde), ids(test_en, ven)
+    t0 = time.perf_counter()
+    val_ppl = seq2seq_ppl(model, val_src, val_tgt, 1.0)
+    test_ppl = seq2seq_ppl(model, test_src, test_tgt, 1.0)
+    test_ppl_free = seq2seq_ppl(model, test_src, test_tgt, 0.0)
+    itos = list(ven)  # ids in order: build_vocab numbers the tokens as it lists them
+    hyps = [detokenize([itos[i] for i in sent if i not in (SOS_ID, PAD_ID)])
+            for sent in greedy_decode(model, test_src)]
+    bleu = sacrebleu.corpus_bleu(hyps, [test_en], lowercase=True).score
+    print(f"evaluation in {time.perf_counter() - t0:.1f} s", flush=True)
+    if args.translations:
+        with open(args.translations, "w") as f:
+            f.writelines(h + "\n" for h in hyps)
+    result = {
+        "model": "seq2seq", "seed": seed, "epochs": args.epochs, "batch": args.batch,
+        "lr": args.lr, "train_sentences": sentences, "train_s": round(train_s, 3),
+        "sentences_per_s": round(sentences / train_s, 3), "val_ppl": val_ppl,
+        "test_ppl": test_ppl, "test_ppl_free_running": test_ppl_free, "bleu": bleu,
+        "params": params, "src_vocab": len(vde), "tgt_vocab": len(ven),
+        "threads": args.threads, "torch_version": torch.__version__,
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(text + "\n")
+
+
 def run(seed, args, train, test):
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
@@ -558,13 +722,14 @@ def main():
     p.add_argument("--width", type=float, help="default: 1, or what the --load file says")
     p.add_argument("--mlp-hidden", help="hidden widths of mlp, comma-separated (default: "
                    "128, or what the --load file says)")
-    p.add_argument("--seeds", default="1")
+    p.add_argument("--seeds", "--seed", default="1",
+                   help="comma-separated (seq2seq training: one)")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--train-limit", type=int, default=0, help="first N training images (0 = all)")
     p.add_argument("--test-limit", type=int, default=0,
                    help="first N test images (0 = all), as gssp's data.test_limit")
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--batch", type=int, help="default: 32 for seq2seq, 64 otherwise")
+    p.add_argument("--lr", type=float, help="default: 1e-3 (Adam) for seq2seq, 0.05 otherwise")
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--weight-decay", type=float, default=5e-4)
     p.add_argument("--schedule", choices=["constant", "cosine"], default="constant")
@@ -574,6 +739,11 @@ def main():
     p.add_argument("--batches", metavar="FILE",
                    help="seq2seq: the batches to time, one line of pair indices each, as "
                    "gssp bench step --batches-out writes them")
+    p.add_argument("--json", metavar="FILE", help="seq2seq training: write the results here")
+    p.add_argument("--translations", metavar="FILE",
+                   help="seq2seq training: write the greedy test2016 translations here")
+    p.add_argument("--limit-batches", type=int, default=0, metavar="N",
+                   help="seq2seq training: only the first N batches of each epoch (0 = all)")
     p.add_argument("--load", metavar="FILE",
                    help="only evaluate FILE, a model.safetensors gssp exported, on the test set")
     args = p.parse_args()
@@ -588,12 +758,19 @@ def main():
     if args.dataset is None and "dataset" in meta:
         args.dataset = meta["dataset"]
     if args.model == "seq2seq":
-        if args.bench_step <= 0:
-            raise SystemExit("--model seq2seq is only for --bench-step")
+        args.batch = args.batch or 32
+        args.lr = 1e-3 if args.lr is None else args.lr
         torch.set_num_threads(args.threads)
         args.data = args.data or os.path.join("..", "shared", "data", "multi30k")
-        bench_seq2seq(args)
+        if args.bench_step > 0:
+            bench_seq2seq(args)
+        elif args.batches:
+            raise SystemExit("--batches is only for --bench-step")
+        else:
+            train_seq2seq(args)
         return
+    args.batch = args.batch or 64
+    args.lr = 0.05 if args.lr is None else args.lr
     if args.model == "mlp" and not args.load:
         raise SystemExit("--model mlp is only for --load")
     if args.dataset is None:

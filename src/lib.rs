@@ -20,3 +20,4 @@ pub mod progress;
 pub mod report;
 pub mod sync;
 pub mod train;
+pub mod workload;

@@ -284,12 +284,18 @@ fn train(
             gssp::sync::run::run(&comm, &cfg, &run, resume.as_ref())?
         };
         if let Some(s) = summary {
+            let (quality, unit) = match (s.final_test_perplexity, s.final_bleu) {
+                (Some(p), Some(b)) => (format!("test perplexity {p:.2}, BLEU {b:.2}"), "sentences"),
+                _ => (
+                    format!("test accuracy {:.2}%", 100.0 * s.final_test_accuracy),
+                    "images",
+                ),
+            };
             println!(
-                "{} {} on {}: test accuracy {:.2}% after {:.2} epochs, {:.1} s, {:.0} images/s; run directory {}",
+                "{} {} on {}: {quality} after {:.2} epochs, {:.1} s, {:.0} {unit}/s; run directory {}",
                 s.mode,
                 s.model,
                 s.dataset,
-                100.0 * s.final_test_accuracy,
                 s.epochs,
                 s.wall_s,
                 s.images_per_s,
@@ -344,14 +350,21 @@ fn eval(model: &Path, config: &Path, overrides: &[String], json: bool) -> ExitCo
         if json {
             println!("{}", serde_json::to_string(&r)?);
         } else {
+            let quality = match r.test_perplexity {
+                Some(p) => format!(
+                    "test perplexity {p:.2}, next-token accuracy {:.2}% ({} sentence pairs)",
+                    100.0 * r.test_accuracy,
+                    r.test_samples
+                ),
+                None => format!(
+                    "test accuracy {:.2}% ({} images)",
+                    100.0 * r.test_accuracy,
+                    r.test_samples
+                ),
+            };
             println!(
-                "{} {} on {}: test accuracy {:.2}% ({} images), test loss {:.4}",
-                r.model_file,
-                r.model,
-                r.dataset,
-                100.0 * r.test_accuracy,
-                r.test_samples,
-                r.test_loss
+                "{} {} on {}: {quality}, test loss {:.4}",
+                r.model_file, r.model, r.dataset, r.test_loss
             );
         }
         Ok(())

@@ -353,23 +353,43 @@ impl Snapshots {
     }
 }
 
-/// One test-set evaluation.
+/// One test-set evaluation. Image runs leave the text columns empty.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct EvalRow {
     pub time_s: f64,
     pub epoch: f64,
     pub iteration: u64,
+    /// Mean cross-entropy: per image, or per target token on test2016.
     pub test_loss: f64,
+    /// Accuracy: of the images, or of next-token predictions on test2016.
     pub test_accuracy: f64,
+    /// Text: `exp(test_loss)`.
+    #[serde(default)]
+    pub test_perplexity: Option<f64>,
+    /// Text: perplexity on val.
+    #[serde(default)]
+    pub val_perplexity: Option<f64>,
+    /// Text, final evaluation: corpus BLEU-4 of the greedy translations of test2016.
+    #[serde(default)]
+    pub bleu: Option<f64>,
 }
 
 impl CsvRow for EvalRow {
-    const HEADER: &'static str = "time_s,epoch,iteration,test_loss,test_accuracy";
+    const HEADER: &'static str =
+        "time_s,epoch,iteration,test_loss,test_accuracy,test_perplexity,val_perplexity,bleu";
     fn write(&self, w: &mut dyn Write) -> std::io::Result<()> {
+        let opt = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.4}"));
         writeln!(
             w,
-            "{:.6},{:.5},{},{:.6},{:.6}",
-            self.time_s, self.epoch, self.iteration, self.test_loss, self.test_accuracy
+            "{:.6},{:.5},{},{:.6},{:.6},{},{},{}",
+            self.time_s,
+            self.epoch,
+            self.iteration,
+            self.test_loss,
+            self.test_accuracy,
+            opt(self.test_perplexity),
+            opt(self.val_perplexity),
+            opt(self.bleu)
         )
     }
 }
@@ -395,9 +415,16 @@ pub struct Summary {
     pub epochs: f64,
     pub iterations: u64,
     pub wall_s: f64,
+    /// Training samples per second: images, or sentence pairs for text (counted as full
+    /// batches: an epoch's last, smaller batch counts whole).
     pub images_per_s: f64,
     pub final_test_loss: f64,
     pub final_test_accuracy: f64,
+    /// Text: the final model's perplexity on test2016 and on val, and the BLEU-4 of its
+    /// greedy translations of test2016.
+    pub final_test_perplexity: Option<f64>,
+    pub final_val_perplexity: Option<f64>,
+    pub final_bleu: Option<f64>,
     pub target_accuracy: f64,
     pub time_to_target_s: Option<f64>,
     pub mean_wait_fraction: Option<f64>,
@@ -459,6 +486,9 @@ impl Summary {
                 / totals.wall_s.max(1e-9),
             final_test_loss: last.test_loss,
             final_test_accuracy: last.test_accuracy,
+            final_test_perplexity: last.test_perplexity,
+            final_val_perplexity: last.val_perplexity,
+            final_bleu: last.bleu,
             target_accuracy: cfg.run.target_accuracy,
             time_to_target_s: time_to_target(evals, cfg.run.target_accuracy),
             ..Default::default()

@@ -32,6 +32,8 @@ pub struct Progress {
     epochs: f64,
     budget_s: f64,
     samples_per_epoch: f64,
+    /// Throughput's unit: images, or sentence pairs of a text run.
+    unit: &'static str,
     every_s: f64,
     next_s: f64,
     /// Moving average of the loss (the last ~50 ticks weigh most).
@@ -79,6 +81,11 @@ impl Progress {
             epochs: cfg.run.epochs,
             budget_s: cfg.run.time_budget_s,
             samples_per_epoch: samples_per_epoch as f64,
+            unit: if cfg.data.dataset == crate::config::DatasetKind::Multi30k {
+                "sent/s"
+            } else {
+                "img/s"
+            },
             every_s,
             next_s: every_s,
             loss: f64::NAN,
@@ -146,11 +153,12 @@ impl Progress {
     /// The bar's message: epoch, loss, throughput.
     fn message(&self, f: &Figures) -> String {
         format!(
-            "epoch {:.2}{} loss {:.4} {:.0} img/s",
+            "epoch {:.2}{} loss {:.4} {:.0} {}",
             f.epoch,
             self.limit(),
             f.loss,
-            f.images_per_s
+            f.images_per_s,
+            self.unit
         )
     }
 

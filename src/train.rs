@@ -1,5 +1,5 @@
 //! Training in one process (`sync.mode = "single"`), and the pieces every mode shares:
-//! the compute step a worker runs and test-set evaluation.
+//! the learning-rate progress, the stopping rule, evaluation rows and model export.
 
 use std::time::Instant;
 
@@ -7,218 +7,11 @@ use anyhow::{Context, Result};
 
 use crate::backend::cpu::Cpu;
 use crate::checkpoint::{self, RankMeta, Resume, Schedule};
-use crate::config::{Augment, Config};
-use crate::data::augment::Augmenter;
-use crate::data::sampler::ShardSampler;
-use crate::data::Dataset;
-use crate::hetero::Pacer;
+use crate::config::Config;
 use crate::metrics::{CsvLog, EvalRow, RunDir, RunTotals, Summary, WorkerRow};
-use crate::model::{self, Network};
+use crate::model;
 use crate::optim::{self, NetworkOptimizer};
-
-/// A worker's data pipeline and model: fills a batch from its shard and computes the
-/// gradient into the network's gradient buffer. Buffers are allocated once.
-pub struct ComputeStep {
-    pub net: Network<Cpu>,
-    sampler: ShardSampler,
-    /// `data.augment`: this worker's crop and flip stream; `None` trains on the images as
-    /// they are.
-    augmenter: Option<Augmenter>,
-    x: Vec<f32>,
-    y: Vec<u8>,
-    batch: usize,
-}
-
-impl ComputeStep {
-    /// Builds the model for `train`'s sample shape and the sampler for shard `shard` of
-    /// `shards`. Every rank builds the same initial weights from `seed`.
-    pub fn new(cfg: &Config, train: &Dataset, shards: usize, shard: usize) -> Result<ComputeStep> {
-        let batch = cfg.optim.batch_size;
-        let net = build_model(cfg, train)?;
-        let sampler = ShardSampler::new(train.len(), shards, shard, batch, cfg.run.seed)?;
-        let augmenter = match cfg.data.augment {
-            Augment::None => None,
-            Augment::CropFlip => Some(Augmenter::new(cfg.run.seed, shard)),
-        };
-        Ok(ComputeStep {
-            augmenter,
-            x: vec![0.0; batch * net.input_len()],
-            y: vec![0; batch],
-            net,
-            sampler,
-            batch,
-        })
-    }
-
-    /// One forward/backward pass on the next batch; returns the batch loss.
-    pub fn compute(&mut self, train: &Dataset) -> f32 {
-        let batch = self.sampler.served();
-        let idx = self.sampler.next_batch();
-        match &mut self.augmenter {
-            Some(aug) => {
-                aug.start_batch(batch);
-                aug.fill_batch(train, idx, &mut self.x, &mut self.y);
-            }
-            None => train.fill_batch(idx, &mut self.x, &mut self.y),
-        }
-        self.net.forward_backward(&self.x, &self.y, self.batch).loss
-    }
-
-    /// [`ComputeStep::compute`], then the pad of the emulated slowdown. Returns the batch
-    /// loss and the seconds both took.
-    pub fn compute_paced(&mut self, train: &Dataset, pacer: &mut Pacer) -> (f32, f64) {
-        let t0 = Instant::now();
-        let loss = self.compute(train);
-        pacer.sleep_pad(t0.elapsed().as_secs_f64());
-        (loss, t0.elapsed().as_secs_f64())
-    }
-
-    /// Batches this worker has computed (over all epochs).
-    pub fn batches(&self) -> u64 {
-        self.sampler.served()
-    }
-
-    /// Continues as if `batches` batches had been computed: the sampler, the augmentation
-    /// and the dropout masks all follow the batch count (resume from a checkpoint).
-    pub fn resume_at(&mut self, batches: u64) {
-        self.sampler.skip_to(batches);
-        self.net.set_train_steps(batches);
-    }
-
-    /// Fractional epochs of this shard consumed so far.
-    pub fn epoch(&self) -> f64 {
-        self.sampler.epoch_progress()
-    }
-
-    pub fn batch(&self) -> usize {
-        self.batch
-    }
-}
-
-/// Builds the configured model for a dataset (identical weights on every rank).
-pub fn build_model(cfg: &Config, data: &Dataset) -> Result<Network<Cpu>> {
-    let shape = (data.channels, data.height, data.width);
-    Ok(model::build(
-        &cfg.model,
-        shape,
-        data.classes,
-        model::workspace_batch(cfg.model.name, cfg.optim.batch_size),
-        cfg.run.seed,
-    )?)
-}
-
-/// Training images over which the distributed modes re-estimate batch-norm statistics
-/// before each evaluation.
-pub const BN_CALIBRATION_IMAGES: usize = 1024;
-
-/// Re-estimates batch-norm running statistics for the weights a network holds, from a
-/// fixed, seeded sample of training images (PyTorch's `swa_utils.update_bn`: a
-/// cumulative average over the batches).
-///
-/// Why: the distributed modes evaluate weights no worker trained with, a server's replica
-/// or the average of the group replicas, while each worker's running statistics belong to
-/// its own weights; so batch-norm statistics do not travel with the weights in any mode
-/// (the flat parameter buffer every mode sends stays trained values only), and the
-/// evaluating rank computes them for the weights it evaluates. The single-process mode
-/// evaluates its own weights with the statistics it trained, as PyTorch does.
-pub struct BnCalibration {
-    batches: Vec<Vec<usize>>,
-    x: Vec<f32>,
-    y: Vec<u8>,
-}
-
-impl BnCalibration {
-    pub fn new(train: &Dataset, batch: usize, seed: u64) -> BnCalibration {
-        use rand::seq::SliceRandom;
-        use rand::SeedableRng;
-        let mut order: Vec<usize> = (0..train.len()).collect();
-        order.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0xB4));
-        order.truncate(BN_CALIBRATION_IMAGES.min(train.len()));
-        let batch = batch.max(1);
-        BnCalibration {
-            batches: order.chunks(batch).map(<[usize]>::to_vec).collect(),
-            x: vec![0.0; batch * train.sample_len()],
-            y: vec![0; batch],
-        }
-    }
-
-    /// Replaces `net`'s running statistics with those of the sample under its weights.
-    pub fn run(&mut self, net: &mut Network<Cpu>, train: &Dataset) {
-        for (k, idx) in self.batches.iter().enumerate() {
-            let len = idx.len() * train.sample_len();
-            train.fill_batch(idx, &mut self.x[..len], &mut self.y[..idx.len()]);
-            net.calibrate_batch(&self.x[..len], idx.len(), k);
-        }
-    }
-}
-
-/// Test-set evaluation with its own buffers, reused across calls.
-pub struct Evaluator {
-    indices: Vec<usize>,
-    x: Vec<f32>,
-    y: Vec<u8>,
-    calibration: Option<BnCalibration>,
-}
-
-impl Evaluator {
-    pub fn new(test: &Dataset, max_batch: usize) -> Evaluator {
-        Evaluator {
-            indices: (0..test.len()).collect(),
-            x: vec![0.0; max_batch * test.sample_len()],
-            y: vec![0; max_batch],
-            calibration: None,
-        }
-    }
-
-    /// An evaluator that first re-estimates batch-norm statistics (see
-    /// [`BnCalibration`]); the same as [`Evaluator::new`] for a network without them.
-    pub fn with_bn_calibration(
-        test: &Dataset,
-        net: &Network<Cpu>,
-        train: &Dataset,
-        seed: u64,
-    ) -> Evaluator {
-        let mut ev = Evaluator::new(test, net.max_batch());
-        if net.has_state() {
-            ev.calibration = Some(BnCalibration::new(train, net.max_batch(), seed));
-        }
-        ev
-    }
-
-    /// Mean loss and accuracy of `net` on the whole test set (its batch-norm statistics
-    /// re-estimated first where the evaluator was built so). `train` feeds the
-    /// re-estimation.
-    pub fn evaluate_calibrated(
-        &mut self,
-        net: &mut Network<Cpu>,
-        train: &Dataset,
-        test: &Dataset,
-    ) -> (f64, f64) {
-        if let Some(c) = &mut self.calibration {
-            c.run(net, train);
-        }
-        self.evaluate(net, test)
-    }
-
-    /// Mean loss and accuracy of `net` on the whole test set.
-    pub fn evaluate(&mut self, net: &mut Network<Cpu>, test: &Dataset) -> (f64, f64) {
-        let b = net.max_batch();
-        let (mut loss, mut correct) = (0.0f64, 0usize);
-        for chunk in self.indices.chunks(b) {
-            let n = chunk.len();
-            test.fill_batch(
-                chunk,
-                &mut self.x[..n * test.sample_len()],
-                &mut self.y[..n],
-            );
-            let s = net.evaluate_batch(&self.x[..n * test.sample_len()], &self.y[..n], n);
-            loss += s.loss as f64 * n as f64;
-            correct += s.correct;
-        }
-        let n = test.len().max(1) as f64;
-        (loss / n, correct as f64 / n)
-    }
-}
+use crate::workload::{ComputeStep, Corpus, Evaluation, Evaluator, Model};
 
 /// How far the run is: the larger of the epochs done over `run.epochs` and the seconds
 /// spent over `run.time_budget_s` (of the limits that are set), so 1 where it stops. The
@@ -239,24 +32,17 @@ pub fn should_stop(cfg: &Config, epoch: f64, elapsed_s: f64) -> bool {
 pub fn run_single(cfg: &Config, run: &RunDir, resume: Option<&Resume>) -> Result<Summary> {
     crate::backend::select(cfg.device.kind)?;
     crate::backend::cpu::set_threads(cfg.run.threads);
-    let (train, test) = crate::data::load(&cfg.data, cfg.run.seed)?;
-    log::info!(
-        "data: {} train / {} test samples of {}x{}x{} from {:?}",
-        train.len(),
-        test.len(),
-        train.channels,
-        train.height,
-        train.width,
-        cfg.data.dataset
-    );
-    let mut step = ComputeStep::new(cfg, &train, 1, 0)?;
+    let corpus = Corpus::load(&cfg.data, cfg.run.seed)?;
+    log::info!("data: {} from {}", corpus.describe(), cfg.data.dataset);
+    corpus.save_to(run.path())?;
+    let mut step = ComputeStep::new(cfg, &corpus, 1, 0)?;
     log::info!(
         "model {}: {} parameters",
         step.net.name(),
         step.net.num_params()
     );
     let mut optimizer = NetworkOptimizer::new(&step.net, &cfg.optim);
-    let mut evaluator = Evaluator::new(&test, step.net.max_batch());
+    let mut evaluator = Evaluator::new(&corpus, &step.net);
     let mut log = run.worker_log(0, cfg.run.log_every)?;
     let mut eval_log = run.csv::<EvalRow>("eval.csv")?;
 
@@ -280,12 +66,12 @@ pub fn run_single(cfg: &Config, run: &RunDir, resume: Option<&Resume>) -> Result
         train_s,
         resume.map_or(0, |r| r.manifest.sequence),
     );
-    let mut shown = crate::progress::Progress::new(cfg, train.len(), true);
+    let mut shown = crate::progress::Progress::new(cfg, corpus.train_len(), true);
     while !should_stop(cfg, step.epoch(), train_s) {
         let t0 = Instant::now();
         let progress = run_progress(cfg, step.epoch(), train_s);
         let lr = optim::lr_at(&cfg.optim, step.epoch(), progress);
-        let loss = step.compute(&train);
+        let loss = step.compute(&corpus);
         if !loss.is_finite() {
             anyhow::bail!("training diverged: loss is {loss} at iteration {iteration}; lower optim.lr (now {})", cfg.optim.lr);
         }
@@ -321,30 +107,20 @@ pub fn run_single(cfg: &Config, run: &RunDir, resume: Option<&Resume>) -> Result
         if cfg.run.eval_every_epochs > 0.0 && step.epoch() >= next_eval - 1e-9 {
             next_eval += cfg.run.eval_every_epochs;
             if !should_stop(cfg, step.epoch(), train_s) {
-                let epoch = step.epoch();
-                let at = (train_s, epoch, iteration);
-                record_eval(
-                    &mut evaluator,
-                    &mut step.net,
-                    &test,
-                    at,
-                    &mut eval_log,
-                    &mut evals,
-                )?;
+                let ev = evaluator.evaluate(&mut step.net, &corpus);
+                let row = ev.row(train_s, step.epoch(), iteration);
+                record_eval(&row, &mut eval_log, &mut evals)?;
             }
         }
     }
     shown.finish();
-    let epoch = step.epoch();
-    let at = (train_s, epoch, iteration);
+    let ev = evaluator.evaluate_final(&mut step.net, &corpus);
     record_eval(
-        &mut evaluator,
-        &mut step.net,
-        &test,
-        at,
+        &ev.row(train_s, step.epoch(), iteration),
         &mut eval_log,
         &mut evals,
     )?;
+    write_translations(run, &ev)?;
     log.flush()?;
     eval_log.flush()?;
     export_model(cfg, run, &step.net)?;
@@ -431,9 +207,9 @@ fn restore_single(
 /// Writes the model a run evaluated last to `model.safetensors` in the run directory
 /// (see [`model::export`]): its weights and the batch-norm statistics it was evaluated
 /// with, so that `gssp eval` of the file gives the run's final test accuracy.
-pub fn export_model(cfg: &Config, run: &RunDir, net: &Network<Cpu>) -> Result<()> {
+pub fn export_model(cfg: &Config, run: &RunDir, net: &Model) -> Result<()> {
     let path = run.file(model::export::MODEL_FILE);
-    model::export::save(net, &model::export::metadata(cfg, net), &path)?;
+    model::export::save::<Cpu>(net, &model::export::metadata(cfg, net), &path)?;
     log::info!("model: {}", path.display());
     Ok(())
 }
@@ -447,6 +223,9 @@ pub struct ExportedEval {
     pub test_samples: usize,
     pub test_loss: f64,
     pub test_accuracy: f64,
+    /// Text: perplexity on test2016 (`test_loss` is per token, `test_accuracy` of the
+    /// next token).
+    pub test_perplexity: Option<f64>,
     /// The file's header metadata (gssp version, width, ...); empty for a file without.
     pub metadata: std::collections::BTreeMap<String, String>,
 }
@@ -459,46 +238,61 @@ pub struct ExportedEval {
 pub fn evaluate_exported(cfg: &Config, path: &std::path::Path) -> Result<ExportedEval> {
     crate::backend::select(cfg.device.kind)?;
     crate::backend::cpu::set_threads(cfg.run.threads);
-    let test = crate::data::load_test(&cfg.data, cfg.run.seed)?;
-    let mut net = build_model(cfg, &test)?;
-    let expected = model::export::metadata(cfg, &net);
-    let metadata = model::export::load_into(&mut net, &expected, path)?;
-    let (test_loss, test_accuracy) =
-        Evaluator::new(&test, net.max_batch()).evaluate(&mut net, &test);
+    let corpus = Corpus::load_for_eval(&cfg.data, cfg.run.seed)?;
+    let mut net = Model::build(cfg, &corpus, 0)?;
+    let expected = model::export::metadata::<Cpu>(cfg, &net);
+    let metadata = model::export::load_into::<Cpu>(&mut net, &expected, path)?;
+    let ev = Evaluator::new(&corpus, &net).evaluate(&mut net, &corpus);
     Ok(ExportedEval {
         model_file: path.display().to_string(),
         model: net.name().to_string(),
         dataset: cfg.data.dataset.to_string(),
-        test_samples: test.len(),
-        test_loss,
-        test_accuracy,
+        test_samples: corpus.test_len(),
+        test_loss: ev.loss,
+        test_accuracy: ev.accuracy,
+        test_perplexity: ev.val_perplexity.map(|_| ev.loss.exp()),
         metadata,
     })
 }
 
-/// Evaluates `net` on the test set at (time, epoch, iteration), logs and keeps the row.
+/// Logs an evaluation and keeps its row.
 fn record_eval(
-    ev: &mut Evaluator,
-    net: &mut Network<Cpu>,
-    test: &Dataset,
-    (time_s, epoch, iteration): (f64, f64, u64),
+    row: &EvalRow,
     eval_log: &mut CsvLog<EvalRow>,
     evals: &mut Vec<EvalRow>,
 ) -> Result<()> {
-    let (test_loss, test_accuracy) = ev.evaluate(net, test);
-    log::info!(
-        "epoch {epoch:.2} iteration {iteration}: test loss {test_loss:.4}, accuracy {:.2}%",
-        100.0 * test_accuracy
-    );
-    let row = EvalRow {
-        time_s,
-        epoch,
-        iteration,
-        test_loss,
-        test_accuracy,
+    let extra = match (row.test_perplexity, row.val_perplexity) {
+        (Some(t), Some(v)) => format!(", perplexity {t:.2} (val {v:.2})"),
+        _ => String::new(),
     };
-    eval_log.push(&row)?;
-    evals.push(row);
+    let bleu = row
+        .bleu
+        .map_or_else(String::new, |b| format!(", BLEU {b:.2}"));
+    log::info!(
+        "epoch {:.2} iteration {}: test loss {:.4}, accuracy {:.2}%{extra}{bleu}",
+        row.epoch,
+        row.iteration,
+        row.test_loss,
+        100.0 * row.test_accuracy
+    );
+    eval_log.push(row)?;
+    evals.push(*row);
+    Ok(())
+}
+
+/// File of a text run's greedy translations of test2016, one per line, in file order.
+pub const TRANSLATIONS_FILE: &str = "translations.test2016.en";
+
+/// Writes a final evaluation's translations (text runs) into the run directory.
+pub fn write_translations(run: &RunDir, ev: &Evaluation) -> Result<()> {
+    if let Some(lines) = &ev.translations {
+        let mut text = lines.join("\n");
+        text.push('\n');
+        let path = run.file(TRANSLATIONS_FILE);
+        model::export::write_atomic(&path, text.as_bytes())
+            .with_context(|| format!("{}", path.display()))?;
+        log::info!("translations: {}", path.display());
+    }
     Ok(())
 }
 

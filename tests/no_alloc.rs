@@ -70,12 +70,12 @@ fn allocations_in_steps(
     );
     let cfg = gssp::config::Config::from_str_with_overrides(&text, "test", &[]).unwrap();
     cfg.validate().unwrap();
-    let (train, _) = gssp::data::load(&cfg.data, cfg.run.seed).unwrap();
-    let mut step = gssp::train::ComputeStep::new(&cfg, &train, 1, 0).unwrap();
+    let corpus = gssp::workload::Corpus::load(&cfg.data, cfg.run.seed).unwrap();
+    let mut step = gssp::workload::ComputeStep::new(&cfg, &corpus, 1, 0).unwrap();
     let mut sgd = gssp::optim::NetworkSgd::new(&step.net, 0.9, 5e-4);
     let mut run = |iters: usize| {
         for _ in 0..iters {
-            step.compute(&train);
+            step.compute(&corpus);
             sgd.step(&mut step.net, 0.01, 1.0);
         }
     };

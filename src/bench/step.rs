@@ -8,11 +8,11 @@ use anyhow::{Context, Result};
 
 use crate::backend::cpu::Cpu;
 use crate::config::Config;
-use crate::data::bucket::{BucketSampler, TextBatch};
+use crate::data::bucket::{BucketSampler, TextBatch, BUCKET_WINDOW_BATCHES};
 use crate::data::multi30k::{load_split, Direction, EncodedPairs, Split, Vocabs};
 use crate::model::seq2seq::{Seq2Seq, Seq2SeqConfig};
 use crate::optim::{Adam, AdamConfig, NetworkSgd};
-use crate::train::ComputeStep;
+use crate::workload::{ComputeStep, Corpus};
 
 /// Throughput of the full training step of one process: for the image models (batch
 /// fill, forward, backward, SGD update) on synthetic data of the model's usual input
@@ -52,12 +52,12 @@ pub fn step(
     let cfg = Config::from_str_with_overrides(&text, "bench step", &[])?;
     cfg.validate()?;
     crate::backend::cpu::set_threads(threads);
-    let (train, _) = crate::data::load(&cfg.data, cfg.run.seed)?;
-    let mut step = ComputeStep::new(&cfg, &train, 1, 0)?;
+    let corpus = Corpus::load(&cfg.data, cfg.run.seed)?;
+    let mut step = ComputeStep::new(&cfg, &corpus, 1, 0)?;
     let mut sgd = NetworkSgd::new(&step.net, 0.9, 5e-4);
     let mut run = |iters: usize| {
         for _ in 0..iters {
-            step.compute(&train);
+            step.compute(&corpus);
             sgd.step(&mut step.net, 0.01, 1.0);
         }
     };
@@ -84,9 +84,6 @@ pub fn step(
 /// Where `gssp bench step --model seq2seq` looks for Multi30k without `--data`.
 pub const DEFAULT_MULTI30K: &str = "../shared/data/multi30k";
 
-/// Batches per bucketing window, as torchtext's `BucketIterator` pools 100 batches.
-const BUCKET_WINDOW: usize = 100;
-
 /// The paper-size model for `pairs` (vocabularies `src_vocab`, `tgt_vocab`), its workspace
 /// sized to the longest sentences and to `batch`, and epoch 0 of the bucket sampler over
 /// every pair (seed 0) as padded batches, in order.
@@ -103,7 +100,13 @@ pub fn seq2seq_setup(
         max_batch: batch,
         ..Seq2SeqConfig::paper(src_vocab, tgt_vocab)
     };
-    let sampler = BucketSampler::new(pairs, (0..pairs.len()).collect(), batch, BUCKET_WINDOW, 0)?;
+    let sampler = BucketSampler::new(
+        pairs,
+        (0..pairs.len()).collect(),
+        batch,
+        BUCKET_WINDOW_BATCHES,
+        0,
+    )?;
     let batches = sampler
         .epoch(0)
         .iter()

@@ -79,6 +79,9 @@ pub enum DatasetKind {
     FashionMnist,
     Cifar10,
     Synthetic,
+    /// Multi30k German-English sentence pairs (train, val, test2016; see
+    /// [`crate::data::multi30k`]): the dataset of the `seq2seq` model.
+    Multi30k,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -132,6 +135,8 @@ pub enum ModelKind {
     Mlp,
     Resnet18,
     Vgg19,
+    /// The LSTM encoder-decoder of [`crate::model::seq2seq`], on `multi30k`.
+    Seq2seq,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -140,8 +145,8 @@ pub struct ModelConfig {
     /// Hidden layer widths of the MLP (ignored by other models).
     #[serde(default = "default_mlp_hidden")]
     pub mlp_hidden: Vec<usize>,
-    /// Channel multiplier of resnet18 and vgg19 (narrow versions for tests); must stay 1
-    /// for the others.
+    /// Channel multiplier of resnet18 and vgg19, and of seq2seq's embedding and hidden
+    /// sizes (narrow versions for tests); must stay 1 for the others.
     #[serde(default = "default_width")]
     pub width: f64,
 }
@@ -655,6 +660,7 @@ display_as_config_name!(
     CompressionKind,
     RatioPolicy,
     DeviceKind,
+    Augment,
 );
 
 #[cfg(test)]

@@ -31,12 +31,12 @@ impl Config {
         self.validate_model_input()?;
         if !matches!(
             self.model.name,
-            super::ModelKind::Resnet18 | super::ModelKind::Vgg19
+            super::ModelKind::Resnet18 | super::ModelKind::Vgg19 | super::ModelKind::Seq2seq
         ) {
             ensure(
                 width == 1.0,
                 "model.width",
-                "1 for lenet5 and mlp (it scales resnet18 and vgg19)",
+                "1 for lenet5 and mlp (it scales resnet18, vgg19 and seq2seq)",
                 width,
             )?;
         }
@@ -320,7 +320,10 @@ impl DataConfig {
     /// a synthetic set the generator can make (at most [`MAX_CLASSES`] classes, since labels
     /// are bytes). [`crate::data::load`] runs this too, for callers that did not validate.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if matches!(self.dataset, DatasetKind::Mnist | DatasetKind::Cifar10) {
+        if matches!(
+            self.dataset,
+            DatasetKind::Mnist | DatasetKind::Cifar10 | DatasetKind::Multi30k
+        ) {
             ensure(
                 !self.dir.trim().is_empty(),
                 "data.dir",
@@ -369,16 +372,36 @@ impl Config {
     /// is refused here, naming both shapes, rather than after the data has loaded.
     fn validate_model_input(&self) -> Result<(), ConfigError> {
         use super::ModelKind;
+        let text_model = self.model.name == ModelKind::Seq2seq;
+        let text_data = self.data.dataset == DatasetKind::Multi30k;
+        if text_model || text_data {
+            ensure(
+                text_model && text_data,
+                "model.name",
+                "seq2seq with dataset multi30k, and an image model with an image dataset",
+                format!(
+                    "model {} with dataset {}",
+                    self.model.name, self.data.dataset
+                ),
+            )?;
+            return ensure(
+                self.data.augment == super::Augment::None,
+                "data.augment",
+                "\"none\" for text (crop-flip is an image augmentation)",
+                self.data.augment,
+            );
+        }
         let model = match self.model.name {
             ModelKind::Resnet18 => "resnet18",
             ModelKind::Vgg19 => "vgg19",
-            ModelKind::Lenet5 | ModelKind::Mlp => return Ok(()),
+            ModelKind::Lenet5 | ModelKind::Mlp | ModelKind::Seq2seq => return Ok(()),
         };
         let s = &self.data.synthetic;
         let shape = match self.data.dataset {
             DatasetKind::Mnist | DatasetKind::FashionMnist => (1, 28, 28),
             DatasetKind::Cifar10 => (3, 32, 32),
             DatasetKind::Synthetic => (s.channels, s.height, s.width),
+            DatasetKind::Multi30k => unreachable!("text data returned above"),
         };
         ensure(
             shape == crate::model::zoo::CIFAR_INPUT,
@@ -439,7 +462,11 @@ mod tests {
                 &["model.name=resnet18", "data.dataset=mnist", "data.dir=/data/mnist"],
                 "model.name: must be a model for the dataset's 1x28x28 images (resnet18 takes 3x32x32, CIFAR-10's), got resnet18",
             ),
-            (&["model.width=0.5"], "model.width: must be 1 for lenet5 and mlp (it scales resnet18 and vgg19), got 0.5"),
+            (&["model.width=0.5"], "model.width: must be 1 for lenet5 and mlp (it scales resnet18, vgg19 and seq2seq), got 0.5"),
+            (&["model.name=seq2seq"], "model.name: must be seq2seq with dataset multi30k, and an image model with an image dataset, got model seq2seq with dataset synthetic"),
+            (&["data.dataset=multi30k", "data.dir=/d"], "model.name: must be seq2seq with dataset multi30k, and an image model with an image dataset, got model mlp with dataset multi30k"),
+            (&["data.dataset=multi30k", "model.name=seq2seq"], "data.dir: must be the dataset folder (required for dataset multi30k), got \"\""),
+            (&["data.dataset=multi30k", "data.dir=/d", "model.name=seq2seq", "data.augment=crop-flip"], "data.augment: must be \"none\" for text (crop-flip is an image augmentation), got crop-flip"),
             (&["model.name=vgg19", "data.dataset=synthetic", "data.synthetic.channels=3", "data.synthetic.height=32", "data.synthetic.width=32", "model.width=0"], "model.width: must be in (0, 4], got 0"),
             (&["data.synthetic.test=0"], "data.synthetic.test: must be >= 1, got 0"),
             (&["data.synthetic.channels=0"], "data.synthetic.channels: must be >= 1, got 0"),

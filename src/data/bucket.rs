@@ -182,6 +182,94 @@ impl BucketSampler {
     }
 }
 
+/// One worker's endless stream of bucketed batches over its shard of the pairs: the
+/// text counterpart of [`super::sampler::ShardSampler`]. Shard `k` of `n` is the `k`-th
+/// contiguous range of one seeded permutation of all pairs (so every shard holds pairs of
+/// every length), and epoch `e`'s batches are [`BucketSampler::epoch`]`(e)` over it, a
+/// pure function of (seed, shard, e): a resumed worker continues where it stopped.
+#[derive(Debug, Clone)]
+pub struct BucketStream {
+    sampler: BucketSampler,
+    /// The batches of epoch `epoch`.
+    batches: Vec<Vec<usize>>,
+    epoch: u64,
+    served: u64,
+}
+
+impl BucketStream {
+    pub fn new(
+        pairs: &EncodedPairs,
+        shards: usize,
+        shard: usize,
+        batch_size: usize,
+        seed: u64,
+    ) -> Result<BucketStream, DataError> {
+        if shards == 0 || shard >= shards {
+            return Err(DataError::InvalidSetting {
+                key: "sampler".into(),
+                problem: format!("shard must be < shards, got shard {shard} of {shards}"),
+            });
+        }
+        let range = super::sampler::shard_range(pairs.len(), shards, shard);
+        if range.len() < batch_size.max(1) {
+            return Err(DataError::InvalidSetting {
+                key: "optim.batch_size".into(),
+                problem: format!(
+                    "must be <= the shard size {} ({} sentence pairs over {shards} shards), got {batch_size}",
+                    range.len(),
+                    pairs.len()
+                ),
+            });
+        }
+        let mut perm: Vec<usize> = (0..pairs.len()).collect();
+        perm.shuffle(&mut ChaCha8Rng::seed_from_u64(mix_seed(seed, BUCKET_TAG)));
+        let mine = perm[range].to_vec();
+        let sampler = BucketSampler::new(
+            pairs,
+            mine,
+            batch_size,
+            BUCKET_WINDOW_BATCHES,
+            mix_seed(seed, shard as u64),
+        )?;
+        Ok(BucketStream {
+            batches: sampler.epoch(0),
+            sampler,
+            epoch: 0,
+            served: 0,
+        })
+    }
+
+    /// The pair indices of the next batch (the last of an epoch may be smaller).
+    pub fn next_batch(&mut self) -> &[usize] {
+        let bpe = self.sampler.batches_per_epoch() as u64;
+        let (epoch, pos) = (self.served / bpe, (self.served % bpe) as usize);
+        if epoch != self.epoch {
+            self.epoch = epoch;
+            self.batches = self.sampler.epoch(epoch);
+        }
+        self.served += 1;
+        &self.batches[pos]
+    }
+
+    /// Batches served so far, over all epochs.
+    pub fn served(&self) -> u64 {
+        self.served
+    }
+
+    /// Continues as if `served` batches had been served (resume from a checkpoint).
+    pub fn skip_to(&mut self, served: u64) {
+        self.served = served;
+    }
+
+    /// Epochs done so far, fractional.
+    pub fn epoch_progress(&self) -> f64 {
+        self.served as f64 / self.sampler.batches_per_epoch() as f64
+    }
+}
+
+/// Batches per bucketing window, as torchtext's `BucketIterator` pools 100 batches.
+pub const BUCKET_WINDOW_BATCHES: usize = 100;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,5 +354,32 @@ mod tests {
         assert!(e(BucketSampler::new(&p, shard.clone(), 8, 0, 1)).contains("window"));
         assert!(e(BucketSampler::new(&p, vec![3, 50], 8, 1, 1)).contains("pair 50"));
         assert_eq!(padding_fraction(&p, &[]), 0.0);
+    }
+
+    #[test]
+    fn bucket_streams_of_all_shards_serve_every_pair_once_per_epoch_and_resume_exactly() {
+        let p = pairs(203);
+        let mut seen = Vec::new();
+        for shard in 0..3 {
+            let mut s = BucketStream::new(&p, 3, shard, 8, 5).unwrap();
+            let bpe = s.sampler.batches_per_epoch();
+            for _ in 0..bpe {
+                seen.extend_from_slice(s.next_batch());
+            }
+            assert!((s.epoch_progress() - 1.0).abs() < 1e-12);
+            // A stream resumed at batch 2 of epoch 1 serves what this one serves next.
+            let (a, b) = (s.next_batch().to_vec(), s.next_batch().to_vec());
+            let mut r = BucketStream::new(&p, 3, shard, 8, 5).unwrap();
+            r.skip_to(bpe as u64 + 1);
+            assert_eq!(r.next_batch(), b.as_slice());
+            assert_ne!(a, b);
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (0..203).collect::<Vec<_>>());
+        let e = BucketStream::new(&p, 30, 0, 8, 5).unwrap_err().to_string();
+        assert!(
+            e.contains("optim.batch_size") && e.contains("6 (203"),
+            "{e}"
+        );
     }
 }

@@ -270,6 +270,15 @@ impl Dataset {
     }
 }
 
+/// The error of asking the image loaders for a text dataset (a caller bug: text loads
+/// through `workload::Corpus`).
+fn not_images() -> DataError {
+    DataError::InvalidSetting {
+        key: "data.dataset".into(),
+        problem: "multi30k holds sentence pairs, not images".into(),
+    }
+}
+
 /// Loads (train, test) as the config says and applies `train_limit` / `test_limit` (0 = all).
 /// `seed` only matters for the synthetic set (its class prototypes). Checks `cfg` with
 /// [`DataConfig::validate`] first, so an unvalidated config fails with the same message as
@@ -301,6 +310,7 @@ pub fn load(cfg: &DataConfig, seed: u64) -> Result<(Dataset, Dataset), DataError
             let make = |n, stream| synthetic(s, n, seed, stream);
             (make(s.train, 0), make(s.test, 1))
         }
+        DatasetKind::Multi30k => return Err(not_images()),
     };
     if cfg.train_limit > 0 {
         train.truncate(cfg.train_limit);
@@ -326,6 +336,7 @@ pub fn load_test(cfg: &DataConfig, seed: u64) -> Result<Dataset, DataError> {
         }
         DatasetKind::Cifar10 => load_cifar10_dir(&cfg.resolved_dir(), false)?,
         DatasetKind::Synthetic => synthetic(&cfg.synthetic, cfg.synthetic.test, seed, 1),
+        DatasetKind::Multi30k => return Err(not_images()),
     };
     if cfg.test_limit > 0 {
         test.truncate(cfg.test_limit);

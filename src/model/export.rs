@@ -10,7 +10,7 @@
 //! PyTorch reads only with `momentum=None` (a cumulative average), never in evaluation.
 //!
 //! The header's `__metadata__` says what the file holds (model, width, hidden widths,
-//! dataset, input shape, classes, gssp version), so that [`load_into`] can tell a file of
+//! dataset, input shape and classes or seq2seq's vocabulary sizes, gssp version), so that [`load_into`] can tell a file of
 //! another model or dataset from a damaged one, and name the difference. A file without
 //! those keys (saved by PyTorch, say) is checked by its tensors alone.
 
@@ -23,7 +23,7 @@ use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use crate::backend::Backend;
 use crate::config::Config;
 
-use super::{Network, TensorSpec};
+use super::{TensorSpec, Trainable};
 
 /// The exported model's name in a run directory.
 pub const MODEL_FILE: &str = "model.safetensors";
@@ -87,8 +87,7 @@ pub enum ExportError {
 
 /// The header metadata of `net` trained as `cfg` says. Values are strings, as the format
 /// requires; `width` and `mlp_hidden` are written as the config's TOML writes them.
-pub fn metadata<B: Backend>(cfg: &Config, net: &Network<B>) -> BTreeMap<String, String> {
-    let (c, h, w) = net.input_shape();
+pub fn metadata<B: Backend>(cfg: &Config, net: &impl Trainable<B>) -> BTreeMap<String, String> {
     let hidden: Vec<String> = cfg.model.mlp_hidden.iter().map(|h| h.to_string()).collect();
     let mut m = BTreeMap::from([
         ("format".to_string(), "gssp".to_string()),
@@ -99,9 +98,8 @@ pub fn metadata<B: Backend>(cfg: &Config, net: &Network<B>) -> BTreeMap<String, 
         ("model".to_string(), net.name().to_string()),
         ("width".to_string(), cfg.model.width.to_string()),
         ("dataset".to_string(), cfg.data.dataset.to_string()),
-        ("input".to_string(), format!("{c}x{h}x{w}")),
-        ("classes".to_string(), net.classes().to_string()),
     ]);
+    m.extend(net.data_metadata());
     // Only the MLP reads its hidden widths; for the others they would be a spurious
     // difference between two configs of the same model.
     if net.name() == "mlp" {
@@ -126,7 +124,7 @@ fn f32_bytes(values: &[f32]) -> Vec<u8> {
 
 /// The safetensors bytes of `net`'s parameters and state, with `meta` in the header.
 pub fn to_bytes<B: Backend>(
-    net: &Network<B>,
+    net: &impl Trainable<B>,
     meta: &BTreeMap<String, String>,
 ) -> Result<Vec<u8>, safetensors::SafeTensorError> {
     let mut params = vec![0.0; net.num_params()];
@@ -162,7 +160,7 @@ pub fn to_bytes<B: Backend>(
 /// file in the same directory, are synced, and replace `path` by a rename, so a crash
 /// or a full disk never leaves a truncated model under the final name.
 pub fn save<B: Backend>(
-    net: &Network<B>,
+    net: &impl Trainable<B>,
     meta: &BTreeMap<String, String>,
     path: &Path,
 ) -> Result<(), ExportError> {
@@ -212,7 +210,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// metadata first, so a file of another model or dataset is named as such rather than as
 /// a shape error. Returns the file's metadata. `net` is untouched on error.
 pub fn load_into<B: Backend>(
-    net: &mut Network<B>,
+    net: &mut impl Trainable<B>,
     expected: &BTreeMap<String, String>,
     path: &Path,
 ) -> Result<BTreeMap<String, String>, ExportError> {
@@ -225,7 +223,7 @@ pub fn load_into<B: Backend>(
 
 /// [`load_into`] from the file's bytes (`path` names it in errors).
 pub fn from_bytes<B: Backend>(
-    net: &mut Network<B>,
+    net: &mut impl Trainable<B>,
     expected: &BTreeMap<String, String>,
     bytes: &[u8],
     path: &Path,
@@ -322,7 +320,7 @@ pub fn from_bytes<B: Backend>(
 mod tests {
     use super::*;
     use crate::backend::cpu::Cpu;
-    use crate::model::zoo;
+    use crate::model::{zoo, Network};
 
     fn cfg(model: &str, extra: &str) -> Config {
         Config::from_str_with_overrides(

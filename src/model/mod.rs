@@ -16,6 +16,7 @@ pub mod layers;
 pub mod lstm;
 pub mod module;
 pub mod seq2seq;
+pub mod trainable;
 pub mod zoo;
 
 use rand::{Rng, SeedableRng};
@@ -26,6 +27,7 @@ use crate::backend::Backend;
 pub use builder::Builder;
 use compose::Sequential;
 pub use module::{shape_len, Flat, Init, Mode, Module, Plan, Shape, TensorSpec};
+pub use trainable::Trainable;
 
 /// Loss and accuracy of one forward pass.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -52,6 +54,8 @@ pub enum ModelError {
         want: usize,
         got: usize,
     },
+    #[error("model {model} translates token sequences: it trains on dataset multi30k")]
+    NotImage { model: &'static str },
     #[error("embedding: token id {id} is outside the vocabulary of {vocab} tokens")]
     TokenId { id: u32, vocab: usize },
     #[error("{layer}: {what} {got} is below the {min} it needs")]
@@ -372,6 +376,7 @@ pub fn workspace_batch(model: crate::config::ModelKind, batch: usize) -> usize {
     match model {
         ModelKind::Lenet5 | ModelKind::Mlp => batch.max(256),
         ModelKind::Resnet18 | ModelKind::Vgg19 => batch,
+        ModelKind::Seq2seq => batch.max(crate::workload::model::TEXT_EVAL_BATCH),
     }
 }
 
@@ -397,6 +402,7 @@ pub fn build(
             zoo::check_cifar_input("vgg19", input)?;
             zoo::vgg19(Cpu, input, classes, width, max_batch, seed)
         }
+        ModelKind::Seq2seq => return Err(ModelError::NotImage { model: "seq2seq" }),
     };
     net.check_data_shape(input, classes)?;
     Ok(net)

@@ -353,10 +353,11 @@ impl<B: Backend> Seq2Seq<B> {
         self.be.upload(&mut self.flat.grads, host);
     }
 
-    /// One SGD step over the model's own buffers.
-    pub fn sgd_step(&mut self, velocity: &mut B::Buf, h: &crate::backend::SgdStep) {
+    /// The backend, the parameters and the gradients, for an optimizer that runs over
+    /// the model's own buffers.
+    pub fn optimizer_buffers(&mut self) -> (&B, &mut B::Buf, &mut B::Buf) {
         let Flat { params, grads, .. } = &mut self.flat;
-        self.be.sgd_step(params, velocity, grads, h);
+        (&self.be, params, grads)
     }
 
     /// Scales the gradient buffer to global L2 norm `max_norm` at most, as the reference's
@@ -384,10 +385,10 @@ impl<B: Backend> Seq2Seq<B> {
         Ok(self.train_forward(batch, step)?.0.loss)
     }
 
-    /// (Sum of the token losses, tokens) of `batch` in evaluation: no dropout, full
-    /// teacher forcing, so the decoder runs all its steps at once. Perplexity over a set
-    /// is `exp(sum of sums / sum of tokens)`.
-    pub fn evaluate_batch(&mut self, batch: &TextBatch) -> Result<(f64, usize), ModelError> {
+    /// Mean token loss, tokens and correctly predicted tokens of `batch` in evaluation: no
+    /// dropout, full teacher forcing, so the decoder runs all its steps at once.
+    /// Perplexity over a set is `exp(sum of loss x tokens / sum of tokens)`.
+    pub fn evaluate_batch(&mut self, batch: &TextBatch) -> Result<XentStats, ModelError> {
         let d = self.check_batch(batch)?;
         self.encode(&batch.src, d, Mode::Eval)?;
         let (be, n, f) = (&self.be, &mut self.nets, &mut self.flat);
@@ -401,8 +402,7 @@ impl<B: Backend> Seq2Seq<B> {
             .forward(be, f, &n.tgt_drop.out, d.s, d.b, init, Mode::Eval)?;
         n.head.forward(be, f, n.dec.output(), rows, Mode::Eval);
         let labels = &batch.tgt[d.b..(d.s + 1) * d.b];
-        let st = be.softmax_xent_masked(&mut self.dlogits, n.head.output(), labels, PAD_ID, v);
-        Ok((st.loss as f64 * st.tokens as f64, st.tokens))
+        Ok(be.softmax_xent_masked(&mut self.dlogits, n.head.output(), labels, PAD_ID, v))
     }
 
     /// Greedy translations of `batch`'s sources (its targets are not read): from `<sos>`,

@@ -5,7 +5,7 @@
 
 use crate::backend::Backend;
 use crate::config::{OptimConfig, OptimizerKind};
-use crate::model::Network;
+use crate::model::Trainable;
 
 use super::adam::{Adam, AdamConfig, BufAdam};
 use super::clip::{clip_grad_norm, ClipError};
@@ -88,7 +88,7 @@ enum NetKind<B: Backend> {
 }
 
 impl<B: Backend> NetworkOptimizer<B> {
-    pub fn new(net: &Network<B>, cfg: &OptimConfig) -> Self {
+    pub fn new(net: &impl Trainable<B>, cfg: &OptimConfig) -> Self {
         let kind = match cfg.kind {
             OptimizerKind::Sgd => {
                 NetKind::Sgd(NetworkSgd::new(net, cfg.momentum, cfg.weight_decay))
@@ -109,7 +109,12 @@ impl<B: Backend> NetworkOptimizer<B> {
     /// sum of W workers' gradients). With clipping, the scaled gradient's global norm is
     /// first limited to `optim.clip_norm` (PyTorch clips the gradient it steps on; here
     /// that is the mean, so the sum's limit is `clip_norm / scale`).
-    pub fn step(&mut self, net: &mut Network<B>, lr: f64, scale: f32) -> Result<(), ClipError> {
+    pub fn step(
+        &mut self,
+        net: &mut impl Trainable<B>,
+        lr: f64,
+        scale: f32,
+    ) -> Result<(), ClipError> {
         if self.clip_norm > 0.0 {
             let (be, _, grads) = net.optimizer_buffers();
             let len = grads_len(&self.kind);
@@ -126,7 +131,7 @@ impl<B: Backend> NetworkOptimizer<B> {
     }
 
     /// The state a checkpoint saves, copied to the host, and the update count.
-    pub fn state_to_host(&self, net: &Network<B>) -> (Vec<(&'static str, Vec<f32>)>, u64) {
+    pub fn state_to_host(&self, net: &impl Trainable<B>) -> (Vec<(&'static str, Vec<f32>)>, u64) {
         let n = net.num_params();
         match &self.kind {
             NetKind::Sgd(o) => {
@@ -145,7 +150,7 @@ impl<B: Backend> NetworkOptimizer<B> {
     /// Restores [`NetworkOptimizer::state_to_host`] (see [`HostOptimizer::restore`]).
     pub fn state_from_host<E>(
         &mut self,
-        net: &Network<B>,
+        net: &impl Trainable<B>,
         steps: u64,
         mut take: impl FnMut(&str) -> Result<Vec<f32>, E>,
     ) -> Result<(), E> {

@@ -20,7 +20,7 @@ pub use choice::{HostOptimizer, NetworkOptimizer};
 pub use clip::{clip_grad_norm, global_norm, ClipError};
 
 use crate::backend::{cpu, Backend, SgdStep};
-use crate::model::Network;
+use crate::model::Trainable;
 
 /// SGD over host buffers: the parameter servers' replicas. It runs the CPU backend's
 /// `sgd_step` kernel, the one [`NetworkSgd`] runs on a network's own backend.
@@ -76,7 +76,7 @@ pub struct NetworkSgd<B: Backend> {
 }
 
 impl<B: Backend> NetworkSgd<B> {
-    pub fn new(net: &Network<B>, momentum: f64, weight_decay: f64) -> Self {
+    pub fn new(net: &impl Trainable<B>, momentum: f64, weight_decay: f64) -> Self {
         NetworkSgd {
             momentum: momentum as f32,
             weight_decay: weight_decay as f32,
@@ -95,17 +95,17 @@ impl<B: Backend> NetworkSgd<B> {
     }
 
     /// The momentum buffer on the host (a checkpoint saves it).
-    pub fn velocity_to_host(&self, net: &Network<B>, host: &mut [f32]) {
+    pub fn velocity_to_host(&self, net: &impl Trainable<B>, host: &mut [f32]) {
         net.backend().download(host, &self.velocity);
     }
 
-    pub fn velocity_from_host(&mut self, net: &Network<B>, host: &[f32]) {
+    pub fn velocity_from_host(&mut self, net: &impl Trainable<B>, host: &[f32]) {
         net.backend().upload(&mut self.velocity, host);
     }
 
     /// A full step from the network's gradient buffer scaled by `scale` (1, or 1/W for
     /// the sum of W workers' gradients).
-    pub fn step(&mut self, net: &mut Network<B>, lr: f64, scale: f32) {
+    pub fn step(&mut self, net: &mut impl Trainable<B>, lr: f64, scale: f32) {
         assert_eq!(
             net.num_params(),
             self.len,
@@ -117,7 +117,8 @@ impl<B: Backend> NetworkSgd<B> {
             weight_decay: self.weight_decay,
             scale,
         };
-        net.sgd_step(&mut self.velocity, &h);
+        let (be, params, grads) = net.optimizer_buffers();
+        be.sgd_step(params, &mut self.velocity, grads, &h);
     }
 }
 

@@ -30,7 +30,7 @@ pub fn work(
 ) -> Result<WorkerStats> {
     let WorkerContext {
         step,
-        train,
+        corpus,
         pacer,
         log,
         start,
@@ -51,16 +51,16 @@ pub fn work(
     }
     let mut buf = vec![0.0f32; n + CONTROL_SLOTS];
     let bytes = (buf.len() * std::mem::size_of::<f32>()) as u64;
-    let samples_per_step = (cfg.optim.batch_size * workers) as f64 / train.len() as f64;
+    let samples_per_step = (cfg.optim.batch_size * workers) as f64 / corpus.train_len() as f64;
     let mut stats = WorkerStats::default();
-    let mut shown = crate::progress::Progress::new(cfg, train.len(), comm.rank() == 0);
+    let mut shown = crate::progress::Progress::new(cfg, corpus.train_len(), comm.rank() == 0);
     loop {
         let epoch = iteration as f64 * samples_per_step;
         let time_s = start.elapsed().as_secs_f64();
         if comm.rank() == 0 {
             snapshots.maybe_take(time_s, epoch, iteration, step.net.params());
         }
-        let (loss, compute_s) = step.compute_paced(train, pacer);
+        let (loss, compute_s) = step.compute_paced(corpus, pacer);
 
         // Waiting for the slowest rank and the transfer are one call here; it is counted
         // as waiting, since on a heterogeneous cluster the wait dominates.
@@ -122,7 +122,7 @@ pub fn work(
 pub(super) fn save_final(
     comm: &Comm,
     saver: &mut Saver<'_, Comm>,
-    step: &crate::train::ComputeStep,
+    step: &crate::workload::ComputeStep,
     optimizer: &NetworkOptimizer<crate::backend::cpu::Cpu>,
     (iteration, epoch): (u64, f64),
     snapshots: &Snapshots,

@@ -127,7 +127,7 @@ pub fn load(resume: &Resume, rank: usize) -> Result<RankFile<RankMeta>> {
 pub fn restore_replica(
     resume: &Resume,
     rank: usize,
-    step: &mut crate::train::ComputeStep,
+    step: &mut crate::workload::ComputeStep,
     optimizer: &mut NetworkOptimizer<Cpu>,
     snapshot_every_s: f64,
 ) -> Result<(u64, Snapshots)> {
@@ -149,7 +149,7 @@ pub fn restore_replica(
 /// statistics, momentum, iterations, and rank 0's snapshots (collective over `saver.comm`).
 pub fn save_replica<C: Collectives>(
     saver: &mut Saver<'_, C>,
-    step: &crate::train::ComputeStep,
+    step: &crate::workload::ComputeStep,
     optimizer: &NetworkOptimizer<Cpu>,
     (iteration, epoch, time_s): (u64, f64, f64),
     snapshots: &Snapshots,

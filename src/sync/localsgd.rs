@@ -44,7 +44,7 @@ pub fn work(
 ) -> Result<LocalSgdOutcome> {
     let WorkerContext {
         step,
-        train,
+        corpus,
         pacer,
         log,
         start,
@@ -56,7 +56,7 @@ pub fn work(
     let mut optimizer = NetworkOptimizer::new(&step.net, &cfg.optim);
     let mut buf = vec![0.0f32; n + CONTROL_SLOTS];
     let bytes = (buf.len() * std::mem::size_of::<f32>()) as u64;
-    let samples_per_step = (cfg.optim.batch_size * workers) as f64 / train.len() as f64;
+    let samples_per_step = (cfg.optim.batch_size * workers) as f64 / corpus.train_len() as f64;
     let mut stats = WorkerStats::default();
     let mut iteration = 0u64;
     // Rank 0's share of the run done, as of the last average: every rank steps at the
@@ -74,10 +74,10 @@ pub fn work(
         let epoch = iteration as f64 * samples_per_step;
         progress = run_progress(cfg, epoch, r.manifest.time_s);
     }
-    let mut shown = crate::progress::Progress::new(cfg, train.len(), comm.rank() == 0);
+    let mut shown = crate::progress::Progress::new(cfg, corpus.train_len(), comm.rank() == 0);
     loop {
         let epoch = iteration as f64 * samples_per_step;
-        let (loss, compute_s) = step.compute_paced(train, pacer);
+        let (loss, compute_s) = step.compute_paced(corpus, pacer);
         let lr = optim::lr_at(&cfg.optim, epoch, progress);
         optimizer
             .step(&mut step.net, lr, 1.0)

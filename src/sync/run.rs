@@ -9,7 +9,6 @@ use crate::checkpoint::{Resume, Schedule};
 use crate::comm::p2p::{ServerLink, WorkerLink};
 use crate::comm::{Collectives, Comm, SubComm};
 use crate::config::{Config, Staleness, SyncMode};
-use crate::data::Dataset;
 use crate::grouping;
 use crate::hetero::{Pacer, CALIBRATION_ITERATIONS};
 use crate::metrics::{EvalRow, RunDir, RunTotals, ServerRow, Snapshots, Summary};
@@ -21,7 +20,7 @@ use crate::sync::ps::{Apply, ParamServer, UpdateRule};
 use crate::sync::server::{self, Exchange, NoExchange, ServeContext};
 use crate::sync::worker::{self, WorkerContext, WorkerStats};
 use crate::sync::{allreduce, localsgd};
-use crate::train::{ComputeStep, Evaluator};
+use crate::workload::{ComputeStep, Corpus, Evaluator};
 
 /// Runs `cfg` on all ranks of `comm`, from `resume`'s checkpoint when given. Every rank
 /// returns; rank 0 returns the summary.
@@ -37,14 +36,18 @@ pub fn run(
     comm.fatal_on_all(device)?;
     // Every rank loads the data (workers train on it; servers need its size and the test
     // set). A bad file on any rank stops all ranks here, each knowing why.
-    let (train, test) = comm.fatal_on_all(crate::data::load(&cfg.data, cfg.run.seed))?;
+    let corpus = comm.fatal_on_all(Corpus::load(&cfg.data, cfg.run.seed))?;
+    if rank == 0 {
+        log::info!("data: {} from {}", corpus.describe(), cfg.data.dataset);
+        corpus.save_to(run.path())?;
+    }
     // Worker i (in rank order, servers excluded) trains on shard i; servers only use the
     // model, so they take shard 0.
     let workers = comm.size() - cfg.num_servers();
     let shard = rank
         .saturating_sub(cfg.num_servers())
         .min(workers.saturating_sub(1));
-    let step = ComputeStep::new(cfg, &train, workers, shard).map_err(|e| format!("{e:#}"));
+    let step = ComputeStep::new(cfg, &corpus, workers, shard).map_err(|e| format!("{e:#}"));
     let mut step = comm.fatal_on_all(step)?;
 
     let nan_fault = std::env::var(worker::NAN_FAULT_VAR).ok();
@@ -72,7 +75,7 @@ pub fn run(
     } else if cfg.sync.mode == SyncMode::Gssp {
         let profiled = layout.worker_ranks();
         let formed = grouping::form_groups(comm, &cfg.sync, &profiled, || {
-            step.compute_paced(&train, &mut pacer);
+            step.compute_paced(&corpus, &mut pacer);
         })?;
         layout.staleness = match (
             cfg.sync.staleness,
@@ -156,8 +159,7 @@ pub fn run(
         cfg,
         run,
         layout: &layout,
-        train: &train,
-        test: &test,
+        corpus: &corpus,
         server_comm: server_comm.as_ref(),
         start,
         resume,
@@ -177,7 +179,7 @@ pub fn run(
             let mut log = run.worker_log(rank, cfg.run.log_every)?;
             let w = WorkerContext {
                 step: &mut step,
-                train: &train,
+                corpus: &corpus,
                 pacer: &mut pacer,
                 log: &mut log,
                 start: ctx.start,
@@ -235,7 +237,7 @@ pub fn run(
             let mut log = run.worker_log(rank, cfg.run.log_every)?;
             let w = WorkerContext {
                 step: &mut step,
-                train: &train,
+                corpus: &corpus,
                 pacer: &mut pacer,
                 log: &mut log,
                 start: ctx.start,
@@ -255,8 +257,7 @@ struct RunContext<'a> {
     cfg: &'a Config,
     run: &'a RunDir,
     layout: &'a Layout,
-    train: &'a Dataset,
-    test: &'a Dataset,
+    corpus: &'a Corpus,
     /// The group servers' communicator (on the servers).
     server_comm: Option<&'a SubComm>,
     /// Common time origin of all ranks (taken right after a barrier; a resumed run's lies
@@ -420,7 +421,7 @@ fn serve_group(
         .csv_continued::<ServerRow>(&format!("rank-{rank}.csv"))?;
     let serve_ctx = ServeContext {
         cfg,
-        train_len: ctx.train.len(),
+        train_len: ctx.corpus.train_len(),
         start: ctx.start,
         show_progress: rank == 0,
         worker_ranks: &layout.groups[group],
@@ -486,7 +487,7 @@ fn finish(
     role: RoleOutcome,
     snapshots: Snapshots,
 ) -> Result<Option<Summary>> {
-    let (comm, cfg, layout, run, test) = (ctx.comm, ctx.cfg, ctx.layout, ctx.run, ctx.test);
+    let (comm, cfg, layout, run, corpus) = (ctx.comm, ctx.cfg, ctx.layout, ctx.run, ctx.corpus);
     let deferred = comm.allreduce_sum_u64(role.exchanges_deferred)?;
     let arrival_drains = comm.allreduce_sum_u64(role.arrival_drains)?;
     let replica_error = comm.allreduce_max_f64(role.replica_error.unwrap_or(0.0))?;
@@ -520,37 +521,37 @@ fn finish(
         .collect();
     let total_iters: f64 = ranks.iter().map(|r| r.iterations).sum();
     let epoch = if matches!(cfg.sync.mode, SyncMode::Allreduce | SyncMode::Localsgd) {
-        total_iters * cfg.optim.batch_size as f64 / ctx.train.len() as f64
+        total_iters * cfg.optim.batch_size as f64 / corpus.train_len() as f64
     } else {
         ranks.iter().map(|r| r.epoch).fold(0.0, f64::max)
     };
 
-    let mut evaluator = Evaluator::with_bn_calibration(test, &step.net, ctx.train, cfg.run.seed);
+    let mut evaluator = Evaluator::with_bn_calibration(corpus, &step.net, cfg.run.seed);
     let mut eval_log = run.csv::<EvalRow>("eval.csv")?;
     let mut evals = Vec::new();
-    for (mut row, weights) in models.snapshots {
+    for (row, weights) in models.snapshots {
         step.net.params_mut().copy_from_slice(&weights);
-        (row.test_loss, row.test_accuracy) =
-            evaluator.evaluate_calibrated(&mut step.net, ctx.train, test);
+        let ev = evaluator.evaluate(&mut step.net, corpus);
+        let row = ev.row(row.time_s, row.epoch, row.iteration);
         eval_log.push(&row)?;
         evals.push(row);
     }
     step.net.params_mut().copy_from_slice(&final_weights);
-    let (test_loss, test_accuracy) = evaluator.evaluate_calibrated(&mut step.net, ctx.train, test);
-    let last = EvalRow {
-        time_s: wall_s,
-        epoch,
-        iteration: total_iters as u64,
-        test_loss,
-        test_accuracy,
-    };
+    let ev = evaluator.evaluate_final(&mut step.net, corpus);
+    let last = ev.row(wall_s, epoch, total_iters as u64);
     eval_log.push(&last)?;
     eval_log.flush()?;
     evals.push(last);
+    let text = match (last.test_perplexity, last.bleu) {
+        (Some(p), Some(b)) => format!(", perplexity {p:.2}, BLEU {b:.2}"),
+        _ => String::new(),
+    };
     log::info!(
-        "final model: test loss {test_loss:.4}, accuracy {:.2}%",
-        100.0 * test_accuracy
+        "final model: test loss {:.4}, accuracy {:.2}%{text}",
+        last.test_loss,
+        100.0 * last.test_accuracy
     );
+    crate::train::write_translations(run, &ev)?;
     // The weights and the re-estimated batch-norm statistics just evaluated.
     crate::train::export_model(cfg, run, &step.net)?;
 

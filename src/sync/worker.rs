@@ -6,15 +6,14 @@ use std::time::Instant;
 use anyhow::Result;
 
 use crate::comm::p2p::WorkerLink;
-use crate::data::Dataset;
 use crate::hetero::Pacer;
 use crate::metrics::{WorkerLog, WorkerRow};
-use crate::train::ComputeStep;
+use crate::workload::{ComputeStep, Corpus};
 
 /// What a worker computes with: its model and data shard, its emulated speed, its log.
 pub struct WorkerContext<'a> {
     pub step: &'a mut ComputeStep,
-    pub train: &'a Dataset,
+    pub corpus: &'a Corpus,
     pub pacer: &'a mut Pacer,
     pub log: &'a mut WorkerLog,
     /// Common time origin of all ranks (taken right after a barrier; a resumed run's lies
@@ -77,7 +76,7 @@ pub fn work(
 ) -> Result<WorkerStats> {
     let WorkerContext {
         step,
-        train,
+        corpus,
         pacer,
         log,
         start,
@@ -89,7 +88,7 @@ pub fn work(
     stats.wait_s += t_first.elapsed().as_secs_f64();
     let mut clock = done;
     while !header.stop {
-        let (loss, compute_s) = step.compute_paced(train, pacer);
+        let (loss, compute_s) = step.compute_paced(corpus, pacer);
 
         let t1 = Instant::now();
         let before = link.stats();

@@ -1,0 +1,171 @@
+//! The model of a run, an image network or the translation model, behind one type that
+//! the sync modes, checkpoints and export use without knowing which.
+
+use anyhow::Result;
+
+use crate::backend::cpu::Cpu;
+use crate::config::{Config, ModelKind};
+use crate::model::seq2seq::{Seq2Seq, Seq2SeqConfig};
+use crate::model::{self, Network, TensorSpec, Trainable};
+
+use super::corpus::Corpus;
+
+/// Sentences per evaluation batch of `seq2seq` (at least the training batch): wide
+/// enough for efficient GEMMs, small enough for its logits (64 decoder steps x 128
+/// sentences x 6k words = 200 MB).
+pub const TEXT_EVAL_BATCH: usize = 128;
+
+// One per process, never moved in a loop: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
+pub enum Model {
+    Image(Network<Cpu>),
+    Text(Seq2Seq<Cpu>),
+}
+
+impl Model {
+    /// Builds the configured model for `corpus` (identical weights on every rank from
+    /// `run.seed`); `stream` picks the dropout (and teacher-forcing) draws: each worker
+    /// its own.
+    pub fn build(cfg: &Config, corpus: &Corpus, stream: u64) -> Result<Model> {
+        Ok(match corpus {
+            Corpus::Images { train, .. } => {
+                let shape = (train.channels, train.height, train.width);
+                let mut net = model::build(
+                    &cfg.model,
+                    shape,
+                    train.classes,
+                    model::workspace_batch(cfg.model.name, cfg.optim.batch_size),
+                    cfg.run.seed,
+                )?;
+                net.set_dropout_stream(stream);
+                Model::Image(net)
+            }
+            Corpus::Text(text) => {
+                if cfg.model.name != ModelKind::Seq2seq {
+                    anyhow::bail!("model {}: multi30k needs model seq2seq", cfg.model.name);
+                }
+                let (src, tgt) = text.longest();
+                let sizes = Seq2SeqConfig {
+                    width: cfg.model.width,
+                    max_src_len: src.max(1),
+                    max_tgt_len: tgt.max(2),
+                    max_batch: model::workspace_batch(cfg.model.name, cfg.optim.batch_size),
+                    ..Seq2SeqConfig::paper(text.vocabs.de.len(), text.vocabs.en.len())
+                };
+                let mut net = Seq2Seq::new(Cpu, sizes, cfg.run.seed);
+                net.set_stream(stream);
+                Model::Text(net)
+            }
+        })
+    }
+
+    fn inner(&self) -> &dyn Trainable<Cpu> {
+        match self {
+            Model::Image(n) => n,
+            Model::Text(n) => n,
+        }
+    }
+
+    fn inner_mut(&mut self) -> &mut dyn Trainable<Cpu> {
+        match self {
+            Model::Image(n) => n,
+            Model::Text(n) => n,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.inner().name()
+    }
+    pub fn num_params(&self) -> usize {
+        self.inner().num_params()
+    }
+    pub fn num_state(&self) -> usize {
+        self.inner().num_state()
+    }
+    /// Whether the model keeps running statistics (batch norm).
+    pub fn has_state(&self) -> bool {
+        self.num_state() > 0
+    }
+    pub fn params(&self) -> &[f32] {
+        match self {
+            Model::Image(n) => n.params(),
+            Model::Text(n) => n.params(),
+        }
+    }
+    pub fn params_mut(&mut self) -> &mut [f32] {
+        match self {
+            Model::Image(n) => n.params_mut(),
+            Model::Text(n) => n.params_mut(),
+        }
+    }
+    pub fn grads(&self) -> &[f32] {
+        match self {
+            Model::Image(n) => n.grads(),
+            Model::Text(n) => n.grads(),
+        }
+    }
+    /// The non-trained state on the host (empty without).
+    pub fn state(&self) -> &[f32] {
+        match self {
+            Model::Image(n) => n.state(),
+            Model::Text(_) => &[],
+        }
+    }
+    pub fn params_to_host(&self, host: &mut [f32]) {
+        self.inner().params_to_host(host)
+    }
+    pub fn params_from_host(&mut self, host: &[f32]) {
+        self.inner_mut().params_from_host(host)
+    }
+    pub fn grads_to_host(&self, host: &mut [f32]) {
+        match self {
+            Model::Image(n) => n.grads_to_host(host),
+            Model::Text(n) => n.grads_to_host(host),
+        }
+    }
+    pub fn grads_from_host(&mut self, host: &[f32]) {
+        match self {
+            Model::Image(n) => n.grads_from_host(host),
+            Model::Text(n) => n.grads_from_host(host),
+        }
+    }
+    pub fn state_from_host(&mut self, host: &[f32]) {
+        self.inner_mut().state_from_host(host)
+    }
+}
+
+impl Trainable<Cpu> for Model {
+    fn name(&self) -> &str {
+        self.inner().name()
+    }
+    fn backend(&self) -> &Cpu {
+        self.inner().backend()
+    }
+    fn num_params(&self) -> usize {
+        self.inner().num_params()
+    }
+    fn param_specs(&self) -> &[TensorSpec] {
+        self.inner().param_specs()
+    }
+    fn state_specs(&self) -> &[TensorSpec] {
+        self.inner().state_specs()
+    }
+    fn optimizer_buffers(&mut self) -> (&Cpu, &mut Vec<f32>, &mut Vec<f32>) {
+        self.inner_mut().optimizer_buffers()
+    }
+    fn params_to_host(&self, host: &mut [f32]) {
+        self.inner().params_to_host(host)
+    }
+    fn params_from_host(&mut self, host: &[f32]) {
+        self.inner_mut().params_from_host(host)
+    }
+    fn state_to_host(&self, host: &mut [f32]) {
+        self.inner().state_to_host(host)
+    }
+    fn state_from_host(&mut self, host: &[f32]) {
+        self.inner_mut().state_from_host(host)
+    }
+    fn data_metadata(&self) -> Vec<(String, String)> {
+        self.inner().data_metadata()
+    }
+}
