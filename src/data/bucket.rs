@@ -378,7 +378,7 @@ mod tests {
         assert_eq!(seen, (0..203).collect::<Vec<_>>());
         let e = BucketStream::new(&p, 30, 0, 8, 5).unwrap_err().to_string();
         assert!(
-            e.contains("optim.batch_size") && e.contains("6 (203"),
+            e.contains("optim.batch_size") && e.contains("size 7 (203"),
             "{e}"
         );
     }
