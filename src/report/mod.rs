@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use plots::{AccuracyFigure, BarFigure, RatioFigure, TimelineFigure};
+use plots::{AccuracyFigure, BarFigure, PerplexityFigure, RatioFigure, TimelineFigure};
 use read::Run;
 
 /// What `gssp report` is asked for.
@@ -109,6 +109,37 @@ pub fn run(opts: &Options) -> Result<PathBuf> {
          the workers' time waiting for weights over wall time. Bytes between groups: gssp's \
          inter-group traffic. Speed-up: {baseline}'s time to target over the run's.",
     );
+
+    let text = table::text_rows(&runs, &baseline, budget);
+    if !text.is_empty() {
+        md += "\n## Translation\n\n";
+        md += &table::text_markdown(&text, budget, &baseline);
+        let _ = writeln!(
+            md,
+            "\nVal perplexity at {budget:.1} s: the last evaluation by then (snapshots or \
+             periodic evaluations). Speed-up: {budget:.1} s over the time the run took to reach \
+             {baseline}'s val perplexity at {budget:.1} s. BLEU: the final model's greedy \
+             translations of test2016.",
+        );
+        let fig = PerplexityFigure {
+            runs: runs
+                .iter()
+                .map(|r| {
+                    let pts = r
+                        .evals
+                        .iter()
+                        .filter_map(|e| e.val_perplexity.map(|v| (e.time_s, v)));
+                    (r.name.clone(), pts.collect())
+                })
+                .collect(),
+        };
+        md += "\n### Val perplexity against wall time\n\n";
+        embed(
+            &mut md,
+            &plots::save(&fig, &opts.out, "perplexity")?,
+            &opts.out,
+        );
+    }
 
     md += "\n## Test accuracy against wall time\n\n";
     let acc = AccuracyFigure {

@@ -203,6 +203,44 @@ impl Figure for AccuracyFigure {
     }
 }
 
+/// Val perplexity of text runs against wall time.
+pub struct PerplexityFigure {
+    /// `(run name, [(time_s, perplexity)])`.
+    pub runs: Vec<(String, Vec<(f64, f64)>)>,
+}
+
+impl Figure for PerplexityFigure {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Drawn<DB> {
+        let pts = self.runs.iter().flat_map(|(_, p)| p.iter());
+        let t_max = pts.clone().map(|p| p.0).fold(1e-3, f64::max) * 1.02;
+        let lo = pts.clone().map(|p| p.1).fold(f64::INFINITY, f64::min);
+        let hi = pts.map(|p| p.1).fold(0.0, f64::max);
+        // The first evaluations of an untrained model are in the thousands: the axis
+        // shows the range where runs are compared.
+        let lo = if lo.is_finite() { lo } else { 1.0 };
+        let y_hi = hi.min(10.0 * lo).max(lo * 1.1);
+        let mut c = chart(
+            area,
+            "Val perplexity against wall time",
+            0.0..t_max,
+            0.0..y_hi,
+        )?;
+        mesh!(c, "Wall time (s)", "Val perplexity")
+            .x_label_formatter(&tick)
+            .y_label_formatter(&tick)
+            .draw()?;
+        for (i, (name, p)) in self.runs.iter().enumerate() {
+            let col = color(i);
+            let line = p.iter().copied().filter(|q| q.1 <= y_hi);
+            c.draw_series(LineSeries::new(line.clone(), col.stroke_width(3)))?
+                .label(name)
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], col.stroke_width(3)));
+            c.draw_series(line.map(|q| Circle::new(q, 5, col.filled())))?;
+        }
+        legend(&mut c, SeriesLabelPosition::UpperRight)
+    }
+}
+
 /// Per-worker timeline of a window: compute, push and wait spans, a lane per worker.
 pub struct TimelineFigure {
     pub run: String,

@@ -22,6 +22,11 @@ pub struct RunSummary {
     pub time_to_target_s: Option<f64>,
     pub mean_wait_fraction: Option<f64>,
     pub bytes_inter_group: Option<u64>,
+    /// Text runs: the final model's test2016 perplexity and BLEU.
+    #[serde(default)]
+    pub final_test_perplexity: Option<f64>,
+    #[serde(default)]
+    pub final_bleu: Option<f64>,
 }
 
 /// The `layout.json` keys the report uses: which world ranks serve and which work in
@@ -37,6 +42,8 @@ pub struct RunLayout {
 pub struct Eval {
     pub time_s: f64,
     pub test_accuracy: f64,
+    /// Text runs: perplexity on val (an empty field or no column: `None`).
+    pub val_perplexity: Option<f64>,
 }
 
 /// One worker row of a `rank-<r>.csv` (time at the end of the iteration).
@@ -253,11 +260,22 @@ fn field<T: std::str::FromStr>(fields: &[&str], col: usize, line: usize, name: &
 pub fn parse_evals(text: &str) -> Result<Vec<Eval>> {
     let mut t = Table::new(text)?;
     let (ct, ca) = (t.col("time_s")?, t.col("test_accuracy")?);
+    let cv = t
+        .has("val_perplexity")
+        .then(|| t.col("val_perplexity"))
+        .transpose()?;
     let mut out = Vec::new();
     while let Some((line, f)) = t.next_row() {
+        let val_perplexity = match cv {
+            Some(c) if f.get(c).is_some_and(|v| !v.is_empty()) => {
+                Some(field(&f, c, line, "val_perplexity")?)
+            }
+            _ => None,
+        };
         out.push(Eval {
             time_s: field(&f, ct, line, "time_s")?,
             test_accuracy: field(&f, ca, line, "test_accuracy")?,
+            val_perplexity,
         });
     }
     Ok(out)
@@ -318,13 +336,24 @@ mod tests {
             [
                 Eval {
                     time_s: 2.0,
-                    test_accuracy: 0.8
+                    test_accuracy: 0.8,
+                    val_perplexity: None,
                 },
                 Eval {
                     time_s: 4.0,
-                    test_accuracy: 0.9
+                    test_accuracy: 0.9,
+                    val_perplexity: None,
                 }
             ]
+        );
+        let text = "time_s,test_accuracy,val_perplexity,bleu\n1.0,0.2,80.5,\n2.0,0.3,40.25,12.5\n3.0,0.1,,\n";
+        let e = parse_evals(text).unwrap();
+        let v: Vec<Option<f64>> = e.iter().map(|e| e.val_perplexity).collect();
+        assert_eq!(v, [Some(80.5), Some(40.25), None]);
+        let bad = parse_evals("time_s,test_accuracy,val_perplexity\n1.0,0.2,x\n").unwrap_err();
+        assert!(
+            format!("{bad:#}").contains("line 2: `val_perplexity` is not a number"),
+            "{bad:#}"
         );
     }
 

@@ -28,6 +28,23 @@ pub fn accuracy_at(evals: &[Eval], t: f64) -> Option<f64> {
         .map(|e| e.test_accuracy)
 }
 
+/// The last val perplexity a text run logged by `t` seconds.
+pub fn val_perplexity_at(evals: &[Eval], t: f64) -> Option<f64> {
+    evals
+        .iter()
+        .rev()
+        .filter(|e| e.time_s <= t)
+        .find_map(|e| e.val_perplexity)
+}
+
+/// The first time a text run's val perplexity is at or below `p`.
+pub fn time_to_val_perplexity(evals: &[Eval], p: f64) -> Option<f64> {
+    evals
+        .iter()
+        .find(|e| e.val_perplexity.is_some_and(|v| v <= p))
+        .map(|e| e.time_s)
+}
+
 /// Every worker's compute, push and wait spans within `[start, end]` seconds. A row's
 /// `time_s` is the end of its iteration, which was compute, then push, then wait.
 pub fn timeline(run: &Run, start: f64, end: f64) -> Vec<Lane> {
@@ -189,19 +206,24 @@ pub(crate) mod tests {
                 time_to_target_s: Some(5.0),
                 mean_wait_fraction: Some(0.2),
                 bytes_inter_group: Some(1000),
+                final_test_perplexity: None,
+                final_bleu: None,
             },
             evals: vec![
                 Eval {
                     time_s: 2.0,
                     test_accuracy: 0.5,
+                    val_perplexity: None,
                 },
                 Eval {
                     time_s: 5.0,
                     test_accuracy: 0.85,
+                    val_perplexity: None,
                 },
                 Eval {
                     time_s: 10.0,
                     test_accuracy: 0.9,
+                    val_perplexity: None,
                 },
             ],
             layout: Some(RunLayout {
@@ -227,6 +249,27 @@ pub(crate) mod tests {
         assert_eq!(accuracy_at(&r.evals, 1.0), None);
         assert_eq!(accuracy_at(&r.evals, 5.0), Some(0.85));
         assert_eq!(accuracy_at(&r.evals, 9.9), Some(0.85));
+    }
+
+    #[test]
+    fn val_perplexity_is_read_at_a_time_and_its_first_crossing_found() {
+        let e = |time_s, v| Eval {
+            time_s,
+            test_accuracy: 0.0,
+            val_perplexity: v,
+        };
+        let evals = [
+            e(1.0, Some(90.0)),
+            e(2.0, None),
+            e(3.0, Some(40.0)),
+            e(4.0, Some(45.0)),
+        ];
+        assert_eq!(val_perplexity_at(&evals, 0.5), None);
+        assert_eq!(val_perplexity_at(&evals, 2.5), Some(90.0));
+        assert_eq!(val_perplexity_at(&evals, 9.0), Some(45.0));
+        assert_eq!(time_to_val_perplexity(&evals, 45.0), Some(3.0));
+        assert_eq!(time_to_val_perplexity(&evals, 90.0), Some(1.0));
+        assert_eq!(time_to_val_perplexity(&evals, 39.9), None);
     }
 
     #[test]

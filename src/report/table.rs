@@ -2,7 +2,7 @@
 //! summary (and its `eval.csv` for the accuracy at the budget), speed-up against a baseline.
 
 use super::read::Run;
-use super::series::accuracy_at;
+use super::series::{accuracy_at, time_to_val_perplexity, val_perplexity_at};
 
 /// One run's figures.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,6 +75,68 @@ pub fn markdown(rows: &[Row], budget_s: f64, baseline: &str) -> String {
     s
 }
 
+/// One text run's translation figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TextRow {
+    pub name: String,
+    pub mode: String,
+    pub val_perplexity_at_budget: Option<f64>,
+    pub final_test_perplexity: Option<f64>,
+    pub final_bleu: Option<f64>,
+    /// First time the run's val perplexity reached the baseline's at the budget.
+    pub time_to_baseline_perplexity_s: Option<f64>,
+    /// The budget over that time: how much sooner than the baseline the run got there.
+    pub speedup: Option<f64>,
+}
+
+/// The text runs' rows (runs that logged val perplexity), against the baseline's val
+/// perplexity at `budget_s`. Empty where no run is a text run.
+pub fn text_rows(runs: &[Run], baseline: &str, budget_s: f64) -> Vec<TextRow> {
+    let goal = runs
+        .iter()
+        .find(|r| r.name == baseline)
+        .and_then(|r| val_perplexity_at(&r.evals, budget_s));
+    runs.iter()
+        .filter(|r| r.evals.iter().any(|e| e.val_perplexity.is_some()))
+        .map(|r| {
+            let t = goal.and_then(|p| time_to_val_perplexity(&r.evals, p));
+            TextRow {
+                name: r.name.clone(),
+                mode: r.summary.mode.clone(),
+                val_perplexity_at_budget: val_perplexity_at(&r.evals, budget_s),
+                final_test_perplexity: r.summary.final_test_perplexity,
+                final_bleu: r.summary.final_bleu,
+                time_to_baseline_perplexity_s: t,
+                speedup: t.filter(|&t| t > 0.0).map(|t| budget_s / t),
+            }
+        })
+        .collect()
+}
+
+/// The text runs' table as Markdown.
+pub fn text_markdown(rows: &[TextRow], budget_s: f64, baseline: &str) -> String {
+    let mut s = format!(
+        "| Run | Mode | Val perplexity at {budget_s:.1} s | Final test perplexity | BLEU \
+         | Time to {baseline}'s val perplexity at {budget_s:.1} s (s) | Speed-up |\n\
+         |---|---|---:|---:|---:|---:|---:|\n"
+    );
+    let dash = || "–".to_string();
+    let num = |v: Option<f64>| v.map_or_else(dash, |v| format!("{v:.2}"));
+    for r in rows {
+        s += &format!(
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            r.name,
+            r.mode,
+            num(r.val_perplexity_at_budget),
+            num(r.final_test_perplexity),
+            num(r.final_bleu),
+            num(r.time_to_baseline_perplexity_s),
+            r.speedup.map_or_else(dash, |x| format!("{x:.2}x")),
+        );
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,5 +184,30 @@ mod tests {
             "| asp | asp | 10.00 | 85.00 | 90.00 | 20.00 | – | 100 | 0.50x |"
         );
         assert!(lines[4].starts_with("| bsp | gssp | – |"));
+    }
+
+    #[test]
+    fn text_rows_time_each_run_to_the_baselines_val_perplexity_at_the_budget() {
+        let mut runs = two_runs();
+        let curve = |pts: &[(f64, f64)]| -> Vec<crate::report::read::Eval> {
+            pts.iter()
+                .map(|&(time_s, v)| crate::report::read::Eval {
+                    time_s,
+                    test_accuracy: 0.0,
+                    val_perplexity: Some(v),
+                })
+                .collect()
+        };
+        runs[0].evals = curve(&[(10.0, 200.0), (50.0, 80.0), (100.0, 60.0)]);
+        runs[1].evals = curve(&[(10.0, 150.0), (40.0, 60.0), (100.0, 30.0)]);
+        let rows = text_rows(&runs, &runs[0].name.clone(), 100.0);
+        // The third run logged no perplexity: not a text run.
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].val_perplexity_at_budget, Some(60.0));
+        assert_eq!(rows[0].time_to_baseline_perplexity_s, Some(100.0));
+        assert_eq!(rows[1].time_to_baseline_perplexity_s, Some(40.0));
+        assert_eq!(rows[1].speedup, Some(2.5));
+        let md = text_markdown(&rows, 100.0, "base");
+        assert!(md.contains("| 30.00 | – | – | 40.00 | 2.50x |"), "{md}");
     }
 }
