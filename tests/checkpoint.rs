@@ -58,29 +58,54 @@ fn column(csv: &Csv, name: &str) -> Vec<f64> {
 /// The single-process mode saves everything its training depends on: killed after a
 /// checkpoint and resumed, it ends with the very same model, evaluations and log as a run
 /// that was never interrupted.
+const LENET: [&str; 4] = [
+    "model.name=lenet5",
+    "run.epochs=5",
+    "run.eval_every_epochs=1",
+    "optim.batch_size=32",
+];
+
 #[test]
 fn single_mode_killed_and_resumed_ends_exactly_as_an_uninterrupted_run() {
-    killed_and_resumed_single(&["optim.lr=0.05"]);
+    let scratch = Scratch::new();
+    let config = scratch.config("base", &base_toml());
+    killed_and_resumed_single(
+        &scratch,
+        &config,
+        &[&LENET[..], &["optim.lr=0.05"]].concat(),
+    );
 }
 
 /// The same with Adam and clipping: its moments and update count are in the checkpoint.
 #[test]
 fn single_mode_with_adam_killed_and_resumed_ends_exactly_as_an_uninterrupted_run() {
-    killed_and_resumed_single(&["optim.kind=adam", "optim.lr=0.002", "optim.clip_norm=1.0"]);
-}
-
-fn killed_and_resumed_single(optim: &[&str]) {
     let scratch = Scratch::new();
     let config = scratch.config("base", &base_toml());
-    let mut sets = vec![
-        "model.name=lenet5",
-        "run.epochs=5",
+    let adam = ["optim.kind=adam", "optim.lr=0.002", "optim.clip_norm=1.0"];
+    killed_and_resumed_single(&scratch, &config, &[&LENET[..], &adam].concat());
+}
+
+/// The translation model: its batches, dropout masks and teacher forcing follow the batch
+/// count, so a resumed run replays exactly, and it ends with the same perplexity and BLEU.
+#[test]
+fn seq2seq_killed_and_resumed_ends_exactly_as_an_uninterrupted_run() {
+    let scratch = Scratch::new();
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/seq2seq_multi30k.toml");
+    let dir = format!("data.dir=\"{}\"", common::multi30k_dir().display());
+    let sets = [
+        dir.as_str(),
+        "model.width=0.125",
+        "data.train_limit=1280",
+        "data.test_limit=100",
+        "run.epochs=3",
         "run.eval_every_epochs=1",
-        "optim.batch_size=32",
     ];
-    sets.extend_from_slice(optim);
+    killed_and_resumed_single(&scratch, &config, &sets);
+}
+
+fn killed_and_resumed_single(scratch: &Scratch, config: &Path, sets: &[&str]) {
     let whole = scratch.out("whole");
-    let out = gssp(&scratch.train_args(&config, &sets, &whole))
+    let out = gssp(&scratch.train_args(config, sets, &whole))
         .output()
         .expect("run gssp");
     assert!(
@@ -92,7 +117,7 @@ fn killed_and_resumed_single(optim: &[&str]) {
     let cut = scratch.out("cut");
     let mut with_checkpoints = sets.to_vec();
     with_checkpoints.push("run.checkpoint_every_s=0.4");
-    let mut child = gssp(&scratch.train_args(&config, &with_checkpoints, &cut))
+    let mut child = gssp(&scratch.train_args(config, &with_checkpoints, &cut))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -128,6 +153,9 @@ fn killed_and_resumed_single(optim: &[&str]) {
         "epochs",
     ] {
         assert_eq!(num(&sa, key), num(&sb, key), "{key} differs after resume");
+    }
+    for key in ["final_test_perplexity", "final_bleu"] {
+        assert_eq!(sa[key], sb[key], "{key} differs after resume");
     }
     assert_eq!(
         column(&a.eval(), "test_loss"),
