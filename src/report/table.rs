@@ -85,17 +85,20 @@ pub struct TextRow {
     pub final_bleu: Option<f64>,
     /// First time the run's val perplexity reached the baseline's at the budget.
     pub time_to_baseline_perplexity_s: Option<f64>,
-    /// The budget over that time: how much sooner than the baseline the run got there.
+    /// The baseline's own (first) time to that perplexity over the run's.
     pub speedup: Option<f64>,
 }
 
 /// The text runs' rows (runs that logged val perplexity), against the baseline's val
 /// perplexity at `budget_s`. Empty where no run is a text run.
 pub fn text_rows(runs: &[Run], baseline: &str, budget_s: f64) -> Vec<TextRow> {
-    let goal = runs
-        .iter()
-        .find(|r| r.name == baseline)
-        .and_then(|r| val_perplexity_at(&r.evals, budget_s));
+    let base = runs.iter().find(|r| r.name == baseline);
+    let goal = base.and_then(|r| val_perplexity_at(&r.evals, budget_s));
+    // The baseline itself may have got there before the budget (a plateau): speed-ups
+    // are against the time it first did.
+    let base_t = base
+        .zip(goal)
+        .and_then(|(r, p)| time_to_val_perplexity(&r.evals, p));
     runs.iter()
         .filter(|r| r.evals.iter().any(|e| e.val_perplexity.is_some()))
         .map(|r| {
@@ -107,7 +110,7 @@ pub fn text_rows(runs: &[Run], baseline: &str, budget_s: f64) -> Vec<TextRow> {
                 final_test_perplexity: r.summary.final_test_perplexity,
                 final_bleu: r.summary.final_bleu,
                 time_to_baseline_perplexity_s: t,
-                speedup: t.filter(|&t| t > 0.0).map(|t| budget_s / t),
+                speedup: base_t.zip(t.filter(|&t| t > 0.0)).map(|(b, t)| b / t),
             }
         })
         .collect()
@@ -198,16 +201,18 @@ mod tests {
                 })
                 .collect()
         };
-        runs[0].evals = curve(&[(10.0, 200.0), (50.0, 80.0), (100.0, 60.0)]);
+        // The baseline reaches 60 at 80 s and holds it to the budget.
+        runs[0].evals = curve(&[(10.0, 200.0), (50.0, 80.0), (80.0, 60.0), (100.0, 60.0)]);
         runs[1].evals = curve(&[(10.0, 150.0), (40.0, 60.0), (100.0, 30.0)]);
         let rows = text_rows(&runs, &runs[0].name.clone(), 100.0);
         // The third run logged no perplexity: not a text run.
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].val_perplexity_at_budget, Some(60.0));
-        assert_eq!(rows[0].time_to_baseline_perplexity_s, Some(100.0));
+        assert_eq!(rows[0].time_to_baseline_perplexity_s, Some(80.0));
+        assert_eq!(rows[0].speedup, Some(1.0));
         assert_eq!(rows[1].time_to_baseline_perplexity_s, Some(40.0));
-        assert_eq!(rows[1].speedup, Some(2.5));
+        assert_eq!(rows[1].speedup, Some(2.0));
         let md = text_markdown(&rows, 100.0, "base");
-        assert!(md.contains("| 30.00 | – | – | 40.00 | 2.50x |"), "{md}");
+        assert!(md.contains("| 30.00 | – | – | 40.00 | 2.00x |"), "{md}");
     }
 }
