@@ -352,7 +352,8 @@ fn eval(model: &Path, config: &Path, overrides: &[String], json: bool) -> ExitCo
         } else {
             let quality = match r.test_perplexity {
                 Some(p) => format!(
-                    "test perplexity {p:.2}, next-token accuracy {:.2}% ({} sentence pairs)",
+                    "test perplexity {p:.2}, BLEU {:.2}, next-token accuracy {:.2}% ({} sentence pairs)",
+                    r.bleu.unwrap_or(f64::NAN),
                     100.0 * r.test_accuracy,
                     r.test_samples
                 ),

@@ -226,6 +226,8 @@ pub struct ExportedEval {
     /// Text: perplexity on test2016 (`test_loss` is per token, `test_accuracy` of the
     /// next token).
     pub test_perplexity: Option<f64>,
+    /// Text: corpus BLEU-4 of the model's greedy translations of test2016.
+    pub bleu: Option<f64>,
     /// The file's header metadata (gssp version, width, ...); empty for a file without.
     pub metadata: std::collections::BTreeMap<String, String>,
 }
@@ -234,7 +236,8 @@ pub struct ExportedEval {
 /// the model `cfg` describes is built, the file's tensors replace its weights and
 /// batch-norm statistics (after the file's metadata is checked against `cfg`), and the
 /// test set is evaluated as a run's final evaluation does (same batch size, no
-/// re-calibration: the file holds the statistics the run evaluated with).
+/// re-calibration: the file holds the statistics the run evaluated with; a translation
+/// model also translates test2016 for BLEU).
 pub fn evaluate_exported(cfg: &Config, path: &std::path::Path) -> Result<ExportedEval> {
     crate::backend::select(cfg.device.kind)?;
     crate::backend::cpu::set_threads(cfg.run.threads);
@@ -242,7 +245,7 @@ pub fn evaluate_exported(cfg: &Config, path: &std::path::Path) -> Result<Exporte
     let mut net = Model::build(cfg, &corpus, 0)?;
     let expected = model::export::metadata::<Cpu>(cfg, &net);
     let metadata = model::export::load_into::<Cpu>(&mut net, &expected, path)?;
-    let ev = Evaluator::new(&corpus, &net).evaluate(&mut net, &corpus);
+    let ev = Evaluator::new(&corpus, &net).evaluate_final(&mut net, &corpus);
     Ok(ExportedEval {
         model_file: path.display().to_string(),
         model: net.name().to_string(),
@@ -251,6 +254,7 @@ pub fn evaluate_exported(cfg: &Config, path: &std::path::Path) -> Result<Exporte
         test_loss: ev.loss,
         test_accuracy: ev.accuracy,
         test_perplexity: ev.val_perplexity.map(|_| ev.loss.exp()),
+        bleu: ev.bleu,
         metadata,
     })
 }

@@ -157,4 +157,9 @@ fn one_process_seq2seq_learns_and_its_exported_model_evaluates_to_the_same_perpl
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let got = num(&r, "test_perplexity");
     assert!((got - ppl).abs() < 1e-3 * ppl, "eval {got} vs run {ppl}");
+    let bleu = num(&run.summary(), "final_bleu");
+    assert!(
+        (num(&r, "bleu") - bleu).abs() < 1e-9,
+        "eval BLEU vs the run's"
+    );
 }

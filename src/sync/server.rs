@@ -189,7 +189,10 @@ pub fn serve(
         stats.exchange_cpu_s += thread_cpu_s() - cpu_exchange;
         epoch = exchange.global_pushes(own_pushes) as f64 * samples_per_push;
         let time_s = ctx.start.elapsed().as_secs_f64();
-        snapshots.maybe_take(time_s, epoch, own_pushes, ps.weights());
+        // The iteration a snapshot records is every group's pushes (gssp: as far as this
+        // server knows), as the final evaluation counts every worker's iterations.
+        let pushes = exchange.global_pushes(own_pushes);
+        snapshots.maybe_take(time_s, epoch, pushes, ps.weights());
         shown.tick(epoch, time_s, loss);
 
         // Stop, or checkpoint, only after a completed step: in bsp every worker is then
