@@ -117,8 +117,9 @@ pub fn run(opts: &Options) -> Result<PathBuf> {
         let _ = writeln!(
             md,
             "\nVal perplexity at {budget:.1} s: the last evaluation by then (snapshots or \
-             periodic evaluations). Speed-up: the time {baseline} first reached its val \
-             perplexity at {budget:.1} s over the time the run took to reach it. BLEU: the \
+             periodic evaluations). Speed-up: {budget:.1} s over the time the run took to \
+             reach {baseline}'s val perplexity at {budget:.1} s; {baseline}'s own row shows \
+             when it first got there (earlier than the budget where it plateaued). BLEU: the \
              final model's greedy translations of test2016.",
         );
         let fig = PerplexityFigure {
