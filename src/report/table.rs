@@ -86,8 +86,8 @@ pub struct TextRow {
     /// First time the run's val perplexity reached the baseline's at the budget.
     pub time_to_baseline_perplexity_s: Option<f64>,
     /// The budget over that time: how much sooner than the baseline's budget the run got
-    /// there. The baseline's own row shows when it first did (before the budget on a
-    /// plateau).
+    /// there (`None` for the baseline, whose row shows when it first got there: before
+    /// the budget on a plateau).
     pub speedup: Option<f64>,
 }
 
@@ -109,7 +109,9 @@ pub fn text_rows(runs: &[Run], baseline: &str, budget_s: f64) -> Vec<TextRow> {
                 final_test_perplexity: r.summary.final_test_perplexity,
                 final_bleu: r.summary.final_bleu,
                 time_to_baseline_perplexity_s: t,
-                speedup: t.filter(|&t| t > 0.0).map(|t| budget_s / t),
+                speedup: t
+                    .filter(|&t| t > 0.0 && r.name != baseline)
+                    .map(|t| budget_s / t),
             }
         })
         .collect()
@@ -208,7 +210,7 @@ mod tests {
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].val_perplexity_at_budget, Some(60.0));
         assert_eq!(rows[0].time_to_baseline_perplexity_s, Some(80.0));
-        assert_eq!(rows[0].speedup, Some(1.25));
+        assert_eq!(rows[0].speedup, None, "the baseline against itself");
         assert_eq!(rows[1].time_to_baseline_perplexity_s, Some(40.0));
         assert_eq!(rows[1].speedup, Some(2.5));
         let md = text_markdown(&rows, 100.0, "base");
