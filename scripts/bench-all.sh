@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Every figure of docs/benchmarks.md, one after the other (about 105 minutes on 2 cores).
+# Every figure of docs/benchmarks.md but the three-seed seq2seq ones (scripts/seq2seq-vs-pytorch.sh,
+# scripts/seq2seq-four-tier.sh), one after the other (about 120 minutes on 2 cores; the
+# configs bench includes both seq2seq configs).
 # Run on an otherwise idle machine: the figures are wall-clock times.
 set -euo pipefail
 cd "$(dirname "$0")/.."
