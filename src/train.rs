@@ -10,6 +10,7 @@ use crate::checkpoint::{self, RankMeta, Resume, Schedule};
 use crate::config::Config;
 use crate::metrics::{CsvLog, EvalRow, RunDir, RunTotals, Summary, WorkerRow};
 use crate::model;
+use crate::model::Trainable;
 use crate::optim::{self, NetworkOptimizer};
 use crate::workload::{ComputeStep, Corpus, Evaluation, Evaluator, Model};
 
@@ -259,25 +260,34 @@ pub fn evaluate_exported(cfg: &Config, path: &std::path::Path) -> Result<Exporte
     })
 }
 
+/// An evaluation's figures for the log: loss and accuracy, and a text run's perplexities
+/// and BLEU where the row has them.
+pub fn eval_figures(row: &EvalRow) -> String {
+    let mut s = format!(
+        "test loss {:.4}, accuracy {:.2}%",
+        row.test_loss,
+        100.0 * row.test_accuracy
+    );
+    if let (Some(t), Some(v)) = (row.test_perplexity, row.val_perplexity) {
+        s += &format!(", perplexity {t:.2} (val {v:.2})");
+    }
+    if let Some(b) = row.bleu {
+        s += &format!(", BLEU {b:.2}");
+    }
+    s
+}
+
 /// Logs an evaluation and keeps its row.
 fn record_eval(
     row: &EvalRow,
     eval_log: &mut CsvLog<EvalRow>,
     evals: &mut Vec<EvalRow>,
 ) -> Result<()> {
-    let extra = match (row.test_perplexity, row.val_perplexity) {
-        (Some(t), Some(v)) => format!(", perplexity {t:.2} (val {v:.2})"),
-        _ => String::new(),
-    };
-    let bleu = row
-        .bleu
-        .map_or_else(String::new, |b| format!(", BLEU {b:.2}"));
     log::info!(
-        "epoch {:.2} iteration {}: test loss {:.4}, accuracy {:.2}%{extra}{bleu}",
+        "epoch {:.2} iteration {}: {}",
         row.epoch,
         row.iteration,
-        row.test_loss,
-        100.0 * row.test_accuracy
+        eval_figures(row)
     );
     eval_log.push(row)?;
     evals.push(*row);

@@ -42,18 +42,27 @@ pub struct TextBatch {
     pub indices: Vec<usize>,
 }
 
-/// `seqs[i]` for `i` in `indices`, padded to the longest, time-major.
-fn pad_time_major(seqs: &[Vec<u32>], indices: &[usize]) -> (Vec<u32>, usize, Vec<usize>) {
-    let lengths: Vec<usize> = indices.iter().map(|&i| seqs[i].len()).collect();
+/// `seqs[i]` for `i` in `indices`, padded to the longest, time-major, into `out` and
+/// their lengths into `lengths` (both reused: no allocation once they are large enough);
+/// returns the rows.
+fn pad_time_major(
+    seqs: &[Vec<u32>],
+    indices: &[usize],
+    out: &mut Vec<u32>,
+    lengths: &mut Vec<usize>,
+) -> usize {
+    lengths.clear();
+    lengths.extend(indices.iter().map(|&i| seqs[i].len()));
     let rows = lengths.iter().copied().max().unwrap_or(0);
     let b = indices.len();
-    let mut out = vec![PAD_ID; rows * b];
+    out.clear();
+    out.resize(rows * b, PAD_ID);
     for (col, &i) in indices.iter().enumerate() {
         for (t, &id) in seqs[i].iter().enumerate() {
             out[t * b + col] = id;
         }
     }
-    (out, rows, lengths)
+    rows
 }
 
 impl TextBatch {
@@ -62,17 +71,29 @@ impl TextBatch {
     /// # Panics
     /// If an index is `>= pairs.len()` (a caller bug; [`BucketSampler`] checks its indices).
     pub fn new(pairs: &EncodedPairs, indices: &[usize]) -> TextBatch {
-        let (src, src_len, src_lengths) = pad_time_major(&pairs.src, indices);
-        let (tgt, tgt_len, tgt_lengths) = pad_time_major(&pairs.tgt, indices);
-        TextBatch {
-            src,
-            tgt,
-            src_len,
-            tgt_len,
-            src_lengths,
-            tgt_lengths,
-            indices: indices.to_vec(),
-        }
+        let mut batch = TextBatch {
+            src: Vec::new(),
+            tgt: Vec::new(),
+            src_len: 0,
+            tgt_len: 0,
+            src_lengths: Vec::new(),
+            tgt_lengths: Vec::new(),
+            indices: Vec::new(),
+        };
+        batch.refill(pairs, indices);
+        batch
+    }
+
+    /// Makes this batch the pairs `indices` of `pairs`, reusing its buffers (a worker's
+    /// training step refills one batch rather than allocating a new one).
+    ///
+    /// # Panics
+    /// As [`TextBatch::new`].
+    pub fn refill(&mut self, pairs: &EncodedPairs, indices: &[usize]) {
+        self.src_len = pad_time_major(&pairs.src, indices, &mut self.src, &mut self.src_lengths);
+        self.tgt_len = pad_time_major(&pairs.tgt, indices, &mut self.tgt, &mut self.tgt_lengths);
+        self.indices.clear();
+        self.indices.extend_from_slice(indices);
     }
 
     /// Sentences in the batch (columns).
@@ -292,6 +313,9 @@ mod tests {
             tgt: vec![vec![SOS_ID, 4, 6, EOS_ID], vec![SOS_ID, EOS_ID]],
         };
         let b = TextBatch::new(&p, &[1, 0]);
+        let mut reused = TextBatch::new(&p, &[0, 1, 0, 1, 0]);
+        reused.refill(&p, &[1, 0]);
+        assert_eq!(reused, b, "a refilled batch is the new one");
         assert_eq!((b.size(), b.src_len, b.tgt_len), (2, 5, 4));
         #[rustfmt::skip]
         assert_eq!(b.src, [

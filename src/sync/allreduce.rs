@@ -14,6 +14,7 @@ use crate::checkpoint::Resume;
 use crate::comm::{Collectives, Comm};
 use crate::config::Config;
 use crate::metrics::{Snapshots, WorkerRow};
+use crate::model::Trainable;
 use crate::optim::{self, NetworkOptimizer};
 use crate::sync::checkpoint::{restore_replica, save_replica, Saver};
 use crate::sync::worker::{WorkerContext, WorkerStats};

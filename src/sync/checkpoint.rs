@@ -11,6 +11,7 @@ use crate::checkpoint::{self, RankFile, RankMeta, Resume, Schedule};
 use crate::comm::Collectives;
 use crate::config::Config;
 use crate::metrics::{EvalRow, RunDir, Snapshots};
+use crate::model::Trainable;
 use crate::optim::NetworkOptimizer;
 use crate::sync::ps::ParamServer;
 

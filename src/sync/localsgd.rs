@@ -18,6 +18,7 @@ use crate::checkpoint::Resume;
 use crate::comm::{Collectives, Comm};
 use crate::config::Config;
 use crate::metrics::{Snapshots, WorkerRow};
+use crate::model::Trainable;
 use crate::optim::{self, NetworkOptimizer};
 use crate::sync::allreduce::{fill_control_slots, save_final, Control, CONTROL_SLOTS};
 use crate::sync::checkpoint::{restore_replica, save_replica, Saver};

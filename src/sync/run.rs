@@ -12,6 +12,7 @@ use crate::config::{Config, Staleness, SyncMode};
 use crate::grouping;
 use crate::hetero::{Pacer, CALIBRATION_ITERATIONS};
 use crate::metrics::{EvalRow, RunDir, RunTotals, ServerRow, Snapshots, Summary};
+use crate::model::Trainable;
 use crate::optim::HostOptimizer;
 use crate::sync::checkpoint::{self, Saver};
 use crate::sync::gssp::{self, Replicas};
@@ -542,15 +543,7 @@ fn finish(
     eval_log.push(&last)?;
     eval_log.flush()?;
     evals.push(last);
-    let text = match (last.test_perplexity, last.bleu) {
-        (Some(p), Some(b)) => format!(", perplexity {p:.2}, BLEU {b:.2}"),
-        _ => String::new(),
-    };
-    log::info!(
-        "final model: test loss {:.4}, accuracy {:.2}%{text}",
-        last.test_loss,
-        100.0 * last.test_accuracy
-    );
+    log::info!("final model: {}", crate::train::eval_figures(&last));
     crate::train::write_translations(run, &ev)?;
     // The weights and the re-estimated batch-norm statistics just evaluated.
     crate::train::export_model(cfg, run, &step.net)?;

@@ -8,6 +8,7 @@ use anyhow::Result;
 use crate::comm::p2p::WorkerLink;
 use crate::hetero::Pacer;
 use crate::metrics::{WorkerLog, WorkerRow};
+use crate::model::Trainable;
 use crate::workload::{ComputeStep, Corpus};
 
 /// What a worker computes with: its model and data shard, its emulated speed, its log.

@@ -22,6 +22,7 @@ pub enum Model {
     Text(Seq2Seq<Cpu>),
 }
 
+/// The CPU buffers and the rest beyond [`Trainable`] (whose methods `Model` has too).
 impl Model {
     /// Builds the configured model for `corpus` (identical weights on every rank from
     /// `run.seed`); `stream` picks the dropout (and teacher-forcing) draws: each worker
@@ -73,15 +74,6 @@ impl Model {
         }
     }
 
-    pub fn name(&self) -> &str {
-        self.inner().name()
-    }
-    pub fn num_params(&self) -> usize {
-        self.inner().num_params()
-    }
-    pub fn num_state(&self) -> usize {
-        self.inner().num_state()
-    }
     /// Whether the model keeps running statistics (batch norm).
     pub fn has_state(&self) -> bool {
         self.num_state() > 0
@@ -111,12 +103,6 @@ impl Model {
             Model::Text(_) => &[],
         }
     }
-    pub fn params_to_host(&self, host: &mut [f32]) {
-        self.inner().params_to_host(host)
-    }
-    pub fn params_from_host(&mut self, host: &[f32]) {
-        self.inner_mut().params_from_host(host)
-    }
     pub fn grads_to_host(&self, host: &mut [f32]) {
         match self {
             Model::Image(n) => n.grads_to_host(host),
@@ -128,9 +114,6 @@ impl Model {
             Model::Image(n) => n.grads_from_host(host),
             Model::Text(n) => n.grads_from_host(host),
         }
-    }
-    pub fn state_from_host(&mut self, host: &[f32]) {
-        self.inner_mut().state_from_host(host)
     }
 }
 

@@ -33,8 +33,11 @@ enum Feed {
         x: Vec<f32>,
         y: Vec<u8>,
     },
-    /// Length-bucketed sentence-pair batches.
-    Text { stream: BucketStream },
+    /// Length-bucketed sentence-pair batches, refilled into one batch.
+    Text {
+        stream: BucketStream,
+        batch: TextBatch,
+    },
 }
 
 impl ComputeStep {
@@ -55,6 +58,7 @@ impl ComputeStep {
             },
             (Corpus::Text(text), _) => Feed::Text {
                 stream: BucketStream::new(&text.train, shards, shard, batch, cfg.run.seed)?,
+                batch: TextBatch::new(&text.train, &[]),
             },
             (Corpus::Images { .. }, Model::Text(_)) => {
                 anyhow::bail!("model seq2seq needs dataset multi30k")
@@ -88,10 +92,10 @@ impl ComputeStep {
                 }
                 net.forward_backward(x, y, self.batch).loss
             }
-            (Feed::Text { stream }, Model::Text(net), Corpus::Text(text)) => {
+            (Feed::Text { stream, batch }, Model::Text(net), Corpus::Text(text)) => {
                 let step = stream.served();
-                let batch = TextBatch::new(&text.train, stream.next_batch());
-                match net.forward_backward(&batch, step) {
+                batch.refill(&text.train, stream.next_batch());
+                match net.forward_backward(batch, step) {
                     Ok(stats) => stats.loss,
                     Err(e) => {
                         log::error!("training step {step}: {e}");
@@ -116,7 +120,7 @@ impl ComputeStep {
     pub fn batches(&self) -> u64 {
         match &self.feed {
             Feed::Images { sampler, .. } => sampler.served(),
-            Feed::Text { stream } => stream.served(),
+            Feed::Text { stream, .. } => stream.served(),
         }
     }
 
@@ -129,7 +133,7 @@ impl ComputeStep {
                 sampler.skip_to(batches);
                 net.set_train_steps(batches);
             }
-            (Feed::Text { stream }, _) => stream.skip_to(batches),
+            (Feed::Text { stream, .. }, _) => stream.skip_to(batches),
             (Feed::Images { .. }, Model::Text(_)) => unreachable!("paired in new"),
         }
     }
@@ -138,7 +142,7 @@ impl ComputeStep {
     pub fn epoch(&self) -> f64 {
         match &self.feed {
             Feed::Images { sampler, .. } => sampler.epoch_progress(),
-            Feed::Text { stream } => stream.epoch_progress(),
+            Feed::Text { stream, .. } => stream.epoch_progress(),
         }
     }
 
