@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every figure of docs/benchmarks.md but the three-seed seq2seq ones (scripts/seq2seq-vs-pytorch.sh,
-# scripts/seq2seq-four-tier.sh), one after the other (about 120 minutes on 2 cores; the
-# configs bench includes both seq2seq configs).
+# scripts/seq2seq-four-tier.sh) and PowerSGD against GDTopK (scripts/powersgd-vs-gdtopk.sh),
+# one after the other (about 120 minutes on 2 cores; the configs bench includes both seq2seq
+# configs).
 # Run on an otherwise idle machine: the figures are wall-clock times.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -452,6 +452,9 @@ pub struct Summary {
     pub exchange_shares_of_busy_cpu: Option<Vec<f64>>,
     /// gssp, one per group server: mean milliseconds per exchange.
     pub mean_exchange_ms: Option<Vec<f64>>,
+    /// The same in thread CPU milliseconds (compression, sends and drains of one exchange,
+    /// and any drain on arrival before the next).
+    pub mean_exchange_cpu_ms: Option<Vec<f64>>,
 }
 
 /// What every mode's summary is computed from.

@@ -28,6 +28,7 @@ use toml::{Table, Value};
 use gssp::backend::cpu::Cpu;
 use gssp::checkpoint::store::{from_bytes as checkpoint_from_bytes, to_bytes as checkpoint_bytes};
 use gssp::checkpoint::RankMeta;
+use gssp::compress::powersgd::{reconstruct, LowRankPlan, TensorShape};
 use gssp::config::Config;
 use gssp::data::lines::{read_lines, split_lines};
 use gssp::data::multi30k::{load_split, Split};
@@ -836,7 +837,7 @@ proptest! {
             sent.extend(m.iter().map(|&(i, v)| (i as usize, v.to_bits())));
         }
         let mut got = Vec::new();
-        let r = layout.decode(0, &ring, start, written, 50, |i, v| got.push((i, v.to_bits())));
+        let r = layout.decode(0, &ring, start, written, 50, |i, v: f32| got.push((i, v.to_bits())));
         prop_assert_eq!(r, Ok(written));
         prop_assert_eq!(&got, &sent);
 
@@ -848,6 +849,41 @@ proptest! {
         }
         let to = written.wrapping_add(to_skew as u32);
         let _ = layout.decode(0, &ring, start, to, 50, |i, _| assert!(i < 50));
+    }
+}
+
+proptest! {
+    #![proptest_config(cases(500))]
+
+    /// A low-rank message's rank and payload come from a peer's memory: any rank against
+    /// any payload length rebuilds the plan's values or is refused, never panics, and an
+    /// accepted payload writes inside the model only.
+    #[test]
+    fn low_rank_payload_of_any_rank_and_length(
+        rank in prop_oneof![0usize..6, any::<u32>().prop_map(|r| r as usize)],
+        len_skew in prop_oneof![3 => Just(0i64), 1 => -3i64..4],
+        dims in prop::collection::vec((1usize..12, 1usize..12), 1..4),
+    ) {
+        let mut tensors = Vec::new();
+        let mut n = 0;
+        for &(rows, cols) in &dims {
+            tensors.push(TensorShape::new(n..n + rows * cols, &[rows, cols]));
+            n += rows * cols;
+            tensors.push(TensorShape::new(n..n + rows, &[rows]));
+            n += rows;
+        }
+        let plan = LowRankPlan::new(&tensors, n, rank);
+        let len = (plan.payload_len() as i64 + len_skew).max(0) as usize;
+        let payload = vec![0.5f32; len];
+        let mut covered = 0;
+        let r = reconstruct(&plan, &payload, &mut Vec::new(), |offset, values| {
+            assert!(offset + values.len() <= n);
+            covered += values.len();
+        });
+        prop_assert_eq!(r.is_ok(), len_skew == 0);
+        if r.is_ok() {
+            prop_assert_eq!(covered, n, "every value rebuilt once");
+        }
     }
 }
 

@@ -622,11 +622,19 @@ fn gssp_sparse_exchange_loses_nothing() {
         "sync.sparse_transport=\"accumulate\"",
         "sync.drain_on_arrival=true",
     ];
+    // PowerSGD's low-rank factors through the same mailboxes, one message each, at rank 2
+    // for the slowest group and less for faster ones (speed policy).
+    let low_rank = [
+        "compression.kind=\"powersgd\"",
+        "compression.rank=2",
+        "sync.mailbox_messages=1",
+    ];
     let mut first_bytes = None;
     for (name, extra) in [
         ("gssp-lossless", &arrival[..]),
         ("gssp-lossless-full", &full[..]),
         ("gssp-lossless-indexed", &indexed[..]),
+        ("gssp-lossless-powersgd", &low_rank[..]),
     ] {
         let sets: Vec<&str> = base.iter().chain(extra).copied().collect();
         let run = scratch.train_ok(name, 7, &sets, DEADLINE);
@@ -643,10 +651,12 @@ fn gssp_sparse_exchange_loses_nothing() {
         let bytes = num(&s, "bytes_inter_group");
         assert!(bytes > 0.0);
         // Sparse all the way: within a small factor of the first run's traffic (the final
-        // dense flush is in both; dense exchanges would send about 100x more).
+        // dense flush is in both; dense exchanges would send about 100x more). A rank-2
+        // message of this model is 3.4x a top-k message at 1%.
         let first = *first_bytes.get_or_insert(bytes);
+        let factor = if extra == low_rank { 8.0 } else { 3.0 };
         assert!(
-            bytes < 3.0 * first,
+            bytes < factor * first,
             "{name}: {bytes} bytes, first run {first}"
         );
         if extra == full {

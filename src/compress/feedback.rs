@@ -98,6 +98,40 @@ impl PeerView {
         Ok(())
     }
 
+    /// Copies the whole unsent change into `out` without counting any of it as sent (a
+    /// low-rank exchange sends an approximation of it and counts that with
+    /// [`PeerView::count_sent`]).
+    pub fn unsent_into(&self, weights: &[f32], out: &mut Vec<f32>) -> Result<(), CompressError> {
+        self.check_len(weights.len())?;
+        out.clear();
+        out.extend(weights.iter().zip(&self.view).map(|(w, v)| w - v));
+        Ok(())
+    }
+
+    /// Counts `values`, starting at `offset`, as sent: the part of the unsent change the
+    /// peers now know.
+    pub fn count_sent(&mut self, offset: usize, values: &[f32]) {
+        for (v, d) in self.view[offset..offset + values.len()]
+            .iter_mut()
+            .zip(values)
+        {
+            *v += d;
+        }
+    }
+
+    /// Adds another group's update `values`, starting at `offset`, to the weights and to
+    /// the view.
+    pub fn receive_slice(&mut self, weights: &mut [f32], offset: usize, values: &[f32]) {
+        let end = offset + values.len();
+        let pairs = weights[offset..end]
+            .iter_mut()
+            .zip(&mut self.view[offset..end]);
+        for ((w, v), x) in pairs.zip(values) {
+            *w += x;
+            *v += x;
+        }
+    }
+
     /// Adds another group's update `value` at `index` to the weights and to the view.
     #[inline]
     pub fn receive(&mut self, weights: &mut [f32], index: usize, value: f32) {
@@ -246,9 +280,10 @@ mod tests {
         assert_eq!(view, PeerView::new(&initial), "nothing counted as sent");
         assert!(view.take_dense(&weights, &mut vals).is_err());
         assert_eq!(view, PeerView::new(&initial));
-        let ctx = err.in_context(1, 300).to_string();
+        let ctx = err.in_context(1, 75, 300).to_string();
         assert!(
-            ctx.contains("group 1") && ctx.contains("iteration 300") && ctx.contains("index 7")
+            ctx.contains("group 1, exchange 75 (iteration 300)") && ctx.contains("index 7"),
+            "{ctx}"
         );
         // A NaN among many finite values is caught by the sparse take too.
         let mut weights = vec![0.5f32; 30_000];

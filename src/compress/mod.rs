@@ -1,10 +1,13 @@
-//! Update compression between group servers: exact top-k selection ([`topk`]), error
-//! feedback ([`feedback`]) and the per-group upload ratio of GDTopK ([`ratio`]).
+//! Update compression between group servers: exact top-k selection ([`topk`]), low-rank
+//! PowerSGD ([`powersgd`]), error feedback ([`feedback`]) and the per-group upload ratio of
+//! GDTopK ([`ratio`]).
 //!
 //! Everything here is pure: the inter-group exchange in [`crate::sync::gssp`] sends the
-//! index/value pairs this module produces, through the RMA windows of `comm`.
+//! index/value pairs and low-rank factors this module produces, through the RMA windows of
+//! `comm`.
 
 pub mod feedback;
+pub mod powersgd;
 pub mod ratio;
 pub mod topk;
 
@@ -21,30 +24,36 @@ pub enum CompressError {
     /// and adds them with [`CompressError::in_context`].
     #[error("non-finite value {value} at parameter index {index}")]
     NonFinite { index: usize, value: f32 },
-    /// A NaN or infinity in group `group`'s update at `iteration`: training has diverged there,
-    /// and sending it would poison every other group's replica.
+    /// A NaN or infinity in group `group`'s update at its exchange `exchange` (after
+    /// `iteration` applied pushes): training has diverged there, and sending it would poison
+    /// every other group's replica.
     #[error(
-        "group {group}, iteration {iteration}: non-finite update value {value} at parameter \
-         index {index} (training diverged; try a lower learning rate)"
+        "group {group}, exchange {exchange} (iteration {iteration}): non-finite update value \
+         {value} at parameter index {index} (training diverged; try a lower learning rate)"
     )]
     NonFiniteUpdate {
         group: usize,
+        exchange: u64,
         iteration: u64,
         index: usize,
         value: f32,
     },
+    /// LAPACK or a shape check refused a low-rank factorisation (a bug, not bad input).
+    #[error("low-rank factorisation failed: {0}")]
+    Factorization(String),
     /// A delta whose length differs from the model's.
     #[error("length mismatch: the model has {expected} values but the buffer has {got}")]
     LengthMismatch { expected: usize, got: usize },
 }
 
 impl CompressError {
-    /// Attaches the group and iteration to a [`CompressError::NonFinite`]; other variants are
-    /// returned unchanged.
-    pub fn in_context(self, group: usize, iteration: u64) -> Self {
+    /// Attaches the group, its exchange count and its iteration to a
+    /// [`CompressError::NonFinite`]; other variants are returned unchanged.
+    pub fn in_context(self, group: usize, exchange: u64, iteration: u64) -> Self {
         match self {
             CompressError::NonFinite { index, value } => CompressError::NonFiniteUpdate {
                 group,
+                exchange,
                 iteration,
                 index,
                 value,
@@ -113,18 +122,19 @@ mod tests {
         assert_eq!(find_non_finite(&v), None);
         v[70] = f32::INFINITY;
         let (index, value) = find_non_finite(&v).unwrap();
-        let err = CompressError::NonFinite { index, value }.in_context(3, 41);
+        let err = CompressError::NonFinite { index, value }.in_context(3, 7, 41);
         assert_eq!(
             err,
             CompressError::NonFiniteUpdate {
                 group: 3,
+                exchange: 7,
                 iteration: 41,
                 index: 70,
                 value: f32::INFINITY
             }
         );
         let msg = err.to_string();
-        assert!(msg.contains("group 3") && msg.contains("iteration 41"));
+        assert!(msg.contains("group 3, exchange 7 (iteration 41)"), "{msg}");
         assert!(msg.contains("index 70") && msg.contains("inf"));
     }
 
@@ -134,11 +144,12 @@ mod tests {
             index: 5,
             value: f32::NEG_INFINITY,
         }
-        .in_context(2, 9);
+        .in_context(2, 1, 9);
         assert_eq!(
             e,
             CompressError::NonFiniteUpdate {
                 group: 2,
+                exchange: 1,
                 iteration: 9,
                 index: 5,
                 value: f32::NEG_INFINITY
@@ -148,6 +159,6 @@ mod tests {
             expected: 3,
             got: 4,
         };
-        assert_eq!(m.clone().in_context(1, 1), m);
+        assert_eq!(m.clone().in_context(1, 1, 1), m);
     }
 }

@@ -338,6 +338,8 @@ pub struct SyncConfig {
 pub enum CompressionKind {
     Dense,
     Topk,
+    /// Low-rank PowerSGD factors of each weight matrix ([`crate::compress::powersgd`]).
+    Powersgd,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -360,6 +362,9 @@ pub struct CompressionConfig {
     pub warmup_epochs: f64,
     /// Smoothing factor of the speed moving average, in (0, 1].
     pub speed_ema: f64,
+    /// powersgd: the rank r of every weight matrix's factors at the ratio `ratio` (a group
+    /// at another ratio under the `speed` policy or the warm-up scales it alike).
+    pub rank: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -494,6 +499,7 @@ impl Default for CompressionConfig {
             ratio_min: 0.001,
             warmup_epochs: 0.0,
             speed_ema: 0.2,
+            rank: 4,
         }
     }
 }
@@ -740,7 +746,11 @@ mod tests {
         );
         check(&[Grouping::Profile, Grouping::Static]);
         check(&[SparseTransport::Mailbox, SparseTransport::Accumulate]);
-        check(&[CompressionKind::Dense, CompressionKind::Topk]);
+        check(&[
+            CompressionKind::Dense,
+            CompressionKind::Topk,
+            CompressionKind::Powersgd,
+        ]);
         check(&[RatioPolicy::Uniform, RatioPolicy::Speed]);
         check(&[DeviceKind::Cpu, DeviceKind::Cuda, DeviceKind::Auto]);
     }

@@ -4,13 +4,20 @@
 use std::collections::BTreeSet;
 use std::fmt::Display;
 
-use super::{Config, ConfigError, DataConfig, DatasetKind, Grouping, SyncMode};
+use super::{
+    CompressionKind, Config, ConfigError, DataConfig, DatasetKind, Grouping, SparseTransport,
+    SyncMode,
+};
 use crate::data::MAX_CLASSES;
 
 /// Upper bound of `sync.mailbox_messages`: the ring's size, messages x (1 + 2k) words
 /// rounded up to a power of two, must not overflow (wrapped, it gave a tiny or empty ring),
 /// and flow control needs nowhere near this many messages in flight (the default is 8).
 pub const MAX_MAILBOX_MESSAGES: usize = 1 << 16;
+
+/// Upper bound of `compression.rank`: far above any rank that still compresses, and below
+/// the low-rank message's tag bit.
+pub const MAX_RANK: usize = 1 << 16;
 
 impl Config {
     /// Checks every value on its own (independent of the number of ranks); reports the first
@@ -146,7 +153,20 @@ impl Config {
             c.ratio_min,
         )?;
         at_least("compression.warmup_epochs", c.warmup_epochs, 0.0)?;
-        in_unit_interval("compression.speed_ema", c.speed_ema)
+        in_unit_interval("compression.speed_ema", c.speed_ema)?;
+        ensure(
+            (1..=MAX_RANK).contains(&c.rank),
+            "compression.rank",
+            &format!("in 1..={MAX_RANK}"),
+            c.rank,
+        )?;
+        ensure(
+            c.kind != CompressionKind::Powersgd
+                || self.sync.sparse_transport == SparseTransport::Mailbox,
+            "sync.sparse_transport",
+            "\"mailbox\" with compression.kind = \"powersgd\" (low-rank factors travel as mailbox messages)",
+            "\"accumulate\"",
+        )
     }
 
     fn validate_heterogeneity(&self) -> Result<(), ConfigError> {
@@ -505,6 +525,9 @@ mod tests {
             (&["compression.ratio_min=0"], "compression.ratio_min: must be in (0, compression.ratio = 0.01], got 0"),
             (&["compression.warmup_epochs=-2"], "compression.warmup_epochs: must be >= 0, got -2"),
             (&["compression.speed_ema=0"], "compression.speed_ema: must be in (0, 1], got 0"),
+            (&["compression.rank=0"], "compression.rank: must be in 1..=65536, got 0"),
+            (&["compression.rank=70000"], "compression.rank: must be in 1..=65536, got 70000"),
+            (&["compression.kind=powersgd", "sync.sparse_transport=accumulate"], "sync.sparse_transport: must be \"mailbox\" with compression.kind = \"powersgd\" (low-rank factors travel as mailbox messages), got \"accumulate\""),
             (&["heterogeneity.slowdown=[1, 0.5]"], "heterogeneity.slowdown[1]: must be >= 1, got 0.5"),
             (&["heterogeneity.slowdown=[inf]"], "heterogeneity.slowdown[0]: must be a finite number, got inf"),
             (&["heterogeneity.tiers=[{factor=0.9, workers=1}]"], "heterogeneity.tiers[0].factor: must be >= 1, got 0.9"),

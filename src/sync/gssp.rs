@@ -7,12 +7,15 @@
 //! flush count, and a ring of sparse messages (format in [`crate::sync::mailbox`]). Every
 //! `inter_group_every` applied pushes a server:
 //! 1. takes its unsent change: the weights minus [`PeerView`] (the replica as the peers
-//!    know it), all of it (dense) or its top-k entries (sparse; the rest stays unsent:
-//!    error feedback without a residual buffer),
-//! 2. sends it: sparse, as one message put into its ring at every peer (when a peer's ring
-//!    is full, it sends nothing this time and keeps it all unsent, rather than wait);
+//!    know it), all of it (dense), its top-k entries (sparse), or its rank-r PowerSGD
+//!    approximation (low-rank, [`crate::compress::powersgd`]); the rest stays unsent:
+//!    error feedback without a residual buffer,
+//! 2. sends it: sparse or low-rank, as one message put into its ring at every peer (when a
+//!    peer's ring is full, it sends nothing this time and keeps it all unsent, rather than
+//!    wait);
 //!    dense, accumulated into every peer's inbox. Its telemetry goes with it;
-//! 3. drains its own mailbox (applying each message's k values) and, when a peer flushed
+//! 3. drains its own mailbox (applying each message's k values, or the product of its
+//!    low-rank factors) and, when a peer flushed
 //!    densely, its inbox, into its weights and its view, under exclusive locks on itself.
 //!
 //! With `sync.drain_on_arrival` a server also drains between its own exchanges, at the first
@@ -39,13 +42,14 @@ use anyhow::{Context, Result};
 use crate::comm::rma::{LockKind, SharedWindow, Window};
 use crate::comm::{Collectives, SubComm};
 use crate::compress::feedback::PeerView;
+use crate::compress::powersgd::{rank_for_ratio, reconstruct, LowRankPlan, PowerSgd, TensorShape};
 use crate::compress::ratio::{k_for_ratio, RatioSettings, SpeedMeter};
 use crate::compress::topk::TopK;
 use crate::config::{CompressionKind, Config, SparseTransport};
 use crate::metrics::{EvalRow, Snapshots};
 use crate::sync::mailbox::{
-    self, MailboxError, MailboxLayout, CONSUMED, DENSE_FLUSHES, HEADER, PUSHES, SENDER_WORDS,
-    SPEED, WRITTEN,
+    self, Inbox, MailboxError, MailboxLayout, CONSUMED, DENSE_FLUSHES, HEADER, PUSHES,
+    SENDER_WORDS, SPEED, WRITTEN,
 };
 use crate::sync::ps::ParamServer;
 use crate::sync::server::{Exchange, Meet};
@@ -86,10 +90,76 @@ enum Route {
     DenseInbox,
     /// Top-k, accumulated into every peer's inbox through an indexed datatype.
     IndexedInbox,
-    /// Top-k, one message into every peer's mailbox ring.
+    /// Top-k or low-rank factors, one message into every peer's mailbox ring.
     Mailbox,
     /// Nothing: a peer's ring is full.
     Defer,
+}
+
+/// PowerSGD on one group server: the model's tensors, the rank at the target ratio, the
+/// sender's warm starts, and scratch for the unsent change, a payload and a reconstruction.
+struct LowRank {
+    tensors: Vec<TensorShape>,
+    rank: usize,
+    psgd: PowerSgd,
+    unsent: Vec<f32>,
+    payload: Vec<f32>,
+    scratch: Vec<f32>,
+}
+
+impl LowRank {
+    /// Compresses the unsent change by `plan` into a message in `msg`, and counts exactly
+    /// what the peers will rebuild from it as sent (in the view and in the ledger).
+    fn take(
+        &mut self,
+        view: &mut PeerView,
+        sent_total: &mut [f64],
+        weights: &[f32],
+        plan: &LowRankPlan,
+        msg: &mut Vec<u32>,
+    ) -> Result<(), crate::compress::CompressError> {
+        view.unsent_into(weights, &mut self.unsent)?;
+        self.psgd.compress(&self.unsent, plan, &mut self.payload)?;
+        reconstruct(plan, &self.payload, &mut self.scratch, |offset, values| {
+            view.count_sent(offset, values);
+            for (t, &v) in sent_total[offset..offset + values.len()]
+                .iter_mut()
+                .zip(values)
+            {
+                *t += v as f64;
+            }
+        })?;
+        mailbox::encode_low_rank(plan.rank, &self.payload, msg);
+        Ok(())
+    }
+}
+
+/// Applies a peer's messages to a server's weights and peer view.
+struct Receiver<'a> {
+    view: &'a mut PeerView,
+    weights: &'a mut [f32],
+    /// The model's tensors and a reconstruction buffer (powersgd runs only).
+    low_rank: Option<(&'a [TensorShape], &'a mut Vec<f32>)>,
+}
+
+impl Inbox for Receiver<'_> {
+    fn value(&mut self, index: usize, value: f32) {
+        self.view.receive(self.weights, index, value);
+    }
+
+    fn low_rank(&mut self, rank: usize, payload: &[f32]) -> Result<(), String> {
+        let Some((tensors, scratch)) = self.low_rank.as_mut() else {
+            return Err(format!(
+                "a low-rank message (rank {rank}) in a run without powersgd"
+            ));
+        };
+        let plan = LowRankPlan::new(tensors, self.weights.len(), rank);
+        let (view, weights) = (&mut *self.view, &mut *self.weights);
+        reconstruct(&plan, payload, scratch, |offset, values| {
+            view.receive_slice(weights, offset, values)
+        })
+        .map_err(|e| format!("rank {rank}: {e}"))
+    }
 }
 
 /// The inter-group exchange of one group server (an [`Exchange`] for the server loop).
@@ -112,6 +182,10 @@ pub struct GroupExchange<'c> {
     ratio: RatioSettings,
     /// The replica as the peers know it; the weights minus it is the unsent change.
     view: PeerView,
+    /// powersgd: the low-rank compressor (`None` for dense and top-k).
+    low_rank: Option<LowRank>,
+    /// This server's exchanges so far (named in errors).
+    exchanges: u64,
     topk: TopK,
     idx: Vec<u32>,
     vals: Vec<f32>,
@@ -151,15 +225,52 @@ pub struct GroupExchange<'c> {
 }
 
 impl<'c> GroupExchange<'c> {
-    /// Collective over the servers' communicator (creates the windows).
-    pub fn new(comm: &'c SubComm, cfg: &Config, initial: &[f32]) -> Result<Self> {
+    /// Collective over the servers' communicator (creates the windows). `tensors` are the
+    /// model's weight tensors (powersgd factors each matrix among them).
+    pub fn new(
+        comm: &'c SubComm,
+        cfg: &Config,
+        initial: &[f32],
+        tensors: &[TensorShape],
+    ) -> Result<Self> {
         let n = initial.len();
         let groups = comm.size();
+        let me = comm.rank();
         let c = &cfg.compression;
         let dense = c.kind == CompressionKind::Dense;
         let rings = !dense && cfg.sync.sparse_transport == SparseTransport::Mailbox;
         let k_target = if rings { k_for_ratio(n, c.ratio) } else { 0 };
-        let layout = MailboxLayout::new(groups, k_target, cfg.sync.mailbox_messages);
+        let messages = cfg.sync.mailbox_messages;
+        let (layout, low_rank) = if c.kind == CompressionKind::Powersgd {
+            let plan = LowRankPlan::new(tensors, n, c.rank);
+            let words = mailbox::low_rank_message_words(plan.payload_len());
+            if me == 0 {
+                log::info!(
+                    "powersgd rank {}: {} of {n} values in {} matrices go low-rank; {} values ({} bytes) per exchange at ratio {} (top-k would send {} values, {} bytes)",
+                    c.rank,
+                    plan.low_rank_values(),
+                    plan.blocks.iter().filter(|b| matches!(b, crate::compress::powersgd::Block::LowRank { .. })).count(),
+                    plan.payload_len(),
+                    4 * words,
+                    c.ratio,
+                    k_target,
+                    4 * mailbox::message_words(k_target)
+                );
+            }
+            let layout = MailboxLayout::for_words(groups, words, messages)
+                .context("the powersgd mailbox ring's size overflows")?;
+            let low_rank = LowRank {
+                tensors: tensors.to_vec(),
+                rank: c.rank,
+                psgd: PowerSgd::new(cfg.run.seed ^ (0x9e37_79b9_7f4a_7c15 ^ me as u64)),
+                unsent: Vec::with_capacity(n),
+                payload: Vec::with_capacity(plan.payload_len()),
+                scratch: Vec::new(),
+            };
+            (layout, Some(low_rank))
+        } else {
+            (MailboxLayout::new(groups, k_target, messages), None)
+        };
         let inbox = Window::create(comm, n)?;
         let mail = Window::create(comm, layout.window_len())?.lock_all()?;
         Ok(GroupExchange {
@@ -169,13 +280,15 @@ impl<'c> GroupExchange<'c> {
             layout,
             n,
             groups,
-            me: comm.rank(),
+            me,
             every: cfg.sync.inter_group_every as u64,
             dense,
             transport: cfg.sync.sparse_transport,
             drain_on_arrival: cfg.sync.drain_on_arrival,
             ratio: RatioSettings::from_config(c),
             view: PeerView::new(initial),
+            low_rank,
+            exchanges: 0,
             topk: TopK::new(),
             idx: Vec::with_capacity(k_target),
             vals: Vec::with_capacity(if dense { n } else { k_target }),
@@ -275,6 +388,14 @@ impl<'c> GroupExchange<'c> {
     /// server's header and telemetry, and reads back how far each peer has consumed.
     fn send_sparse(&mut self, own_pushes: u64) -> Result<()> {
         mailbox::encode(&self.idx, &self.vals, &mut self.msg);
+        self.send_message(own_pushes)?;
+        self.record_sent(true);
+        Ok(())
+    }
+
+    /// Writes the message in `msg` into every peer's ring (room checked), then this
+    /// server's header and telemetry, and reads back how far each peer has consumed.
+    fn send_message(&mut self, own_pushes: u64) -> Result<()> {
         let (me, ring, len) = (self.me, self.layout.ring(self.me), self.msg.len());
         let mut batch = self.mail.batch();
         for peer in peers_of(me, self.groups) {
@@ -289,7 +410,6 @@ impl<'c> GroupExchange<'c> {
         }
         self.write_headers(own_pushes, true)?;
         self.bytes_sent += (4 * len * (self.groups - 1)) as u64;
-        self.record_sent(true);
         Ok(())
     }
 
@@ -377,11 +497,16 @@ impl<'c> GroupExchange<'c> {
         for s in peers_of(me, self.groups) {
             let ring = &self.rings_copy[layout.ring(s)..layout.ring(s) + layout.cap];
             let head = self.heads[s];
-            let view = &mut self.view;
+            let receiver = Receiver {
+                view: &mut self.view,
+                weights: &mut *weights,
+                low_rank: self
+                    .low_rank
+                    .as_mut()
+                    .map(|l| (&l.tensors[..], &mut l.scratch)),
+            };
             let consumed =
-                layout.decode(s, ring, self.consumed[s], head[WRITTEN], self.n, |i, v| {
-                    view.receive(weights, i, v)
-                })?;
+                layout.decode(s, ring, self.consumed[s], head[WRITTEN], self.n, receiver)?;
             self.consumed_delta[s] = consumed.wrapping_sub(self.consumed[s]);
             self.consumed[s] = consumed;
             self.speeds[s] = f32::from_bits(head[SPEED]) as f64;
@@ -438,7 +563,7 @@ impl<'c> GroupExchange<'c> {
     fn flush_and_drain(&mut self, ps: &mut ParamServer) -> Result<()> {
         self.view
             .take_dense(ps.weights(), &mut self.vals)
-            .map_err(|e| e.in_context(self.me, self.last_pushes))?;
+            .map_err(|e| e.in_context(self.me, self.exchanges, self.last_pushes))?;
         self.send_to_inboxes(false, self.last_pushes)?;
         self.comm.barrier()?;
         self.drain(ps.weights_mut(), true)?;
@@ -468,8 +593,9 @@ impl<'c> GroupExchange<'c> {
             drain_s,
         } = self.phases;
         log::info!(
-            "group {}: exchange phases (s): top-k {topk_s:.4} send {send_s:.4} drain {drain_s:.4}; {} exchanges deferred by a full mailbox; {} drains on arrival",
+            "group {}: {} exchanges, phases (s): top-k or compression {topk_s:.4} send {send_s:.4} drain {drain_s:.4}; {} exchanges deferred by a full mailbox; {} drains on arrival",
             self.me,
+            self.exchanges,
             self.deferred,
             self.arrival_drains
         );
@@ -517,11 +643,19 @@ impl Exchange for GroupExchange<'_> {
         } else {
             self.ratio.ratio(epoch, self.speeds[self.me], &self.speeds)
         };
+        self.exchanges += 1;
         let k = k_for_ratio(self.n, ratio);
         let t = std::time::Instant::now();
-        let words = mailbox::message_words(k);
-        let me = self.me;
-        let context = |e: crate::compress::CompressError| e.in_context(me, own_pushes);
+        let plan = self.low_rank.as_ref().map(|l| {
+            let rank = rank_for_ratio(l.rank, ratio, self.ratio.target);
+            LowRankPlan::new(&l.tensors, self.n, rank)
+        });
+        let words = match &plan {
+            Some(plan) => mailbox::low_rank_message_words(plan.payload_len()),
+            None => mailbox::message_words(k),
+        };
+        let (me, exchange) = (self.me, self.exchanges);
+        let context = |e: crate::compress::CompressError| e.in_context(me, exchange, own_pushes);
         let mailbox = self.transport == SparseTransport::Mailbox;
         let route = if self.dense || (mailbox && words > self.layout.cap) {
             Route::DenseInbox
@@ -539,10 +673,16 @@ impl Exchange for GroupExchange<'_> {
                 Ok(())
             }
             Route::DenseInbox => self.view.take_dense(ps.weights(), &mut self.vals),
-            Route::IndexedInbox | Route::Mailbox => {
-                let (topk, idx, vals) = (&mut self.topk, &mut self.idx, &mut self.vals);
-                self.view.take_sparse(ps.weights(), k, topk, idx, vals)
-            }
+            Route::IndexedInbox | Route::Mailbox => match (&mut self.low_rank, &plan) {
+                (Some(low_rank), Some(plan)) => {
+                    let (view, sent) = (&mut self.view, &mut self.sent_total);
+                    low_rank.take(view, sent, ps.weights(), plan, &mut self.msg)
+                }
+                _ => {
+                    let (topk, idx, vals) = (&mut self.topk, &mut self.idx, &mut self.vals);
+                    self.view.take_sparse(ps.weights(), k, topk, idx, vals)
+                }
+            },
         };
         taken.map_err(context)?;
         self.phases.topk_s += t.elapsed().as_secs_f64();
@@ -551,6 +691,7 @@ impl Exchange for GroupExchange<'_> {
             Route::Defer => {}
             Route::DenseInbox => self.send_to_inboxes(false, own_pushes)?,
             Route::IndexedInbox => self.send_to_inboxes(true, own_pushes)?,
+            Route::Mailbox if plan.is_some() => self.send_message(own_pushes)?,
             Route::Mailbox => self.send_sparse(own_pushes)?,
         }
         self.phases.send_s += t.elapsed().as_secs_f64();

@@ -10,8 +10,10 @@
 //! Slot of sender `s`: `[written, speed bits, pushes, dense flushes, consumed | ring]`. The
 //! sender alone writes the first four words and the ring; the receiver alone writes
 //! `consumed`. `written` and `consumed` count words and wrap; the ring's length is a power
-//! of two, so a counter modulo it stays continuous across the wrap. A message is
-//! `[k, k indices, k value bits]`.
+//! of two, so a counter modulo it stays continuous across the wrap. A top-k message is
+//! `[k, k indices, k value bits]`; a low-rank (PowerSGD) message is
+//! `[LOW_RANK | rank, len, len value bits]`, its payload laid out by
+//! [`crate::compress::powersgd::LowRankPlan`] (k never reaches the tag bit: indices are `u32`).
 //!
 //! Everything here is pure; the RMA operations are in `sync::gssp` over `comm::rma`.
 
@@ -26,6 +28,9 @@ pub const DENSE_FLUSHES: usize = 3;
 pub const SENDER_WORDS: usize = 4;
 pub const CONSUMED: usize = 4;
 pub const HEADER: usize = 5;
+
+/// Tag bit of a low-rank message's first word (the rest of the word is its rank).
+pub const LOW_RANK: u32 = 1 << 31;
 
 /// A message that breaks the format: a bug or memory corruption, never a user error.
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -47,6 +52,31 @@ pub fn message_words(k: usize) -> usize {
     1 + 2 * k
 }
 
+/// Words of a low-rank message of `len` payload values.
+pub fn low_rank_message_words(len: usize) -> usize {
+    2 + len
+}
+
+/// Where the drain puts what a message holds.
+pub trait Inbox {
+    /// One top-k value.
+    fn value(&mut self, index: usize, value: f32);
+    /// One low-rank payload of `rank`; an `Err` names what does not fit the model.
+    fn low_rank(&mut self, rank: usize, payload: &[f32]) -> Result<(), String>;
+}
+
+/// A closure takes top-k values only; a low-rank message is then corrupt.
+impl<F: FnMut(usize, f32)> Inbox for F {
+    fn value(&mut self, index: usize, value: f32) {
+        self(index, value)
+    }
+    fn low_rank(&mut self, rank: usize, _: &[f32]) -> Result<(), String> {
+        Err(format!(
+            "a low-rank message (rank {rank}) where none is expected"
+        ))
+    }
+}
+
 impl MailboxLayout {
     /// Rings that hold `messages` messages of `k` values each (rounded up to a power of two);
     /// `k = 0` gives header-only slots.
@@ -56,18 +86,29 @@ impl MailboxLayout {
     /// a tiny or empty ring. Config validation bounds `messages`
     /// ([`crate::config::MAX_MAILBOX_MESSAGES`]), so this is a caller bug.
     pub fn new(groups: usize, k: usize, messages: usize) -> Self {
-        let cap = if k == 0 || messages == 0 {
+        let words = k.checked_mul(2).and_then(|w| w.checked_add(1));
+        let words = words.unwrap_or_else(|| {
+            panic!("a mailbox ring of {messages} messages of {k} values overflows usize")
+        });
+        if k == 0 {
+            return Self { groups, cap: 0 };
+        }
+        Self::for_words(groups, words, messages).unwrap_or_else(|| {
+            panic!("a mailbox ring of {messages} messages of {k} values overflows usize")
+        })
+    }
+
+    /// Rings that hold `messages` messages of `words` words each (rounded up to a power of
+    /// two); `None` if that overflows `usize`.
+    pub fn for_words(groups: usize, words: usize, messages: usize) -> Option<Self> {
+        let cap = if words == 0 || messages == 0 {
             0
         } else {
-            k.checked_mul(2)
-                .and_then(|w| w.checked_add(1))
-                .and_then(|w| w.checked_mul(messages))
-                .and_then(usize::checked_next_power_of_two)
-                .unwrap_or_else(|| {
-                    panic!("a mailbox ring of {messages} messages of {k} values overflows usize")
-                })
+            words
+                .checked_mul(messages)
+                .and_then(usize::checked_next_power_of_two)?
         };
-        Self { groups, cap }
+        Some(Self { groups, cap })
     }
 
     pub fn window_len(&self) -> usize {
@@ -100,8 +141,8 @@ impl MailboxLayout {
         [(start, 0, first), (0, first, len - first)]
     }
 
-    /// Calls `apply(index, value)` for every value of the messages in `ring` between the
-    /// counters `from` and `to`, and returns `to`. Indices must be below `n`.
+    /// Hands every message in `ring` between the counters `from` and `to` to `inbox` (each
+    /// top-k value, each low-rank payload), and returns `to`. Indices must be below `n`.
     pub fn decode(
         &self,
         sender: usize,
@@ -109,7 +150,7 @@ impl MailboxLayout {
         from: u32,
         to: u32,
         n: usize,
-        mut apply: impl FnMut(usize, f32),
+        mut inbox: impl Inbox,
     ) -> Result<u32, MailboxError> {
         let corrupt = |detail: String| MailboxError::Corrupt { sender, detail };
         if ring.len() != self.cap || (to.wrapping_sub(from) as usize) > self.cap {
@@ -121,9 +162,29 @@ impl MailboxLayout {
         }
         let at = |pos: u32| ring[pos as usize % self.cap];
         let mut pos = from;
+        let mut payload = Vec::new();
         while pos != to {
-            let k = at(pos) as usize;
             let left = to.wrapping_sub(pos) as usize;
+            if at(pos) & LOW_RANK != 0 {
+                let rank = (at(pos) & !LOW_RANK) as usize;
+                let len = if left >= 2 {
+                    at(pos.wrapping_add(1)) as usize
+                } else {
+                    left
+                };
+                if len > left.saturating_sub(2) {
+                    return Err(corrupt(format!(
+                        "a low-rank message of {len} values in {left} pending words"
+                    )));
+                }
+                let start = pos.wrapping_add(2);
+                payload.clear();
+                payload.extend((0..len as u32).map(|j| f32::from_bits(at(start.wrapping_add(j)))));
+                inbox.low_rank(rank, &payload).map_err(corrupt)?;
+                pos = start.wrapping_add(len as u32);
+                continue;
+            }
+            let k = at(pos) as usize;
             if message_words(k) > left {
                 return Err(corrupt(format!(
                     "a message of {k} values in {left} pending words"
@@ -136,12 +197,22 @@ impl MailboxLayout {
                 if i >= n {
                     return Err(corrupt(format!("index {i} in a model of {n}")));
                 }
-                apply(i, f32::from_bits(at(val.wrapping_add(j))));
+                inbox.value(i, f32::from_bits(at(val.wrapping_add(j))));
             }
             pos = val.wrapping_add(k as u32);
         }
         Ok(to)
     }
+}
+
+/// Writes the low-rank message `[LOW_RANK | rank, len, payload bits]` into `out` (cleared
+/// first).
+pub fn encode_low_rank(rank: usize, payload: &[f32], out: &mut Vec<u32>) {
+    debug_assert!(rank > 0 && (rank as u64) < u64::from(LOW_RANK));
+    out.clear();
+    out.push(LOW_RANK | rank as u32);
+    out.push(payload.len() as u32);
+    out.extend(payload.iter().map(|v| v.to_bits()));
 }
 
 /// Appends the message `[k, indices, value bits]` to `out` (cleared first).
@@ -228,6 +299,63 @@ mod tests {
         }
         assert_eq!(consumed, written);
         assert!(written < start, "the counter wrapped");
+    }
+
+    /// Collects what a drain hands over, both kinds.
+    #[derive(Default)]
+    struct Collect {
+        values: Vec<(usize, f32)>,
+        low_rank: Vec<(usize, Vec<f32>)>,
+    }
+
+    impl Inbox for &mut Collect {
+        fn value(&mut self, index: usize, value: f32) {
+            self.values.push((index, value));
+        }
+        fn low_rank(&mut self, rank: usize, payload: &[f32]) -> Result<(), String> {
+            if payload.len() > 6 {
+                return Err(format!("{} values do not fit", payload.len()));
+            }
+            self.low_rank.push((rank, payload.to_vec()));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn low_rank_and_top_k_messages_share_a_wrapping_ring() {
+        let l = MailboxLayout::for_words(2, 8, 2).unwrap(); // cap 16
+        assert_eq!(l.cap, 16);
+        let mut ring = vec![0u32; 16];
+        let mut msg = Vec::new();
+        let mut written = 10u32; // the second message wraps
+        encode(&[3], &[0.5], &mut msg);
+        written = write(&l, &mut ring, written, &msg);
+        encode_low_rank(2, &[1.0, -2.0, 3.5, 4.0, 0.0], &mut msg);
+        assert_eq!(msg.len(), low_rank_message_words(5));
+        written = write(&l, &mut ring, written, &msg);
+        let mut got = Collect::default();
+        assert_eq!(
+            l.decode(1, &ring, 10, written, 10, &mut got).unwrap(),
+            written
+        );
+        assert_eq!(got.values, vec![(3, 0.5)]);
+        assert_eq!(got.low_rank, vec![(2, vec![1.0, -2.0, 3.5, 4.0, 0.0])]);
+        // A payload the model refuses, a length beyond what is pending, and a low-rank
+        // message where only top-k is expected: errors naming the sender.
+        encode_low_rank(1, &[0.0; 7], &mut msg);
+        let end = write(&l, &mut ring, 0, &msg);
+        let err = l
+            .decode(4, &ring, 0, end, 10, &mut Collect::default())
+            .unwrap_err();
+        assert!(err.to_string().contains("group 4") && err.to_string().contains("7 values"));
+        assert!(l
+            .decode(4, &ring, 0, 5, 10, &mut Collect::default())
+            .is_err());
+        assert!(l
+            .decode(4, &ring, 0, 1, 10, &mut Collect::default())
+            .is_err());
+        let err = l.decode(0, &ring, 0, end, 10, |_, _| {}).unwrap_err();
+        assert!(err.to_string().contains("low-rank"), "{err}");
     }
 
     #[test]

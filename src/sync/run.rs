@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use crate::checkpoint::{Resume, Schedule};
 use crate::comm::p2p::{ServerLink, WorkerLink};
 use crate::comm::{Collectives, Comm, SubComm};
+use crate::compress::powersgd::TensorShape;
 use crate::config::{Config, Staleness, SyncMode};
 use crate::grouping;
 use crate::hetero::{Pacer, CALIBRATION_ITERATIONS};
@@ -291,6 +292,7 @@ struct RankTotals {
     exchange_share: f64,
     exchange_cpu_share: f64,
     exchange_ms: f64,
+    exchange_cpu_ms: f64,
 }
 
 impl RankTotals {
@@ -312,10 +314,11 @@ impl RankTotals {
             exchange_share: s.exchange_s / s.busy_s().max(1e-12),
             exchange_cpu_share: s.exchange_cpu_s / s.busy_cpu_s.max(1e-12),
             exchange_ms: 1e3 * s.exchange_s / s.exchanges.max(1) as f64,
+            exchange_cpu_ms: 1e3 * s.exchange_cpu_s / s.exchanges.max(1) as f64,
         }
     }
 
-    fn to_row(self) -> [f64; 14] {
+    fn to_row(self) -> [f64; 15] {
         [
             self.worker,
             self.wait_fraction,
@@ -331,6 +334,7 @@ impl RankTotals {
             self.exchange_share,
             self.exchange_cpu_share,
             self.exchange_ms,
+            self.exchange_cpu_ms,
         ]
     }
 
@@ -350,6 +354,7 @@ impl RankTotals {
             exchange_share: r[11],
             exchange_cpu_share: r[12],
             exchange_ms: r[13],
+            exchange_cpu_ms: r[14],
         }
     }
 }
@@ -435,7 +440,13 @@ fn serve_group(
         let sc = ctx
             .server_comm
             .context("group server without the servers' communicator")?;
-        let mut ex = gssp::GroupExchange::new(sc, cfg, ps.weights())?;
+        let tensors: Vec<TensorShape> = step
+            .net
+            .param_specs()
+            .iter()
+            .map(|t| TensorShape::new(t.range.clone(), &t.shape))
+            .collect();
+        let mut ex = gssp::GroupExchange::new(sc, cfg, ps.weights(), &tensors)?;
         if let Some(m) = &resumed {
             ex.resume(&m.group_pushes, m.speed).with_context(|| {
                 ctx.resume
@@ -581,6 +592,7 @@ fn finish(
         exchange_shares_of_busy: exchanged.then(|| per_server(|r| r.exchange_share)),
         exchange_shares_of_busy_cpu: exchanged.then(|| per_server(|r| r.exchange_cpu_share)),
         mean_exchange_ms: exchanged.then(|| per_server(|r| r.exchange_ms)),
+        mean_exchange_cpu_ms: exchanged.then(|| per_server(|r| r.exchange_cpu_ms)),
         ..common
     };
     run.write_json("summary.json", &summary)?;
