@@ -63,6 +63,17 @@ pub enum Block {
     Dense { offset: usize, len: usize },
 }
 
+impl Block {
+    /// Where the block starts in the flat vector, and how many payload values it takes at
+    /// `rank`.
+    fn span(&self, rank: usize) -> (usize, usize) {
+        match *self {
+            Block::LowRank { offset, rows, cols } => (offset, (rows + cols) * rank),
+            Block::Dense { offset, len } => (offset, len),
+        }
+    }
+}
+
 /// Which tensors go low-rank at one rank, and the message payload's length.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LowRankPlan {
@@ -100,13 +111,7 @@ impl LowRankPlan {
             at = end;
         }
         dense(&mut blocks, at, n);
-        let payload_len = blocks
-            .iter()
-            .map(|b| match *b {
-                Block::LowRank { rows, cols, .. } => (rows + cols) * rank,
-                Block::Dense { len, .. } => len,
-            })
-            .sum();
+        let payload_len = blocks.iter().map(|b| b.span(rank).1).sum();
         Self {
             rank,
             blocks,
@@ -244,10 +249,7 @@ fn orthonormal_columns(p: Array2<f32>) -> Result<Array2<f32>, CompressError> {
 /// Start of the tensor that holds payload position `j` (for an error message).
 fn block_start(plan: &LowRankPlan, mut j: usize) -> usize {
     for b in &plan.blocks {
-        let (offset, len) = match *b {
-            Block::LowRank { offset, rows, cols } => (offset, (rows + cols) * plan.rank),
-            Block::Dense { offset, len } => (offset, len),
-        };
+        let (offset, len) = b.span(plan.rank);
         if j < len {
             return offset;
         }

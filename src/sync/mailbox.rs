@@ -86,16 +86,15 @@ impl MailboxLayout {
     /// a tiny or empty ring. Config validation bounds `messages`
     /// ([`crate::config::MAX_MAILBOX_MESSAGES`]), so this is a caller bug.
     pub fn new(groups: usize, k: usize, messages: usize) -> Self {
-        let words = k.checked_mul(2).and_then(|w| w.checked_add(1));
-        let words = words.unwrap_or_else(|| {
-            panic!("a mailbox ring of {messages} messages of {k} values overflows usize")
-        });
         if k == 0 {
             return Self { groups, cap: 0 };
         }
-        Self::for_words(groups, words, messages).unwrap_or_else(|| {
-            panic!("a mailbox ring of {messages} messages of {k} values overflows usize")
-        })
+        k.checked_mul(2)
+            .and_then(|w| w.checked_add(1))
+            .and_then(|words| Self::for_words(groups, words, messages))
+            .unwrap_or_else(|| {
+                panic!("a mailbox ring of {messages} messages of {k} values overflows usize")
+            })
     }
 
     /// Rings that hold `messages` messages of `words` words each (rounded up to a power of
