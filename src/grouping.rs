@@ -13,7 +13,8 @@ use anyhow::Context;
 use thiserror::Error;
 
 use crate::comm::Collectives;
-use crate::config::{Grouping, SyncConfig};
+use crate::config::{Grouping, Groups, SyncConfig};
+use crate::costmodel::{choose_group_count, groups_for, CostModel, GroupCountChoice};
 use crate::hetero::{median, CALIBRATION_ITERATIONS};
 
 /// Why a set of measured times cannot be partitioned.
@@ -237,18 +238,22 @@ pub struct WorkerGroups {
     /// With `grouping = "profile"`: what profiling cost, the longest any worker spent in it
     /// (calibration included), in seconds.
     pub profile_cost_s: Option<f64>,
+    /// With `groups = "auto"`: the count chosen and the cost model's figures for each.
+    pub group_count: Option<GroupCountChoice>,
 }
 
 /// Groups of worker ranks: from the config (`static`) or from measured speeds (`profile`:
 /// every worker times `profile_iters` of its local iterations, compute plus emulated
 /// slowdown, and reports their median; rank 0 partitions them exactly, evens out groups of
-/// equal speed ([`balance_equal_speeds`]) and broadcasts the result).
+/// equal speed ([`balance_equal_speeds`]) and broadcasts the result). With `groups = "auto"`
+/// rank 0 first picks the group count `model` predicts fastest ([`choose_group_count`]).
 ///
 /// `worker_ranks` are the world ranks of all workers; `iterate` runs one local iteration of
 /// this rank (only called on workers). Collective over `comm`, the world, when profiling.
 pub fn form_groups<C: Collectives>(
     comm: &C,
     cfg: &SyncConfig,
+    model: &CostModel,
     worker_ranks: &[usize],
     mut iterate: impl FnMut(),
 ) -> anyhow::Result<WorkerGroups> {
@@ -259,6 +264,7 @@ pub fn form_groups<C: Collectives>(
             profiled_spread_s: None,
             profiled_worst_s: None,
             profile_cost_s: None,
+            group_count: None,
         });
     }
     let (mut seconds, mut noise, mut worst, mut cost) = (f64::NAN, f64::NAN, f64::NAN, 0.0);
@@ -287,17 +293,35 @@ pub fn form_groups<C: Collectives>(
         let spreads: Vec<f64> = worker_ranks.iter().map(|&r| rows[r][1]).collect();
         let worst: Vec<f64> = worker_ranks.iter().map(|&r| rows[r][2]).collect();
         let cost = rows.iter().map(|r| r[3]).fold(0.0, f64::max);
-        let parts = partition_by_speed(&worker_times, cfg.groups).context("grouping by profile")?;
-        let parts = balance_equal_speeds(&worker_times, &spreads, parts);
+        let choice = match cfg.groups {
+            Groups::Count(_) => None,
+            Groups::Auto => Some(
+                choose_group_count(model, &worker_times, &spreads, cfg.max_groups)
+                    .context("choosing the group count")?,
+            ),
+        };
+        let count = cfg
+            .groups
+            .count()
+            .or(choice.as_ref().map(|c| c.chosen))
+            .unwrap_or(1);
+        let parts = groups_for(&worker_times, &spreads, count).context("grouping by profile")?;
         let groups: Vec<Vec<usize>> = parts
             .iter()
             .map(|p| p.iter().map(|&i| worker_ranks[i]).collect())
             .collect();
-        text = serde_json::to_vec(&(groups, worker_times, spreads, worst, cost))?;
+        text = serde_json::to_vec(&(groups, worker_times, spreads, worst, cost, choice))?;
     }
     comm.broadcast_bytes(0, &mut text)?;
-    type Profiled = (Vec<Vec<usize>>, Vec<f64>, Vec<f64>, Vec<f64>, f64);
-    let (groups, times, spreads, worst, cost): Profiled =
+    type Profiled = (
+        Vec<Vec<usize>>,
+        Vec<f64>,
+        Vec<f64>,
+        Vec<f64>,
+        f64,
+        Option<GroupCountChoice>,
+    );
+    let (groups, times, spreads, worst, cost, group_count): Profiled =
         serde_json::from_slice(&text).context("layout broadcast")?;
     Ok(WorkerGroups {
         groups,
@@ -305,6 +329,7 @@ pub fn form_groups<C: Collectives>(
         profiled_spread_s: Some(spreads),
         profiled_worst_s: Some(worst),
         profile_cost_s: Some(cost),
+        group_count,
     })
 }
 

@@ -635,7 +635,7 @@ fn check_config(text: &str, overrides: &[String], world: usize) -> Result<(), Te
         // What a validated config sizes: the gssp mailbox rings (k of a mid-sized model),
         // which must hold the messages, not a size that wrapped.
         let (k, messages) = (1 << 20, cfg.sync.mailbox_messages);
-        let ring = MailboxLayout::new(cfg.sync.groups, k, messages);
+        let ring = MailboxLayout::new(cfg.num_servers(), k, messages);
         prop_assert!(ring.cap as u128 >= messages as u128 * message_words(k) as u128);
     }
     for w in [0, 1, 2, world, usize::MAX] {

@@ -733,6 +733,176 @@ fn gssp_profile_grouping_puts_equal_speeds_together() {
     }
 }
 
+/// The groups in `regroups.json` after each meeting, as sets of world ranks, with whether
+/// workers moved there.
+fn regroup_history(run: &Run) -> Vec<(f64, bool, BTreeSet<BTreeSet<u64>>)> {
+    let history = run.json("regroups.json");
+    history
+        .as_array()
+        .unwrap_or_else(|| panic!("regroups.json: {history}"))
+        .iter()
+        .map(|e| {
+            let groups = e["groups"]
+                .as_array()
+                .unwrap_or_else(|| panic!("event: {e}"))
+                .iter()
+                .map(|g| {
+                    g.as_array()
+                        .map(|a| a.iter().filter_map(|v| v.as_u64()).collect())
+                        .unwrap_or_default()
+                })
+                .collect();
+            (num(e, "time_s"), e["regrouped"] == true, groups)
+        })
+        .collect()
+}
+
+fn rank_sets(groups: &[&[u64]]) -> BTreeSet<BTreeSet<u64>> {
+    groups.iter().map(|g| g.iter().copied().collect()).collect()
+}
+
+/// A worker of the fast group that becomes 4x slower mid-run (rank 3, at 2 s) is moved to
+/// the slow group at the first meeting whose window saw it slow, and nobody else moves.
+/// Across the regroup each server keeps its workers within its bound (staleness 0:
+/// clock_spread <= 1), every worker iteration is applied by some server, and with top-k
+/// every update still reaches every replica.
+#[test]
+fn gssp_regroups_a_worker_that_slows_mid_run() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let run = scratch.train_ok(
+        "gssp-regroup",
+        10,
+        &[
+            "sync.mode=gssp",
+            "sync.groups=2",
+            "sync.staleness=0",
+            "sync.regroup_every_s=1.5",
+            "run.epochs=0",
+            "run.time_budget_s=8",
+            "heterogeneity.tiers=[{factor=1.0,workers=4},{factor=4.0,workers=4}]",
+            "heterogeneity.unit_s=0.01",
+            "heterogeneity.changes=[{at_s=2.0, worker=1, factor=4.0}]",
+            "compression.kind=topk",
+            "compression.ratio=0.05",
+        ],
+        DEADLINE,
+    );
+    let before = rank_sets(&[&[2, 3, 4, 5], &[6, 7, 8, 9]]);
+    let after = rank_sets(&[&[2, 4, 5], &[3, 6, 7, 8, 9]]);
+    let history = regroup_history(&run);
+    eprintln!("regroup history: {history:?}");
+    assert!(history.len() >= 4, "{history:?}");
+    let moved: Vec<_> = history.iter().filter(|e| e.1).collect();
+    assert_eq!(moved.len(), 1, "exactly one regroup: {history:?}");
+    let (t, _, groups) = moved[0];
+    assert!(*t > 2.0 && *t < 6.5, "regrouped at {t} s");
+    assert_eq!(groups, &after);
+    for (t_e, _, g) in &history {
+        assert_eq!(g, if t_e < t { &before } else { &after }, "{history:?}");
+    }
+    for server in [0, 1] {
+        let spread = run.rank_csv(server).col("clock_spread");
+        let max = spread.iter().copied().fold(0.0, f64::max);
+        assert!(max <= 1.0, "server {server}: clock_spread reached {max}");
+    }
+    let pushes: u64 = [0, 1]
+        .iter()
+        .map(|&s| run.rank_csv(s).last("pushes") as u64)
+        .sum();
+    let its: u64 = iterations(&run, &[2, 3, 4, 5, 6, 7, 8, 9]).iter().sum();
+    assert_eq!(
+        pushes, its,
+        "servers applied {pushes}, workers logged {its}"
+    );
+    // The moved worker kept training at its new server to the end.
+    let last = run.rank_csv(3).last("time_s");
+    assert!(last > 7.0, "rank 3 logged its last iteration at {last} s");
+    let summary = run.summary();
+    let err = num(&summary, "replica_max_error");
+    assert!(err <= 1e-4, "replica_max_error {err}");
+    assert!(num(&summary, "final_test_accuracy") > 0.8, "{summary}");
+}
+
+/// `sync.groups = "auto"` on two clear tiers (1x and 4x, four workers each) chooses two
+/// groups, one per tier, from the cost model; the two reserved server ranks left over stay
+/// idle and the job trains and ends normally.
+#[test]
+fn gssp_auto_group_count_follows_the_tiers() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let run = scratch.train_ok(
+        "gssp-auto-groups",
+        12,
+        &[
+            "sync.mode=gssp",
+            "sync.groups=auto",
+            "sync.max_groups=4",
+            "run.epochs=0",
+            "run.time_budget_s=4",
+            "heterogeneity.tiers=[{factor=1.0,workers=4},{factor=4.0,workers=4}]",
+            "heterogeneity.unit_s=0.01",
+        ],
+        DEADLINE,
+    );
+    let layout = run.layout();
+    let choice = &layout["group_count"];
+    assert_eq!(choice["chosen"], 2, "layout: {layout}");
+    assert_eq!(choice["candidates"].as_array().map(Vec::len), Some(4));
+    let rates: Vec<f64> = (0..4)
+        .map(|i| num(&choice["candidates"][i], "rate"))
+        .collect();
+    assert!(rates[1] > 2.0 * rates[0], "predicted rates {rates:?}");
+    assert_eq!(layout["servers"], serde_json::json!([0, 1]));
+    assert_eq!(layout["idle"], serde_json::json!([2, 3]));
+    let groups: BTreeSet<BTreeSet<u64>> = layout["groups"]
+        .as_array()
+        .unwrap_or_else(|| panic!("layout: {layout}"))
+        .iter()
+        .map(|g| {
+            g.as_array()
+                .map(|a| a.iter().filter_map(|v| v.as_u64()).collect())
+                .unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(groups, rank_sets(&[&[4, 5, 6, 7], &[8, 9, 10, 11]]));
+    let summary = run.summary();
+    assert_eq!(num(&summary, "workers"), 8.0, "{summary}");
+    assert!(num(&summary, "final_test_accuracy") > 0.8, "{summary}");
+}
+
+/// Equal workers with slow spells (5x on a fifth of their iterations) are never moved:
+/// each window's medians see through the spells, and the hysteresis ignores what noise is
+/// left.
+#[test]
+fn gssp_regroup_leaves_equal_workers_with_slow_spells_alone() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let run = scratch.train_ok(
+        "gssp-regroup-spells",
+        10,
+        &[
+            "sync.mode=gssp",
+            "sync.groups=2",
+            "sync.regroup_every_s=1",
+            "run.epochs=0",
+            "run.time_budget_s=6",
+            "heterogeneity.unit_s=0.01",
+            "heterogeneity.straggler_prob=0.2",
+            "heterogeneity.straggler_factor=5.0",
+        ],
+        DEADLINE,
+    );
+    let history = regroup_history(&run);
+    eprintln!("regroup history: {history:?}");
+    assert!(history.len() >= 4, "{history:?}");
+    assert!(history.iter().all(|e| !e.1), "a worker moved: {history:?}");
+    for (_, _, groups) in &history {
+        let sizes: Vec<usize> = groups.iter().map(BTreeSet::len).collect();
+        assert_eq!(sizes, vec![4, 4], "{history:?}");
+    }
+}
+
 /// Equal workers slowed only now and then (transient stragglers, 5x on a fifth of their
 /// iterations) are grouped by their persistent speed: two groups of equal size; with
 /// `sync.staleness = "auto"` each group's bound rides out a spell (4 iterations late) and

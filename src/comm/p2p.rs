@@ -12,7 +12,7 @@
 //! |------|-------------------------------------------|-------------------------------------------------|
 //! | 0    | clock, low 32 bits (bit pattern)          | version, low 32 bits (bit pattern)              |
 //! | 1    | clock, high 32 bits (bit pattern)         | version, high 32 bits (bit pattern)             |
-//! | 2    | loss (`f32`)                              | flags (bit 0 = stop, bits 1..32 = staleness)   |
+//! | 2    | loss (`f32`)                              | flags (bit 0 = stop, bit 1 = move, bits 2..32 = staleness) |
 //! | 3..  | payload, `len <= capacity` values         | payload, `len <= capacity` values               |
 //!
 //! The payload length is the received element count minus [`HEADER_WORDS`] (`MPI_Get_count`),
@@ -27,6 +27,11 @@
 //!   is then waiting, with nothing in flight). The worker sends nothing afterwards
 //!   ([`WorkerLink::push`] refuses). The server then retires the worker: a later push from it
 //!   is an error, and [`ServerLink::wait_push`] returns `None` once every worker is retired.
+//! * Regrouping: the server may answer a push with Move (the move flag, the new server's rank
+//!   in the version words, no payload) instead of weights ([`ServerLink::send_move`]). The
+//!   worker then takes its weights from the new server ([`WorkerLink::switch_server`]), which
+//!   sent them when it took the worker in ([`ServerLink::join`]). Links that regroup must
+//!   live on one communicator holding every server and worker (the world).
 
 use super::sealed::CommHandle;
 use super::Collectives;
@@ -44,6 +49,8 @@ pub const TAG_WEIGHTS: i32 = 0x5745;
 pub const HEADER_WORDS: usize = 3;
 
 const STOP_FLAG: u32 = 1;
+const MOVE_FLAG: u32 = 2;
+const FLAG_BITS: u32 = 2;
 
 /// Traffic and waiting counters of one link (header words included in the bytes).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -69,10 +76,13 @@ pub struct WeightsHeader {
     /// The server asks the worker to stop.
     pub stop: bool,
     /// Staleness of the worker's last push (server steps between the weights it used and
-    /// its arrival), saturating at 2^31 - 1.
+    /// its arrival), saturating at 2^30 - 1.
     pub staleness: u64,
     /// Number of payload values copied into the caller's buffer.
     pub len: usize,
+    /// Regrouping: the rank of the server to take weights from from now on (a Move
+    /// message, without payload).
+    pub moved_to: Option<usize>,
 }
 
 /// A push handed out by [`ServerLink::poll_push`]/[`ServerLink::wait_push`]; borrows the
@@ -403,7 +413,8 @@ impl WorkerLink {
         let version = get_u64(&self.recv_buf[0..2]);
         let flags = self.recv_buf[2].to_bits();
         let stop = flags & STOP_FLAG != 0;
-        let staleness = u64::from(flags >> 1);
+        let moved_to = (flags & MOVE_FLAG != 0).then_some(version as usize);
+        let staleness = u64::from(flags >> FLAG_BITS);
         out[..len].copy_from_slice(&self.recv_buf[HEADER_WORDS..words]);
         self.stopped |= stop;
         Ok(WeightsHeader {
@@ -411,7 +422,25 @@ impl WorkerLink {
             stop,
             staleness,
             len,
+            moved_to,
         })
+    }
+
+    /// Takes weights from `server_rank` from now on, after a Move message from the old
+    /// server (nothing is then in flight from it).
+    pub fn switch_server(&mut self, server_rank: usize) -> Result<(), CommError> {
+        let server = c_rank("WorkerLink::switch_server", server_rank, self.comm.size)?;
+        if server_rank == self.comm.rank || is_active(self.recv_req) {
+            return Err(CommError::Invalid {
+                what: "WorkerLink::switch_server",
+                detail: format!(
+                    "cannot move to rank {server_rank} (own rank {}, or a receive pending)",
+                    self.comm.rank
+                ),
+            });
+        }
+        self.server = server;
+        Ok(())
     }
 
     /// Counters so far.
@@ -712,6 +741,54 @@ impl ServerLink {
         Ok(())
     }
 
+    /// Regrouping: answers worker index `worker`'s push with Move to `server_rank` (a rank of
+    /// this link's communicator) and takes it out of this server's workers (see the module
+    /// docs' protocol rules).
+    pub fn send_move(&mut self, worker: usize, server_rank: usize) -> Result<(), CommError> {
+        self.check_worker("ServerLink::send_move", worker)?;
+        c_rank("ServerLink::send_move server", server_rank, self.comm.size)?;
+        wait(&mut self.send_reqs[worker], &mut self.stats.wait_seconds)?;
+        self.settle(worker);
+        self.write_header(worker, server_rank as u64, false, 0);
+        let h = &mut self.headers[worker];
+        h[2] = f32::from_bits(h[2].to_bits() | MOVE_FLAG);
+        // SAFETY: as in send_stop.
+        unsafe {
+            isend(
+                &self.comm,
+                &self.headers[worker],
+                HEADER_WORDS,
+                self.workers[worker],
+                TAG_WEIGHTS,
+                &mut self.send_reqs[worker],
+            )?;
+        }
+        self.stats.bytes_sent += bytes_of(HEADER_WORDS);
+        self.stats.messages_sent += 1;
+        self.leave(worker)
+    }
+
+    /// Worker index `worker` belongs to another server: a push from it is an error, and
+    /// [`ServerLink::wait_push`] no longer waits for it.
+    pub fn leave(&mut self, worker: usize) -> Result<(), CommError> {
+        self.check_worker("ServerLink::leave", worker)?;
+        if !self.retired[worker] {
+            self.retired[worker] = true;
+            self.active -= 1;
+        }
+        Ok(())
+    }
+
+    /// Worker index `worker` (left before, or never here) is this server's again.
+    pub fn join(&mut self, worker: usize) -> Result<(), CommError> {
+        self.check_worker("ServerLink::join", worker)?;
+        if self.retired[worker] {
+            self.retired[worker] = false;
+            self.active += 1;
+        }
+        Ok(())
+    }
+
     fn check_worker(&self, what: &'static str, worker: usize) -> Result<(), CommError> {
         if worker < self.workers.len() {
             Ok(())
@@ -726,8 +803,8 @@ impl ServerLink {
     fn write_header(&mut self, worker: usize, version: u64, stop: bool, staleness: u64) {
         let h = &mut self.headers[worker];
         put_u64(&mut h[0..2], version);
-        let staleness = staleness.min(u64::from(u32::MAX >> 1)) as u32;
-        h[2] = f32::from_bits((staleness << 1) | if stop { STOP_FLAG } else { 0 });
+        let staleness = staleness.min(u64::from(u32::MAX >> FLAG_BITS)) as u32;
+        h[2] = f32::from_bits((staleness << FLAG_BITS) | if stop { STOP_FLAG } else { 0 });
     }
 
     /// Releases the payload of worker `worker`'s send once that send has completed.

@@ -42,6 +42,8 @@ pub struct Config {
     pub heterogeneity: HeterogeneityConfig,
     #[serde(default)]
     pub device: DeviceConfig,
+    #[serde(default)]
+    pub cluster: ClusterConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -251,40 +253,84 @@ impl Staleness {
 
 impl Serialize for Staleness {
     fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Staleness::Bound(s) => ser.serialize_u64(*s as u64),
-            Staleness::Auto => ser.serialize_str("auto"),
-        }
+        serialize_count_or_auto(self.bound(), ser)
     }
 }
 
 impl<'de> Deserialize<'de> for Staleness {
     fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl serde::de::Visitor<'_> for Visit {
-            type Value = Staleness;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("an integer >= 0 or \"auto\"")
-            }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Staleness, E> {
-                usize::try_from(v)
-                    .map(Staleness::Bound)
-                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(v), &self))
-            }
-            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Staleness, E> {
-                u64::try_from(v)
-                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
-                    .and_then(|v| self.visit_u64(v))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Staleness, E> {
-                match v {
-                    "auto" => Ok(Staleness::Auto),
-                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
-                }
+        Ok(deserialize_count_or_auto(de)?.map_or(Staleness::Auto, Staleness::Bound))
+    }
+}
+
+/// The number of gssp groups: a number, or `"auto"` (profile grouping): the count the cost
+/// model predicts fastest, up to `sync.max_groups` ([`crate::costmodel::choose_group_count`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Groups {
+    Count(usize),
+    Auto,
+}
+
+impl Groups {
+    /// The fixed count, or `None` for `"auto"`.
+    pub fn count(self) -> Option<usize> {
+        match self {
+            Groups::Count(g) => Some(g),
+            Groups::Auto => None,
+        }
+    }
+}
+
+impl Serialize for Groups {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        serialize_count_or_auto(self.count(), ser)
+    }
+}
+
+impl<'de> Deserialize<'de> for Groups {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        Ok(deserialize_count_or_auto(de)?.map_or(Groups::Auto, Groups::Count))
+    }
+}
+
+fn serialize_count_or_auto<S: serde::Serializer>(
+    v: Option<usize>,
+    ser: S,
+) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(n) => ser.serialize_u64(n as u64),
+        None => ser.serialize_str("auto"),
+    }
+}
+
+/// An integer >= 0 (`Some`) or the string `"auto"` (`None`).
+fn deserialize_count_or_auto<'de, D: serde::Deserializer<'de>>(
+    de: D,
+) -> Result<Option<usize>, D::Error> {
+    struct Visit;
+    impl serde::de::Visitor<'_> for Visit {
+        type Value = Option<usize>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an integer >= 0 or \"auto\"")
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Option<usize>, E> {
+            usize::try_from(v)
+                .map(Some)
+                .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(v), &self))
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Option<usize>, E> {
+            u64::try_from(v)
+                .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+                .and_then(|v| self.visit_u64(v))
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Option<usize>, E> {
+            match v {
+                "auto" => Ok(None),
+                _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
             }
         }
-        de.deserialize_any(Visit)
     }
+    de.deserialize_any(Visit)
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -312,8 +358,11 @@ pub struct SyncConfig {
     /// SSP staleness bound s (ssp and inside gssp groups). 0 = BSP; `"auto"` per group
     /// from the profile (gssp with `grouping = "profile"`).
     pub staleness: Staleness,
-    /// gssp: number of groups G (= number of group servers, ranks 0..G-1).
-    pub groups: usize,
+    /// gssp: number of groups G (= number of group servers, ranks 0..G-1), or `"auto"`.
+    pub groups: Groups,
+    /// gssp with `groups = "auto"`: the most groups considered. Ranks 0..max_groups-1 are
+    /// reserved as servers; those the chosen count leaves over stay idle.
+    pub max_groups: usize,
     pub grouping: Grouping,
     /// gssp with `grouping = "profile"`: local iterations each worker times.
     pub profile_iters: usize,
@@ -331,6 +380,12 @@ pub struct SyncConfig {
     /// gssp: also apply peers' updates between this server's own exchanges, at the first
     /// push after they arrive (fresher replicas; costs a drain per arrival).
     pub drain_on_arrival: bool,
+    /// gssp: regroup the workers by their measured speed every this many seconds of
+    /// training (see [`crate::regroup`]). 0 = never: the groups formed at the start stay.
+    pub regroup_every_s: f64,
+    /// gssp with regrouping: the least relative gain in predicted throughput for workers
+    /// to move (hysteresis).
+    pub regroup_min_gain: f64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -418,6 +473,30 @@ pub struct DeviceConfig {
     pub kind: DeviceKind,
 }
 
+/// The cluster's figures for the timing cost model ([`crate::costmodel`]): what
+/// `sync.groups = "auto"` and regrouping predict speeds with. The defaults describe one
+/// node's shared memory (measured on the LeNet-5 paper scenario).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct ClusterConfig {
+    /// One message's latency, microseconds.
+    pub latency_us: f64,
+    /// Point-to-point bandwidth between a server and a worker or a peer, Gbit/s.
+    pub bandwidth_gbps: f64,
+    /// A server's time to apply a push, nanoseconds per parameter.
+    pub apply_ns_per_param: f64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            latency_us: 1.0,
+            bandwidth_gbps: 80.0,
+            apply_ns_per_param: 0.55,
+        }
+    }
+}
+
 /// Where Fashion-MNIST is looked for when `data.dir` is empty: the folder where Debian/Ubuntu's
 /// `dataset-fashion-mnist` package installs its files.
 pub const FASHION_MNIST_DEFAULT_DIR: &str = "/usr/share/datasets/fashion-mnist";
@@ -477,7 +556,8 @@ impl Default for SyncConfig {
         Self {
             mode: SyncMode::Single,
             staleness: Staleness::Bound(3),
-            groups: 1,
+            groups: Groups::Count(1),
+            max_groups: 4,
             grouping: Grouping::Profile,
             profile_iters: 15,
             static_groups: Vec::new(),
@@ -486,6 +566,8 @@ impl Default for SyncConfig {
             mailbox_messages: 8,
             sparse_transport: SparseTransport::Mailbox,
             drain_on_arrival: false,
+            regroup_every_s: 0.0,
+            regroup_min_gain: crate::regroup::MIN_GAIN,
         }
     }
 }
@@ -624,7 +706,7 @@ impl Config {
         match self.sync.mode {
             SyncMode::Single | SyncMode::Allreduce | SyncMode::Localsgd => 0,
             SyncMode::Bsp | SyncMode::Asp | SyncMode::Ssp => 1,
-            SyncMode::Gssp => self.sync.groups,
+            SyncMode::Gssp => self.sync.groups.count().unwrap_or(self.sync.max_groups),
         }
     }
 

@@ -4,9 +4,9 @@
 use toml::{Table, Value};
 
 use super::{
-    default_mlp_hidden, default_width, Augment, CompressionConfig, Config, ConfigError, DataConfig,
-    DatasetKind, DeviceConfig, HeterogeneityConfig, ModelConfig, ModelKind, OptimConfig, RunConfig,
-    SpeedChange, SpeedTier, SyncConfig, SyntheticConfig,
+    default_mlp_hidden, default_width, Augment, ClusterConfig, CompressionConfig, Config,
+    ConfigError, DataConfig, DatasetKind, DeviceConfig, HeterogeneityConfig, ModelConfig,
+    ModelKind, OptimConfig, RunConfig, SpeedChange, SpeedTier, SyncConfig, SyntheticConfig,
 };
 
 /// A config with every optional list non-empty, serialised: the tree of allowed keys.
@@ -43,6 +43,7 @@ pub(super) fn schema() -> Table {
             ..HeterogeneityConfig::default()
         },
         device: DeviceConfig::default(),
+        cluster: ClusterConfig::default(),
     };
     // A fixed, valid sample: serialising it cannot fail.
     Table::try_from(&sample).expect("the schema sample serialises to a TOML table")

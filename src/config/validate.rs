@@ -49,7 +49,16 @@ impl Config {
         }
         self.validate_optim()?;
         let s = &self.sync;
-        ensure(s.groups >= 1, "sync.groups", ">= 1", s.groups)?;
+        match s.groups {
+            super::Groups::Count(g) => ensure(g >= 1, "sync.groups", ">= 1", g)?,
+            super::Groups::Auto => ensure(
+                s.mode == SyncMode::Gssp && s.grouping == Grouping::Profile,
+                "sync.groups",
+                "an integer >= 1 unless sync.mode = \"gssp\" with sync.grouping = \"profile\" (\"auto\" reads the profile)",
+                "\"auto\"",
+            )?,
+        }
+        ensure(s.max_groups >= 1, "sync.max_groups", ">= 1", s.max_groups)?;
         if s.staleness == super::Staleness::Auto {
             ensure(
                 s.mode == SyncMode::Gssp && s.grouping == Grouping::Profile,
@@ -76,11 +85,34 @@ impl Config {
             ">= 1",
             s.inter_group_every,
         )?;
+        at_least("sync.regroup_every_s", s.regroup_every_s, 0.0)?;
+        at_least("sync.regroup_min_gain", s.regroup_min_gain, 0.0)?;
+        if s.regroup_every_s > 0.0 {
+            ensure(
+                s.mode == SyncMode::Gssp,
+                "sync.regroup_every_s",
+                "0 unless sync.mode = \"gssp\" (only gssp has groups to change)",
+                s.regroup_every_s,
+            )?;
+            ensure(
+                self.run.checkpoint_every_s == 0.0,
+                "sync.regroup_every_s",
+                "0 when run.checkpoint_every_s > 0 (a checkpoint does not record moved workers yet; set one of them to 0)",
+                s.regroup_every_s,
+            )?;
+        }
         ensure(
             (1..=MAX_MAILBOX_MESSAGES).contains(&s.mailbox_messages),
             "sync.mailbox_messages",
             &format!("in 1..={MAX_MAILBOX_MESSAGES}"),
             s.mailbox_messages,
+        )?;
+        at_least("cluster.latency_us", self.cluster.latency_us, 0.0)?;
+        positive("cluster.bandwidth_gbps", self.cluster.bandwidth_gbps)?;
+        at_least(
+            "cluster.apply_ns_per_param",
+            self.cluster.apply_ns_per_param,
+            0.0,
         )?;
         self.validate_compression()?;
         self.validate_heterogeneity()
@@ -279,10 +311,14 @@ impl Config {
     }
 
     fn validate_groups(&self, world_size: usize) -> Result<(), ConfigError> {
-        let groups = self.sync.groups;
+        let groups = self.num_servers();
+        let key = match self.sync.groups {
+            super::Groups::Count(_) => "sync.groups",
+            super::Groups::Auto => "sync.max_groups",
+        };
         ensure(
             world_size >= 2 * groups,
-            "sync.groups",
+            key,
             &format!(
                 "<= {} on {world_size} ranks (each group server needs at least one worker)",
                 world_size / 2
@@ -511,10 +547,26 @@ mod tests {
             (&["optim.warmup_epochs=-1"], "optim.warmup_epochs: must be >= 0, got -1"),
             (&["optim.delay_compensation=-0.5"], "optim.delay_compensation: must be >= 0, got -0.5"),
             (&["sync.groups=0"], "sync.groups: must be >= 1, got 0"),
+            (&["sync.max_groups=0"], "sync.max_groups: must be >= 1, got 0"),
+            (&["cluster.latency_us=-1"], "cluster.latency_us: must be >= 0, got -1"),
+            (&["cluster.bandwidth_gbps=0"], "cluster.bandwidth_gbps: must be > 0, got 0"),
+            (&["cluster.apply_ns_per_param=-0.5"], "cluster.apply_ns_per_param: must be >= 0, got -0.5"),
+            (&["sync.mode=ssp", "sync.groups=auto"], "sync.groups: must be an integer >= 1 unless sync.mode = \"gssp\" with sync.grouping = \"profile\" (\"auto\" reads the profile), got \"auto\""),
+            (&["sync.mode=gssp", "sync.grouping=static", "sync.groups=auto"], "sync.groups: must be an integer >= 1 unless sync.mode = \"gssp\" with sync.grouping = \"profile\" (\"auto\" reads the profile), got \"auto\""),
             (&["sync.mode=ssp", "sync.staleness=auto"], "sync.staleness: must be an integer >= 0 unless sync.mode = \"gssp\" with sync.grouping = \"profile\" (\"auto\" reads the profile), got \"auto\""),
             (&["sync.mode=gssp", "sync.grouping=static", "sync.staleness=auto"], "sync.staleness: must be an integer >= 0 unless sync.mode = \"gssp\" with sync.grouping = \"profile\" (\"auto\" reads the profile), got \"auto\""),
             (&["sync.profile_iters=0"], "sync.profile_iters: must be >= 1, got 0"),
             (&["sync.inter_group_every=0"], "sync.inter_group_every: must be >= 1, got 0"),
+            (&["sync.regroup_every_s=-1"], "sync.regroup_every_s: must be >= 0, got -1"),
+            (&["sync.regroup_min_gain=-0.5"], "sync.regroup_min_gain: must be >= 0, got -0.5"),
+            (
+                &["sync.mode=ssp", "sync.regroup_every_s=10"],
+                "sync.regroup_every_s: must be 0 unless sync.mode = \"gssp\" (only gssp has groups to change), got 10",
+            ),
+            (
+                &["sync.mode=gssp", "sync.groups=2", "sync.regroup_every_s=10", "run.checkpoint_every_s=5"],
+                "sync.regroup_every_s: must be 0 when run.checkpoint_every_s > 0 (a checkpoint does not record moved workers yet; set one of them to 0), got 10",
+            ),
             (&["sync.local_steps=0"], "sync.local_steps: must be >= 1, got 0"),
             (&["sync.mailbox_messages=0"], "sync.mailbox_messages: must be in 1..=65536, got 0"),
             // Fuzzing finding: a huge ring overflowed MailboxLayout::new's size arithmetic.
@@ -581,6 +633,7 @@ mod tests {
             (&["sync.mode=bsp"], 1, "sync.mode: must be single, allreduce or localsgd on 1 rank (bsp needs server rank 0 plus at least one worker rank), got bsp"),
             (&["sync.mode=ssp"], 1, "sync.mode: must be single, allreduce or localsgd on 1 rank (ssp needs server rank 0 plus at least one worker rank), got ssp"),
             (&["sync.mode=gssp", "sync.groups=3"], 5, "sync.groups: must be <= 2 on 5 ranks (each group server needs at least one worker), got 3"),
+            (&["sync.mode=gssp", "sync.groups=auto"], 7, "sync.max_groups: must be <= 3 on 7 ranks (each group server needs at least one worker), got 4"),
             (&["sync.mode=gssp", "sync.groups=2", "sync.grouping=static", "sync.static_groups=[[2,3]]"], 5, "sync.static_groups: must be exactly sync.groups = 2 lists of worker ranks, got 1 lists"),
             (&["sync.mode=gssp", "sync.groups=2", "sync.grouping=static", "sync.static_groups=[[2,3,4],[]]"], 5, "sync.static_groups[1]: must be a non-empty list of worker ranks, got []"),
             (&["sync.mode=gssp", "sync.groups=2", "sync.grouping=static", "sync.static_groups=[[1,3],[4]]"], 5, "sync.static_groups[0]: must be worker ranks in 2..=4 (ranks 0..2 are servers), got 1"),

@@ -706,7 +706,7 @@ impl Exchange for GroupExchange<'_> {
         Ok(if any_stopping {
             Meet::Stop
         } else {
-            Meet::Checkpoint { time_s }
+            Meet::Together { time_s }
         })
     }
 
@@ -718,6 +718,33 @@ impl Exchange for GroupExchange<'_> {
         let mut pushes = self.peer_pushes.clone();
         pushes[self.me] = own_pushes;
         (pushes, self.meter.speed())
+    }
+
+    fn share(&mut self, row: &[f64]) -> Result<Vec<Vec<f64>>> {
+        // Gathered on the first server, then every row to everyone as little-endian bytes.
+        let rows = self.comm.gather_f64s(0, row)?;
+        let mut bytes: Vec<u8> = rows
+            .iter()
+            .flatten()
+            .flatten()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        self.comm.broadcast_bytes(0, &mut bytes)?;
+        let values: Vec<f64> = bytes
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+            .collect();
+        anyhow::ensure!(
+            values.len() == row.len() * self.comm.size(),
+            "regroup: {} values shared, expected {} rows of {}",
+            values.len(),
+            self.comm.size(),
+            row.len()
+        );
+        Ok(values
+            .chunks(row.len().max(1))
+            .map(<[f64]>::to_vec)
+            .collect())
     }
 
     fn global_pushes(&self, own_pushes: u64) -> u64 {

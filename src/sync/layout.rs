@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, SyncMode};
+use crate::costmodel::GroupCountChoice;
 use crate::hetero;
 
 /// Who does what: the servers (world ranks) and the workers of each group (world ranks).
@@ -31,6 +32,12 @@ pub struct Layout {
     /// What grouping by profile cost: the longest any worker spent profiling, in seconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profile_cost_s: Option<f64>,
+    /// `sync.groups = "auto"`: the count chosen and what the cost model predicted for each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_count: Option<GroupCountChoice>,
+    /// Ranks reserved as servers that the chosen group count left over: they take no part.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub idle: Vec<usize>,
 }
 
 impl Layout {
@@ -55,6 +62,15 @@ impl Layout {
             profiled_spread_s: None,
             profiled_worst_s: None,
             profile_cost_s: None,
+            group_count: None,
+            idle: Vec::new(),
+        }
+    }
+
+    /// Keeps the first `groups` servers; the others become idle.
+    pub fn keep_servers(&mut self, groups: usize) {
+        if groups < self.servers.len() {
+            self.idle = self.servers.split_off(groups);
         }
     }
 

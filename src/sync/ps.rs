@@ -248,6 +248,22 @@ impl ParamServer {
         }
     }
 
+    /// Worker `w` moved to another group's server (regrouping): it no longer holds the others
+    /// back, and pushes from it are no longer expected.
+    pub fn leave(&mut self, w: usize) {
+        self.clock.leave(w);
+    }
+
+    /// Worker `w` joined from another group and is sent the current weights now: its
+    /// staleness counts from this version, its clock from the slowest present worker's.
+    pub fn join(&mut self, w: usize) {
+        self.clock.join(w);
+        self.sent_version[w] = self.version;
+        if let Some(sent) = self.sent_weights.get_mut(w) {
+            sent.copy_from_slice(&self.weights);
+        }
+    }
+
     /// Worker `w` has been told to stop; it no longer holds the others back.
     pub fn retire(&mut self, w: usize) {
         if !self.clock.is_retired(w) {

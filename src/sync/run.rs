@@ -10,16 +10,19 @@ use crate::comm::p2p::{ServerLink, WorkerLink};
 use crate::comm::{Collectives, Comm, SubComm};
 use crate::compress::powersgd::TensorShape;
 use crate::config::{Config, Staleness, SyncMode};
+use crate::costmodel::CostModel;
 use crate::grouping;
 use crate::hetero::{Pacer, CALIBRATION_ITERATIONS};
 use crate::metrics::{EvalRow, RunDir, RunTotals, ServerRow, Snapshots, Summary};
 use crate::model::Trainable;
 use crate::optim::HostOptimizer;
+use crate::regroup::RegroupEvent;
 use crate::sync::checkpoint::{self, Saver};
 use crate::sync::gssp::{self, Replicas};
 use crate::sync::layout::Layout;
 use crate::sync::ps::{Apply, ParamServer, UpdateRule};
-use crate::sync::server::{self, Exchange, NoExchange, ServeContext};
+use crate::sync::regroup::Regrouper;
+use crate::sync::server::{self, Exchange, NoExchange, Peers, ServeContext};
 use crate::sync::worker::{self, WorkerContext, WorkerStats};
 use crate::sync::{allreduce, localsgd};
 use crate::workload::{ComputeStep, Corpus, Evaluator};
@@ -76,9 +79,11 @@ pub fn run(
         layout = comm.fatal_on_all(saved)?;
     } else if cfg.sync.mode == SyncMode::Gssp {
         let profiled = layout.worker_ranks();
-        let formed = grouping::form_groups(comm, &cfg.sync, &profiled, || {
+        let model = CostModel::new(cfg, step.net.num_params());
+        let formed = grouping::form_groups(comm, &cfg.sync, &model, &profiled, || {
             step.compute_paced(&corpus, &mut pacer);
         })?;
+        layout.keep_servers(formed.groups.len());
         layout.staleness = match (
             cfg.sync.staleness,
             &formed.profiled_s,
@@ -100,6 +105,7 @@ pub fn run(
         layout.profiled_spread_s = formed.profiled_spread_s;
         layout.profiled_worst_s = formed.profiled_worst_s;
         layout.profile_cost_s = formed.profile_cost_s;
+        layout.group_count = formed.group_count;
     }
     let (group, is_server) = layout.role(rank);
     if rank == 0 {
@@ -111,6 +117,34 @@ pub fn run(
         if let Some(cost) = layout.profile_cost_s {
             log::info!("grouping by profile took {cost:.2} s");
         }
+        if let Some(choice) = &layout.group_count {
+            let each: Vec<String> = choice
+                .candidates
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}: {:.1} it/s (server load {:.1}%)",
+                        c.groups,
+                        c.rate,
+                        100.0 * c.server_load
+                    )
+                })
+                .collect();
+            log::info!(
+                "groups (auto): {} from the cost model ({:.1} us per push, {:.0} bytes per exchange message); predicted {}",
+                choice.chosen,
+                1e6 * choice.server_s_per_push,
+                choice.exchange_bytes,
+                each.join(", ")
+            );
+            if !layout.idle.is_empty() {
+                log::info!(
+                    "ranks {:?} were reserved as servers (sync.max_groups = {}) and stay idle",
+                    layout.idle,
+                    cfg.sync.max_groups
+                );
+            }
+        }
         if cfg.sync.staleness == Staleness::Auto {
             log::info!(
                 "staleness per group (auto, from each group's longest profiled delay): {:?}",
@@ -119,22 +153,16 @@ pub fn run(
         }
         run.write_json("layout.json", &layout)?;
     }
-    // One communicator per group: its server first (rank 0 there), then its workers.
-    let group_comm = if matches!(cfg.sync.mode, SyncMode::Allreduce | SyncMode::Localsgd) {
-        None
-    } else {
-        comm.split(
-            Some(group as u32),
-            if is_server { 0 } else { 1 + rank as i32 },
-        )?
-    };
+    // Servers and workers talk point to point on the world communicator, so that a
+    // regrouped worker can reach any server.
     let server_comm = comm.split(is_server.then_some(0), rank as i32)?;
 
     let mut snapshots = Snapshots::new(cfg.run.snapshot_every_s);
     let mut role = RoleOutcome::default();
     // A worker of the server modes resumes at its clock, which its server saved.
     let mut done = Ok(0);
-    if let (Some(r), false, false) = (resume, is_server, serverless(cfg)) {
+    let idle = layout.idle.contains(&rank);
+    if let (Some(r), false, false, false) = (resume, is_server, serverless(cfg), idle) {
         let server = layout.servers[group];
         let index = layout.groups[group].iter().position(|&w| w == rank);
         done = r.load(server).map_err(|e| e.to_string()).and_then(|f| {
@@ -174,6 +202,8 @@ pub fn run(
         )
     };
     match (cfg.sync.mode, is_server) {
+        // A server rank the chosen group count left over: nothing to do until the end.
+        _ if idle => {}
         (SyncMode::Allreduce | SyncMode::Localsgd, _) => {
             if cfg.num_servers() > 0 {
                 anyhow::bail!("{} has no servers", cfg.sync.mode);
@@ -214,9 +244,6 @@ pub fn run(
             role.final_weights = Some(step.net.params().to_vec());
         }
         (_, true) => {
-            let gc = group_comm
-                .as_ref()
-                .context("server without a group communicator")?;
             let sc = ctx
                 .server_comm
                 .context("server without the servers' communicator")?;
@@ -229,13 +256,14 @@ pub fn run(
                 layout: layout_json,
                 schedule: schedule(),
             };
-            role = serve_group(&ctx, gc, group, &step, &mut snapshots, &mut saver)?;
+            role = serve_group(&ctx, group, &step, &mut snapshots, &mut saver)?;
+            if rank == 0 && !role.regroups.is_empty() {
+                run.write_json("regroups.json", &role.regroups)?;
+            }
         }
         (_, false) => {
-            let gc = group_comm
-                .as_ref()
-                .context("worker without a group communicator")?;
-            let mut link = WorkerLink::new(gc, 0, step.net.num_params())?;
+            let server = layout.servers[group];
+            let mut link = WorkerLink::new(comm, server, step.net.num_params())?;
             let mut log = run.worker_log(rank, cfg.run.log_every)?;
             let w = WorkerContext {
                 step: &mut step,
@@ -374,23 +402,38 @@ pub struct RoleOutcome {
     pub exchanges_deferred: u64,
     /// gssp: drains between the server's own exchanges (`sync.drain_on_arrival`).
     pub arrival_drains: u64,
+    /// gssp with regrouping: every regroup meeting this server took part in.
+    pub regroups: Vec<RegroupEvent>,
 }
 
-/// Serves group `group` (its workers on `group_comm`), exchanging with the other groups'
-/// servers in gssp.
+/// Serves group `group`, exchanging with the other groups' servers in gssp (and
+/// regrouping with them, with `sync.regroup_every_s`).
 fn serve_group(
     ctx: &RunContext<'_>,
-    group_comm: &SubComm,
     group: usize,
     step: &ComputeStep,
     snapshots: &mut Snapshots,
     saver: &mut Saver<'_, SubComm>,
 ) -> Result<RoleOutcome> {
     let (cfg, layout) = (ctx.cfg, ctx.layout);
-    let workers = layout.groups[group].len();
     let n = step.net.num_params();
-    let ranks: Vec<usize> = (1..=workers).collect();
-    let mut link = ServerLink::new(group_comm, 0, &ranks, n)?;
+    let rank = layout.servers[group];
+    let regroups = cfg.sync.mode == SyncMode::Gssp
+        && layout.servers.len() > 1
+        && cfg.sync.regroup_every_s > 0.0;
+    let mut regroup = regroups.then(|| {
+        let every = (cfg.sync.regroup_every_s, cfg.sync.regroup_min_gain);
+        let from = ctx.start.elapsed().as_secs_f64();
+        Regrouper::new(layout, group, every, CostModel::new(cfg, n), from)
+    });
+    // A regrouping server has a slot for every worker of the run, absent while in another
+    // group; otherwise its slots are its group's workers.
+    let slots: Vec<usize> = match &regroup {
+        Some(r) => r.slot_ranks().to_vec(),
+        None => layout.groups[group].clone(),
+    };
+    let workers = slots.len();
+    let mut link = ServerLink::new(ctx.comm, rank, &slots, n)?;
     let (bound, apply) = match cfg.sync.mode {
         SyncMode::Bsp => (Some(0), Apply::Round),
         SyncMode::Asp => (None, Apply::Immediate),
@@ -412,7 +455,12 @@ fn serve_group(
         },
     )
     .with_optimizer(HostOptimizer::new(&cfg.optim, n));
-    let rank = layout.servers[group];
+    if let Some(r) = &regroup {
+        for w in (0..workers).filter(|&w| !r.is_member(w)) {
+            link.leave(w)?;
+            ps.leave(w);
+        }
+    }
     let resumed = match ctx.resume {
         Some(r) => {
             let every_s = cfg.run.snapshot_every_s;
@@ -430,7 +478,7 @@ fn serve_group(
         train_len: ctx.corpus.train_len(),
         start: ctx.start,
         show_progress: rank == 0,
-        worker_ranks: &layout.groups[group],
+        worker_ranks: &slots,
         resumed_pushes: resumed.as_ref().map(|m| m.steps),
     };
     let mut outcome = RoleOutcome::default();
@@ -454,9 +502,14 @@ fn serve_group(
                     .unwrap_or_default()
             })?;
         }
+        let peers = Peers {
+            exchange: &mut ex,
+            regroup: regroup.as_mut(),
+        };
         let stats = server::serve(
-            &mut link, &mut ps, &serve_ctx, &mut ex, &mut log, snapshots, saver,
+            &mut link, &mut ps, &serve_ctx, peers, &mut log, snapshots, saver,
         )?;
+        outcome.regroups = regroup.map(|r| r.history).unwrap_or_default();
         outcome.replica_error = Some(ex.finish(&mut ps)?);
         outcome.bytes_inter_group = ex.bytes_sent();
         outcome.exchanges_deferred = ex.deferred();
@@ -466,14 +519,12 @@ fn serve_group(
         ex.close()?;
         (stats, own, known)
     } else {
+        let peers = Peers {
+            exchange: &mut NoExchange,
+            regroup: None,
+        };
         let stats = server::serve(
-            &mut link,
-            &mut ps,
-            &serve_ctx,
-            &mut NoExchange,
-            &mut log,
-            snapshots,
-            saver,
+            &mut link, &mut ps, &serve_ctx, peers, &mut log, snapshots, saver,
         )?;
         let own = serve_ctx.resumed_pushes.unwrap_or(0) + stats.pushes;
         (stats, own, NoExchange.saved_state(own))

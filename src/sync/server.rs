@@ -18,6 +18,7 @@ use crate::metrics::{thread_cpu_s, CsvLog, ServerRow, Snapshots};
 use crate::optim;
 use crate::sync::checkpoint::{self, Saver};
 use crate::sync::ps::ParamServer;
+use crate::sync::regroup::Regrouper;
 use crate::train::{run_progress, should_stop};
 
 /// What a server does besides serving its own workers: nothing for the single-server
@@ -36,13 +37,23 @@ pub trait Exchange {
     /// What of the exchange a checkpoint saves: every group's pushes as known here (this
     /// group's are `own_pushes`), and this server's measured speed.
     fn saved_state(&self, own_pushes: u64) -> (Vec<u64>, f64);
+    /// Every server's `row`, in group order (collective among them, after a meeting).
+    fn share(&mut self, row: &[f64]) -> Result<Vec<Vec<f64>>>;
+}
+
+/// Who a server talks to besides its workers: its peers, and the regrouping it takes part
+/// in (gssp with `sync.regroup_every_s`).
+pub struct Peers<'a> {
+    pub exchange: &'a mut dyn Exchange,
+    pub regroup: Option<&'a mut Regrouper>,
 }
 
 /// What the group servers agreed at a meeting.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Meet {
-    /// Everyone is here and training: take a checkpoint at the latest of their clocks.
-    Checkpoint { time_s: f64 },
+    /// Everyone is here and training: take the checkpoint (or regroup) at the latest of
+    /// their clocks.
+    Together { time_s: f64 },
     /// A server is finishing: stop training too (its final flush needs everyone).
     Stop,
 }
@@ -58,13 +69,16 @@ impl Exchange for NoExchange {
         own_pushes
     }
     fn meet(&mut self, time_s: f64) -> Result<Meet> {
-        Ok(Meet::Checkpoint { time_s })
+        Ok(Meet::Together { time_s })
     }
     fn quiesce(&mut self, _: &mut ParamServer) -> Result<()> {
         Ok(())
     }
     fn saved_state(&self, own_pushes: u64) -> (Vec<u64>, f64) {
         (vec![own_pushes], 0.0)
+    }
+    fn share(&mut self, row: &[f64]) -> Result<Vec<Vec<f64>>> {
+        Ok(vec![row.to_vec()])
     }
 }
 
@@ -120,12 +134,16 @@ pub fn serve(
     link: &mut ServerLink,
     ps: &mut ParamServer,
     ctx: &ServeContext<'_>,
-    exchange: &mut dyn Exchange,
+    peers: Peers<'_>,
     log: &mut CsvLog<ServerRow>,
     snapshots: &mut Snapshots,
     saver: &mut Saver<'_, SubComm>,
 ) -> Result<ServeStats> {
     let cfg = ctx.cfg;
+    let Peers {
+        exchange,
+        mut regroup,
+    } = peers;
     let workers = link.workers();
     let samples_per_push = cfg.optim.batch_size as f64 / ctx.train_len as f64;
     let mut ready = Vec::with_capacity(workers);
@@ -137,8 +155,12 @@ pub fn serve(
         ps.release(&mut ready);
         link.send_weights(&ready, ps.version(), ps.weights(), |_| 0)?;
     } else {
-        let everyone: Vec<usize> = (0..workers).collect();
+        // Every worker of this group (a regrouping server has slots for the others too).
+        let everyone: Vec<usize> = (0..workers).filter(|&w| !link.is_retired(w)).collect();
         link.send_weights(&everyone, ps.version(), ps.weights(), |_| 0)?;
+        if let Some(r) = regroup.as_deref_mut() {
+            r.sent(&everyone, ctx.start.elapsed().as_secs_f64());
+        }
     }
     let mut stopping = false;
     let mut epoch = exchange.global_pushes(before) as f64 * samples_per_push;
@@ -149,6 +171,9 @@ pub fn serve(
         let (receive_s, receive_cpu_s) = (push.receive_s, push.receive_cpu_s);
         let recv_wait_s = (t_wait.elapsed().as_secs_f64() - receive_s).max(0.0);
         let (w, loss) = (push.worker, push.loss);
+        let leaves_to = regroup
+            .as_deref_mut()
+            .and_then(|r| r.pushed(w, ctx.start.elapsed().as_secs_f64()));
         let rank = ctx.worker_ranks.get(w).copied().unwrap_or(w);
         if !loss.is_finite() {
             anyhow::bail!(
@@ -179,6 +204,9 @@ pub fn serve(
         let version_before = ps.version();
         let applied = ps.on_push(w, push.payload, lr);
         let apply_s = t_apply.elapsed().as_secs_f64();
+        if let Some(to) = leaves_to {
+            Regrouper::move_now(w, to, link, ps)?;
+        }
         stats.pushes += 1;
         let own_pushes = before + stats.pushes;
 
@@ -202,7 +230,7 @@ pub fn serve(
         if !stopping && stepped && saver.due(time_s) {
             match exchange.meet(time_s)? {
                 Meet::Stop => stopping = true,
-                Meet::Checkpoint { time_s } => {
+                Meet::Together { time_s } => {
                     let t = Instant::now();
                     exchange.quiesce(ps)?;
                     let quiet_s = t.elapsed().as_secs_f64();
@@ -217,6 +245,15 @@ pub fn serve(
                     }
                 }
             }
+        } else if let Some(r) = regroup
+            .as_deref_mut()
+            .filter(|r| !stopping && stepped && r.due(time_s))
+        {
+            // Checkpoints and regrouping do not mix (validated), so a meeting is either.
+            match exchange.meet(time_s)? {
+                Meet::Stop => stopping = true,
+                Meet::Together { time_s } => r.meet(exchange, link, ps, time_s)?,
+            }
         }
         let t_send = Instant::now();
         if stopping {
@@ -230,6 +267,9 @@ pub fn serve(
             ready.clear();
             ps.release(&mut ready);
             link.send_weights(&ready, ps.version(), ps.weights(), |w| ps.last_staleness(w))?;
+            if let Some(r) = regroup.as_deref_mut() {
+                r.sent(&ready, ctx.start.elapsed().as_secs_f64());
+            }
         }
         let send_s = t_send.elapsed().as_secs_f64();
         stats.busy_cpu_s += receive_cpu_s + (thread_cpu_s() - cpu_start);

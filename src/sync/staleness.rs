@@ -4,7 +4,10 @@
 //! for fresh weights; the server may send them (letting it start iteration c_w + 1) only while
 //! c_w - c_min <= s, where c_min is the clock of the slowest worker still training and s the
 //! staleness bound. s = 0 is BSP, no bound is ASP. Workers that finished their quota are
-//! retired: they never push again, so they must not hold the others back.
+//! retired: they never push again, so they must not hold the others back. A server that
+//! regroups keeps a slot for every worker of the run; a worker of another group is absent:
+//! it neither holds anyone back nor is released, and a worker that joins starts at the
+//! clock of the slowest present one, so its old clock neither stalls nor rushes the group.
 
 /// SSP clocks of `W` workers with staleness bound `s` (`None`: unbounded, ASP).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,6 +15,7 @@ pub struct SspClock {
     clocks: Vec<u64>,
     waiting: Vec<bool>,
     retired: Vec<bool>,
+    absent: Vec<bool>,
     bound: Option<usize>,
 }
 
@@ -22,6 +26,7 @@ impl SspClock {
             clocks: vec![0; workers],
             waiting: vec![false; workers],
             retired: vec![false; workers],
+            absent: vec![false; workers],
             bound,
         }
     }
@@ -33,6 +38,7 @@ impl SspClock {
             clocks: clocks.to_vec(),
             waiting: vec![true; clocks.len()],
             retired: vec![false; clocks.len()],
+            absent: vec![false; clocks.len()],
             bound,
         }
     }
@@ -63,7 +69,8 @@ impl SspClock {
     pub fn release_ready(&mut self, out: &mut Vec<usize>) {
         let c_min = self.min_clock();
         for w in 0..self.clocks.len() {
-            if self.waiting[w] && (self.retired[w] || self.allowed(self.clocks[w], c_min)) {
+            let may = self.retired[w] || self.allowed(self.clocks[w], c_min);
+            if self.waiting[w] && !self.absent[w] && may {
                 self.waiting[w] = false;
                 out.push(w);
             }
@@ -82,21 +89,46 @@ impl SspClock {
         self.clocks[w]
     }
 
-    /// Clock of the slowest worker still training; if every worker is retired, the largest
-    /// clock (nobody is held back). 0 with no workers.
+    /// Clock of the slowest present worker still training; if every present worker is
+    /// retired, the largest clock (nobody is held back). 0 with no workers.
     pub fn min_clock(&self) -> u64 {
-        self.clocks
-            .iter()
-            .zip(&self.retired)
-            .filter(|(_, &r)| !r)
-            .map(|(&c, _)| c)
-            .min()
-            .unwrap_or_else(|| self.max_clock())
+        self.training().min().unwrap_or_else(|| self.max_clock())
     }
 
-    /// Largest clock of any worker, retired or not.
+    fn training(&self) -> impl Iterator<Item = u64> + '_ {
+        (0..self.clocks.len())
+            .filter(|&w| !self.retired[w] && !self.absent[w])
+            .map(|w| self.clocks[w])
+    }
+
+    /// Largest clock of any present worker, retired or not.
     pub fn max_clock(&self) -> u64 {
-        self.clocks.iter().copied().max().unwrap_or(0)
+        (0..self.clocks.len())
+            .filter(|&w| !self.absent[w])
+            .map(|w| self.clocks[w])
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Worker `w` now belongs to another group: it holds nobody back and is not released.
+    pub fn leave(&mut self, w: usize) {
+        self.absent[w] = true;
+        self.waiting[w] = false;
+    }
+
+    /// Worker `w` joins (it is sent the weights now, so it is not waiting), at the clock of
+    /// the slowest present worker still training (its own if there is none).
+    pub fn join(&mut self, w: usize) {
+        if let Some(c) = self.training().min() {
+            self.clocks[w] = c;
+        }
+        self.absent[w] = false;
+        self.retired[w] = false;
+        self.waiting[w] = false;
+    }
+
+    pub fn is_absent(&self, w: usize) -> bool {
+        self.absent[w]
     }
 
     /// `max_clock() - min_clock()`: how far the fastest worker is ahead of the slowest one
@@ -212,6 +244,34 @@ mod tests {
         c.retire(1);
         assert_eq!(c.min_clock(), c.max_clock());
         assert_eq!(c.spread(), 0);
+    }
+
+    #[test]
+    fn absent_workers_hold_nobody_back_and_joiners_start_at_the_slowest() {
+        let mut c = SspClock::new(3, Some(0));
+        c.leave(2);
+        for round in 1..=3u64 {
+            c.on_push(0);
+            assert!(release(&mut c).is_empty());
+            c.on_push(1);
+            assert_eq!(release(&mut c), vec![0, 1], "round {round}");
+        }
+        assert_eq!((c.min_clock(), c.max_clock(), c.spread()), (3, 3, 0));
+        assert!(c.is_absent(2));
+        // Worker 2 joins at clock 3, so the others wait for its first push, not three.
+        c.join(2);
+        assert_eq!(c.clock(2), 3);
+        c.on_push(0);
+        c.on_push(1);
+        assert!(release(&mut c).is_empty());
+        c.on_push(2);
+        assert_eq!(release(&mut c), vec![0, 1, 2]);
+        // A worker that leaves while waiting is not released, and no longer holds back.
+        c.on_push(0);
+        c.on_push(1);
+        c.leave(2);
+        assert_eq!(release(&mut c), vec![0, 1]);
+        assert!(!c.is_waiting(2));
     }
 
     /// Random arrival orders: every release respects the bound, and after each release round

@@ -1,5 +1,7 @@
 //! The worker loop of the parameter-server modes (bsp, asp, ssp, gssp): compute a
-//! gradient on the weights held, push it, wait for fresh weights, until told to stop.
+//! gradient on the weights held, push it, wait for fresh weights, until told to stop. When
+//! its server answers with a move (gssp regrouping), the worker takes its weights from the
+//! new server instead.
 
 use std::time::Instant;
 
@@ -34,6 +36,8 @@ pub struct WorkerStats {
     pub comm_s: f64,
     pub bytes_sent: u64,
     pub bytes_recv: u64,
+    /// Times a regroup moved this worker to another group's server.
+    pub moves: u64,
 }
 
 impl WorkerStats {
@@ -85,7 +89,7 @@ pub fn work(
     } = w;
     let mut stats = WorkerStats::default();
     let t_first = Instant::now();
-    let mut header = link.recv_weights(step.net.params_mut())?;
+    let mut header = recv_weights(link, step, &mut stats)?;
     stats.wait_s += t_first.elapsed().as_secs_f64();
     let mut clock = done;
     while !header.stop {
@@ -105,7 +109,7 @@ pub fn work(
         let comm_s = t1.elapsed().as_secs_f64();
 
         let t2 = Instant::now();
-        header = link.recv_weights(step.net.params_mut())?;
+        header = recv_weights(link, step, &mut stats)?;
         let wait_s = t2.elapsed().as_secs_f64();
         let after = link.stats();
 
@@ -133,6 +137,22 @@ pub fn work(
     stats.bytes_recv = s.bytes_received;
     stats.wall_s = start.elapsed().as_secs_f64();
     Ok(stats)
+}
+
+/// The next weights, following moves to other servers on the way.
+fn recv_weights(
+    link: &mut WorkerLink,
+    step: &mut ComputeStep,
+    stats: &mut WorkerStats,
+) -> Result<crate::comm::p2p::WeightsHeader> {
+    let mut header = link.recv_weights(step.net.params_mut())?;
+    while let Some(server) = header.moved_to {
+        log::debug!("moved to the server at rank {server}");
+        stats.moves += 1;
+        link.switch_server(server)?;
+        header = link.recv_weights(step.net.params_mut())?;
+    }
+    Ok(header)
 }
 
 #[cfg(test)]

@@ -1,0 +1,328 @@
+//! Regrouping during a run (gssp, `sync.regroup_every_s`): the pure decisions.
+//!
+//! Each group server times every one of its workers' iterations as it sees them, from the
+//! weights it sent to the push that answered them ([`SpeedWindow`]): compute plus emulated or
+//! real slowdown plus transfer, without the SSP waits the server itself imposed. At each
+//! regroup point the servers pool these windows and [`plan`] decides, the same way on every
+//! server:
+//!
+//! 1. Each worker's speed is the median of its iterations since the last regroup point, so
+//!    a slow spell shorter than half the window (a noisy neighbour, an I/O stall) does not
+//!    move it; a worker with fewer than [`MIN_SAMPLES`] iterations in the window blocks the
+//!    decision (nothing moves).
+//! 2. The candidate partition is the one the profile would give: [`partition_by_speed`]
+//!    into as many groups, then [`balance_equal_speeds`].
+//! 3. Hysteresis: the candidate is taken only if it raises the throughput the cost model
+//!    predicts ([`CostModel::rate`]: inside a group SSP runs at its slowest worker's pace,
+//!    whatever the bound, unless its server saturates) by more than `min_gain` (default
+//!    [`MIN_GAIN`]). Noise between equal workers moves nothing; a worker that became 4x
+//!    slower in a fast group does move.
+//! 4. Candidate groups are matched to the current servers by largest overlap, so only the
+//!    workers that must move do.
+
+use serde::{Deserialize, Serialize};
+
+use crate::costmodel::{groups_for, CostModel};
+use crate::grouping::{persistent_time, spread};
+
+/// Fewest iterations of a worker in a window for its median to count.
+pub const MIN_SAMPLES: usize = 3;
+
+/// Least relative gain in predicted throughput for a regroup to happen (hysteresis).
+pub const MIN_GAIN: f64 = 0.10;
+
+/// Iteration times of the workers (slots) of one server since the last regroup point.
+#[derive(Debug, Clone, Default)]
+pub struct SpeedWindow {
+    sent_at: Vec<Option<f64>>,
+    samples: Vec<Vec<f64>>,
+}
+
+impl SpeedWindow {
+    pub fn new(slots: usize) -> Self {
+        SpeedWindow {
+            sent_at: vec![None; slots],
+            samples: vec![Vec::new(); slots],
+        }
+    }
+
+    /// Weights went out to worker `w` at `t` seconds.
+    pub fn sent(&mut self, w: usize, t: f64) {
+        self.sent_at[w] = Some(t);
+    }
+
+    /// Worker `w`'s push arrived at `t`: one iteration, if its weights were sent in this
+    /// window.
+    pub fn pushed(&mut self, w: usize, t: f64) {
+        if let Some(s) = self.sent_at[w].take() {
+            self.samples[w].push((t - s).max(0.0));
+        }
+    }
+
+    /// Worker `w`'s median iteration and its spread (median absolute deviation), seconds;
+    /// NaN for both with fewer than [`MIN_SAMPLES`] iterations.
+    pub fn summary(&self, w: usize) -> (f64, f64) {
+        let s = &self.samples[w];
+        if s.len() < MIN_SAMPLES {
+            return (f64::NAN, f64::NAN);
+        }
+        (persistent_time(s), spread(s))
+    }
+
+    /// Iterations of worker `w` in this window.
+    pub fn count(&self, w: usize) -> usize {
+        self.samples[w].len()
+    }
+
+    /// Starts a new window; an iteration under way keeps its start.
+    pub fn clear(&mut self) {
+        for s in &mut self.samples {
+            s.clear();
+        }
+    }
+}
+
+/// One worker changing groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Move {
+    pub worker: usize,
+    pub from: usize,
+    pub to: usize,
+}
+
+/// What one regroup point decided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// A worker had too few iterations in the window to judge (its index).
+    TooFewSamples(usize),
+    /// The best partition would not gain enough: nothing moves.
+    Keep { rate: f64, candidate_rate: f64 },
+    /// New groups (same group count, matched to the current servers) and who moves.
+    Regroup {
+        groups: Vec<Vec<usize>>,
+        moves: Vec<Move>,
+        rate: f64,
+        candidate_rate: f64,
+    },
+}
+
+/// The decision at a regroup point (see the module docs). `current` holds worker indices
+/// into `times` and `spreads` (each worker in exactly one group, no group empty).
+pub fn plan(
+    model: &CostModel,
+    current: &[Vec<usize>],
+    times: &[f64],
+    spreads: &[f64],
+    min_gain: f64,
+) -> Decision {
+    if let Some(w) = times.iter().position(|t| !t.is_finite() || *t <= 0.0) {
+        return Decision::TooFewSamples(w);
+    }
+    let rate = model.rate(current, times);
+    let candidate = match groups_for(times, spreads, current.len()) {
+        Ok(groups) => groups,
+        Err(_) => {
+            return Decision::Keep {
+                rate,
+                candidate_rate: rate,
+            }
+        }
+    };
+    let candidate_rate = model.rate(&candidate, times);
+    if candidate_rate <= rate * (1.0 + min_gain) {
+        return Decision::Keep {
+            rate,
+            candidate_rate,
+        };
+    }
+    let groups = match_to_current(current, candidate);
+    let mut moves = Vec::new();
+    for (to, g) in groups.iter().enumerate() {
+        for &w in g {
+            if let Some(from) = current.iter().position(|c| c.contains(&w)) {
+                if from != to {
+                    moves.push(Move {
+                        worker: w,
+                        from,
+                        to,
+                    });
+                }
+            }
+        }
+    }
+    moves.sort_by_key(|m| m.worker);
+    Decision::Regroup {
+        groups,
+        moves,
+        rate,
+        candidate_rate,
+    }
+}
+
+/// `candidate`'s groups reordered so that group i shares as many workers as possible with
+/// `current[i]`: greedily, the pair with the largest overlap first (ties by index).
+fn match_to_current(current: &[Vec<usize>], candidate: Vec<Vec<usize>>) -> Vec<Vec<usize>> {
+    let k = current.len();
+    let mut pairs = Vec::with_capacity(k * k);
+    for (i, c) in current.iter().enumerate() {
+        for (j, g) in candidate.iter().enumerate() {
+            let overlap = g.iter().filter(|w| c.contains(w)).count();
+            pairs.push((overlap, i, j));
+        }
+    }
+    pairs.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    let mut slot_of: Vec<Option<usize>> = vec![None; k];
+    let mut used = vec![false; k];
+    for (_, i, j) in pairs {
+        if slot_of[i].is_none() && !used[j] {
+            slot_of[i] = Some(j);
+            used[j] = true;
+        }
+    }
+    let mut candidate: Vec<Option<Vec<usize>>> = candidate.into_iter().map(Some).collect();
+    slot_of
+        .into_iter()
+        .map(|j| j.and_then(|j| candidate[j].take()).unwrap_or_default())
+        .collect()
+}
+
+/// One regroup point, as written to the run directory's `regroups.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RegroupEvent {
+    /// Training clock of the meeting, seconds.
+    pub time_s: f64,
+    /// Whether workers moved.
+    pub regrouped: bool,
+    /// Why not, when nothing moved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept_because: Option<String>,
+    /// World ranks of the workers, the order of the next two lists.
+    pub worker_ranks: Vec<usize>,
+    /// Each worker's median seconds per iteration in the window (null: too few).
+    pub seconds_per_iteration: Vec<Option<f64>>,
+    /// Each worker's iterations in the window.
+    pub iterations: Vec<usize>,
+    /// Predicted iterations per second of the groups before, and of the best partition.
+    pub predicted_rate: f64,
+    pub candidate_rate: f64,
+    /// The groups after this point (world ranks), moved or not.
+    pub groups: Vec<Vec<usize>>,
+    /// Who moved (world ranks; groups by index).
+    pub moves: Vec<Move>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// LeNet-5's size on one node: no server comes near saturation in these cases.
+    fn model() -> CostModel {
+        CostModel {
+            params: 61_706,
+            latency_s: 1e-6,
+            bytes_per_s: 10e9,
+            apply_s_per_param: 0.55e-9,
+            exchange_bytes: 4.0 * 61_706.0,
+            exchange_every: 8,
+        }
+    }
+
+    #[test]
+    fn window_times_iterations_from_send_to_push() {
+        let mut w = SpeedWindow::new(2);
+        w.pushed(0, 1.0); // nothing sent: no sample
+        for k in 0..4 {
+            let t = k as f64;
+            w.sent(0, t);
+            w.pushed(0, t + if k == 2 { 0.9 } else { 0.1 });
+        }
+        let (median, spread) = w.summary(0);
+        assert!((median - 0.1).abs() < 1e-9 && spread.abs() < 1e-9);
+        assert_eq!(w.count(0), 4);
+        assert!(w.summary(1).0.is_nan());
+        w.sent(1, 5.0);
+        w.clear();
+        assert_eq!(w.count(0), 0);
+        w.pushed(1, 5.5); // the iteration under way at the clear still counts
+        assert_eq!(w.count(1), 1);
+    }
+
+    #[test]
+    fn rate_is_paced_by_each_groups_slowest_worker() {
+        let times = [1.0, 1.0, 4.0, 4.0];
+        assert_eq!(model().rate(&[vec![0, 1], vec![2, 3]], &times), 2.5);
+        assert_eq!(model().rate(&[vec![0, 2], vec![1, 3]], &times), 1.0);
+    }
+
+    #[test]
+    fn noise_between_equal_workers_moves_nobody() {
+        // Eight equal workers, 3% noise in their medians.
+        let times = [0.100, 0.103, 0.098, 0.101, 0.102, 0.099, 0.100, 0.097];
+        let current = vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]];
+        let d = plan(&model(), &current, &times, &[0.002; 8], MIN_GAIN);
+        assert!(matches!(d, Decision::Keep { .. }), "{d:?}");
+    }
+
+    #[test]
+    fn a_worker_slowed_in_a_fast_group_moves_to_the_slow_one() {
+        // Four tiers of two; worker 1 (tier 1x) became 4x slower.
+        let times = [1.0, 4.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0];
+        let current = vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7]];
+        let Decision::Regroup {
+            groups,
+            moves,
+            rate,
+            candidate_rate,
+        } = plan(&model(), &current, &times, &[0.0; 8], MIN_GAIN)
+        else {
+            panic!("expected a regroup");
+        };
+        assert_eq!(groups, vec![vec![0], vec![2, 3], vec![4, 5], vec![1, 6, 7]]);
+        assert_eq!(
+            moves,
+            vec![Move {
+                worker: 1,
+                from: 0,
+                to: 3
+            }]
+        );
+        assert!(candidate_rate > rate * 1.2, "{rate} -> {candidate_rate}");
+    }
+
+    #[test]
+    fn groups_keep_their_servers_when_speeds_swap() {
+        // Groups of two: the fast pair and the slow pair trade speeds entirely. Matching by
+        // overlap keeps every worker where it is (the groups just changed speed).
+        let times = [4.0, 4.0, 1.0, 1.0];
+        let current = vec![vec![0, 1], vec![2, 3]];
+        assert!(matches!(
+            plan(&model(), &current, &times, &[0.0; 4], MIN_GAIN),
+            Decision::Keep { .. }
+        ));
+    }
+
+    #[test]
+    fn too_few_samples_decide_nothing() {
+        let current = vec![vec![0], vec![1]];
+        assert_eq!(
+            plan(
+                &model(),
+                &current,
+                &[1.0, f64::NAN],
+                &[0.0, f64::NAN],
+                MIN_GAIN
+            ),
+            Decision::TooFewSamples(1)
+        );
+    }
+
+    #[test]
+    fn matching_minimises_moves() {
+        let current = vec![vec![0, 1, 2], vec![3, 4, 5]];
+        let candidate = vec![vec![3, 4, 0], vec![1, 2, 5]];
+        assert_eq!(
+            match_to_current(&current, candidate),
+            vec![vec![1, 2, 5], vec![3, 4, 0]]
+        );
+    }
+}
