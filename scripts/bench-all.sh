@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every figure of docs/benchmarks.md but the three-seed seq2seq ones (scripts/seq2seq-vs-pytorch.sh,
 # scripts/seq2seq-four-tier.sh) and PowerSGD against GDTopK (scripts/powersgd-vs-gdtopk.sh),
-# one after the other (about 120 minutes on 2 cores; the configs bench includes both seq2seq
+# one after the other (about 180 minutes on 2 cores, 55 of them the two issue-18 scenarios; the configs bench includes both seq2seq
 # configs).
 # Run on an otherwise idle machine: the figures are wall-clock times.
 set -euo pipefail
@@ -19,6 +19,11 @@ if [ -d ../shared/data/multi30k ]; then
 fi
 "$bin" bench topk --n 11200000 --ratio 0.01 | tee runs/bench-topk.txt
 "$bin" bench paper --seeds 42,2,7 --out runs/bench-paper | tee runs/bench-paper.txt
+for scenario in transient speed_change; do
+    "$bin" bench paper --config configs/paper_lenet5_mnist_$scenario.toml --budget-s 60 --seeds 1,2,3 \
+        --modes allreduce,bsp,asp,ssp,asp-dc,localsgd,gssp-gdtopk --out runs/bench-$scenario \
+        | tee runs/bench-$scenario.txt
+done
 "$bin" bench configs --out runs/bench-configs | tee runs/bench-configs.txt
 "$bin" bench modes --config configs/modes_lenet5_mnist.toml --out runs/bench-modes-uniform | tee runs/bench-modes-uniform.txt
 "$bin" bench modes --config configs/modes_lenet5_mnist.toml --out runs/bench-modes-tiers \

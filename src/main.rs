@@ -146,6 +146,9 @@ enum BenchCommand {
         /// with the config's seed.
         #[arg(long, value_delimiter = ',')]
         seeds: Vec<u64>,
+        /// Run only these variants (comma-separated, e.g. asp,gssp-gdtopk); default: all.
+        #[arg(long, value_delimiter = ',')]
+        modes: Vec<String>,
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
         #[arg(long, default_value = "runs/bench-paper")]
@@ -214,6 +217,12 @@ fn train_config(
         &name.display().to_string(),
         overrides,
     )?;
+    anyhow::ensure!(
+        cfg.sync.mode != SyncMode::Gssp || cfg.sync.regroup_every_s == 0.0,
+        "--resume: {} regrouped its workers during the run (sync.regroup_every_s = {}), and a checkpoint does not record moved workers yet; it cannot be resumed",
+        resume.dir.display(),
+        cfg.sync.regroup_every_s
+    );
     Ok((cfg, Some(resume)))
 }
 
@@ -411,9 +420,10 @@ fn bench(which: BenchCommand) -> anyhow::Result<()> {
             config,
             budget_s,
             seeds,
+            modes,
             overrides,
             out,
-        } => bench::jobs::paper(&config, budget_s, &seeds, &overrides, &out).map(|_| ()),
+        } => bench::jobs::paper(&config, budget_s, (&seeds, &modes), &overrides, &out).map(|_| ()),
     }
 }
 

@@ -192,3 +192,20 @@ fn training_with_crop_flip_learns_real_cifar10() {
     let resolved = std::fs::read_to_string(out.join("config.toml")).unwrap();
     assert!(resolved.contains("augment = \"crop-flip\""), "{resolved}");
 }
+
+#[test]
+fn bench_paper_names_an_unknown_mode_and_the_variants() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = gssp()
+        .args(["bench", "paper", "--modes", "asp,nope", "--out"])
+        .arg(tmp.path().join("b"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "stderr: {err}");
+    assert!(
+        err.contains("--modes: no variant \"nope\"; the variants are allreduce, bsp, asp"),
+        "{err}"
+    );
+    assert!(!tmp.path().join("b").join("asp").exists(), "ran before checking");
+}

@@ -59,9 +59,12 @@ impl Config {
             )?,
         }
         ensure(s.max_groups >= 1, "sync.max_groups", ">= 1", s.max_groups)?;
+        // Modes without an SSP bound ignore it, as they ignore every gssp-only key, so one
+        // scenario file serves every mode.
         if s.staleness == super::Staleness::Auto {
+            let reads_profile = s.mode == SyncMode::Gssp && s.grouping == Grouping::Profile;
             ensure(
-                s.mode == SyncMode::Gssp && s.grouping == Grouping::Profile,
+                reads_profile || !matches!(s.mode, SyncMode::Ssp | SyncMode::Gssp),
                 "sync.staleness",
                 "an integer >= 0 unless sync.mode = \"gssp\" with sync.grouping = \"profile\" (\"auto\" reads the profile)",
                 "\"auto\"",
@@ -87,13 +90,8 @@ impl Config {
         )?;
         at_least("sync.regroup_every_s", s.regroup_every_s, 0.0)?;
         at_least("sync.regroup_min_gain", s.regroup_min_gain, 0.0)?;
-        if s.regroup_every_s > 0.0 {
-            ensure(
-                s.mode == SyncMode::Gssp,
-                "sync.regroup_every_s",
-                "0 unless sync.mode = \"gssp\" (only gssp has groups to change)",
-                s.regroup_every_s,
-            )?;
+        // Only gssp has groups to change; the other modes ignore it.
+        if s.regroup_every_s > 0.0 && s.mode == SyncMode::Gssp {
             ensure(
                 self.run.checkpoint_every_s == 0.0,
                 "sync.regroup_every_s",
@@ -559,10 +557,6 @@ mod tests {
             (&["sync.inter_group_every=0"], "sync.inter_group_every: must be >= 1, got 0"),
             (&["sync.regroup_every_s=-1"], "sync.regroup_every_s: must be >= 0, got -1"),
             (&["sync.regroup_min_gain=-0.5"], "sync.regroup_min_gain: must be >= 0, got -0.5"),
-            (
-                &["sync.mode=ssp", "sync.regroup_every_s=10"],
-                "sync.regroup_every_s: must be 0 unless sync.mode = \"gssp\" (only gssp has groups to change), got 10",
-            ),
             (
                 &["sync.mode=gssp", "sync.groups=2", "sync.regroup_every_s=10", "run.checkpoint_every_s=5"],
                 "sync.regroup_every_s: must be 0 when run.checkpoint_every_s > 0 (a checkpoint does not record moved workers yet; set one of them to 0), got 10",
