@@ -207,5 +207,8 @@ fn bench_paper_names_an_unknown_mode_and_the_variants() {
         err.contains("--modes: no variant \"nope\"; the variants are allreduce, bsp, asp"),
         "{err}"
     );
-    assert!(!tmp.path().join("b").join("asp").exists(), "ran before checking");
+    assert!(
+        !tmp.path().join("b").join("asp").exists(),
+        "ran before checking"
+    );
 }
