@@ -697,20 +697,8 @@ fn gssp_profile_grouping_puts_equal_speeds_together() {
         DEADLINE,
     );
     let layout = run.layout();
-    let groups: BTreeSet<BTreeSet<u64>> = layout["groups"]
-        .as_array()
-        .unwrap_or_else(|| panic!("layout: {layout}"))
-        .iter()
-        .map(|g| {
-            g.as_array()
-                .map(|a| a.iter().filter_map(|v| v.as_u64()).collect())
-                .unwrap_or_default()
-        })
-        .collect();
-    let want: BTreeSet<BTreeSet<u64>> = [[2u64, 3], [4, 5]]
-        .iter()
-        .map(|g| g.iter().copied().collect())
-        .collect();
+    let groups = group_sets(&layout);
+    let want = rank_sets(&[&[2, 3], &[4, 5]]);
     assert_eq!(groups, want, "layout: {layout}");
     let slowdown: Vec<f64> = layout["slowdown"]
         .as_array()
@@ -741,18 +729,20 @@ fn regroup_history(run: &Run) -> Vec<(f64, bool, BTreeSet<BTreeSet<u64>>)> {
         .as_array()
         .unwrap_or_else(|| panic!("regroups.json: {history}"))
         .iter()
-        .map(|e| {
-            let groups = e["groups"]
-                .as_array()
-                .unwrap_or_else(|| panic!("event: {e}"))
-                .iter()
-                .map(|g| {
-                    g.as_array()
-                        .map(|a| a.iter().filter_map(|v| v.as_u64()).collect())
-                        .unwrap_or_default()
-                })
-                .collect();
-            (num(e, "time_s"), e["regrouped"] == true, groups)
+        .map(|e| (num(e, "time_s"), e["regrouped"] == true, group_sets(e)))
+        .collect()
+}
+
+/// `v["groups"]` (lists of world ranks) as sets.
+fn group_sets(v: &serde_json::Value) -> BTreeSet<BTreeSet<u64>> {
+    v["groups"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no groups in {v}"))
+        .iter()
+        .map(|g| {
+            g.as_array()
+                .map(|a| a.iter().filter_map(|v| v.as_u64()).collect())
+                .unwrap_or_default()
         })
         .collect()
 }
@@ -855,17 +845,10 @@ fn gssp_auto_group_count_follows_the_tiers() {
     assert!(rates[1] > 2.0 * rates[0], "predicted rates {rates:?}");
     assert_eq!(layout["servers"], serde_json::json!([0, 1]));
     assert_eq!(layout["idle"], serde_json::json!([2, 3]));
-    let groups: BTreeSet<BTreeSet<u64>> = layout["groups"]
-        .as_array()
-        .unwrap_or_else(|| panic!("layout: {layout}"))
-        .iter()
-        .map(|g| {
-            g.as_array()
-                .map(|a| a.iter().filter_map(|v| v.as_u64()).collect())
-                .unwrap_or_default()
-        })
-        .collect();
-    assert_eq!(groups, rank_sets(&[&[4, 5, 6, 7], &[8, 9, 10, 11]]));
+    assert_eq!(
+        group_sets(&layout),
+        rank_sets(&[&[4, 5, 6, 7], &[8, 9, 10, 11]])
+    );
     let summary = run.summary();
     assert_eq!(num(&summary, "workers"), 8.0, "{summary}");
     assert!(num(&summary, "final_test_accuracy") > 0.8, "{summary}");

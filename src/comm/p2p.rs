@@ -720,20 +720,7 @@ impl ServerLink {
         wait(&mut self.send_reqs[worker], &mut self.stats.wait_seconds)?;
         self.settle(worker);
         self.write_header(worker, version, true, staleness);
-        // SAFETY: headers[worker] is owned by self, never moved, and not written again
-        // before send_reqs[worker] completes.
-        unsafe {
-            isend(
-                &self.comm,
-                &self.headers[worker],
-                HEADER_WORDS,
-                self.workers[worker],
-                TAG_WEIGHTS,
-                &mut self.send_reqs[worker],
-            )?;
-        }
-        self.stats.bytes_sent += bytes_of(HEADER_WORDS);
-        self.stats.messages_sent += 1;
+        self.send_header(worker)?;
         if !self.retired[worker] {
             self.retired[worker] = true;
             self.active -= 1;
@@ -752,7 +739,14 @@ impl ServerLink {
         self.write_header(worker, server_rank as u64, false, 0);
         let h = &mut self.headers[worker];
         h[2] = f32::from_bits(h[2].to_bits() | MOVE_FLAG);
-        // SAFETY: as in send_stop.
+        self.send_header(worker)?;
+        self.leave(worker)
+    }
+
+    /// Sends worker `worker`'s header alone (stop, move); its previous send has completed.
+    fn send_header(&mut self, worker: usize) -> Result<(), CommError> {
+        // SAFETY: headers[worker] is owned by self, never moved, and not written again
+        // before send_reqs[worker] completes (every writer waits for it first).
         unsafe {
             isend(
                 &self.comm,
@@ -765,7 +759,7 @@ impl ServerLink {
         }
         self.stats.bytes_sent += bytes_of(HEADER_WORDS);
         self.stats.messages_sent += 1;
-        self.leave(worker)
+        Ok(())
     }
 
     /// Worker index `worker` belongs to another server: a push from it is an error, and
