@@ -5,11 +5,13 @@
 //!
 //! The model, per group server with G groups (figures from `[cluster]`):
 //!
-//! - a push costs the server `2 (latency + 4P / bandwidth)` (the gradient in, the weights
-//!   out, P parameters of 4 bytes) plus `P x apply_ns_per_param` to apply it;
+//! - a push costs the server `2 x 4P / bandwidth` (the gradient in, the weights out, P
+//!   parameters of 4 bytes) plus `P x apply_ns_per_param` to apply it; each message also
+//!   takes `latency` to arrive, which the server does not spend (nonblocking messages);
 //! - every `inter_group_every` pushes it exchanges with its G - 1 peers: one message to each
-//!   and one from each, `latency + bytes / bandwidth`, where a message holds
-//!   `ratio x P` values of 4 bytes (dense: ratio 1), 8 with their index (top-k);
+//!   and one from each, `bytes / bandwidth` (one-sided puts: no side waits out a latency),
+//!   where a message holds `ratio x P` values of 4 bytes (dense: ratio 1), 8 with their
+//!   index (top-k);
 //! - a group runs at its slowest worker's pace (SSP's steady state, whatever the bound):
 //!   `size / slowest seconds per iteration` iterations per second, unless its server
 //!   saturates first: at most `1 / server seconds per push`.
@@ -65,17 +67,47 @@ impl CostModel {
         }
     }
 
-    fn message_s(&self, bytes: f64) -> f64 {
+    /// Seconds one message of `bytes` occupies its sender's link.
+    pub fn message_s(&self, bytes: f64) -> f64 {
         self.latency_s + bytes / self.bytes_per_s
     }
 
-    /// Seconds a group server works per push with `groups` groups.
+    /// Seconds one exchange costs a group server with `groups` groups: a message to and
+    /// one from each of its peers. These are one-sided puts into the peers' mailboxes: the
+    /// server moves the bytes, but neither side waits for the other, so no latency counts.
+    pub fn exchange_s(&self, groups: usize) -> f64 {
+        2.0 * groups.saturating_sub(1) as f64 * self.transfer_s(self.exchange_bytes)
+    }
+
+    /// Seconds `bytes` occupy a link (a message's cost to its sender or receiver beside
+    /// the latency, which it does not wait out).
+    pub fn transfer_s(&self, bytes: f64) -> f64 {
+        bytes / self.bytes_per_s
+    }
+
+    /// Seconds a group server works per push with `groups` groups: the gradient in, its
+    /// apply, the weights out, and its share of an exchange.
     pub fn server_s_per_push(&self, groups: usize) -> f64 {
         let p = self.params as f64;
-        let push = 2.0 * self.message_s(4.0 * p) + p * self.apply_s_per_param;
-        let peers = groups.saturating_sub(1) as f64;
-        let exchange = 2.0 * peers * self.message_s(self.exchange_bytes);
-        push + exchange / self.exchange_every as f64
+        let push = 2.0 * self.transfer_s(4.0 * p) + p * self.apply_s_per_param;
+        push + self.exchange_s(groups) / self.exchange_every as f64
+    }
+
+    /// Seconds an allreduce of the model takes among `ranks` ranks, as MPI libraries run
+    /// it for all but tiny messages (Rabenseifner: a reduce-scatter by recursive halving,
+    /// then an allgather by recursive doubling): 2 ceil(log2 ranks) latencies, each rank
+    /// moving 2 (ranks - 1) / ranks of the model and summing half of that.
+    pub fn allreduce_s(&self, ranks: usize) -> f64 {
+        if ranks <= 1 {
+            return 0.0;
+        }
+        let r = ranks as f64;
+        let p = self.params as f64;
+        let steps = 2.0 * r.log2().ceil();
+        let share = (r - 1.0) / r;
+        steps * self.latency_s
+            + self.transfer_s(2.0 * share * 4.0 * p)
+            + share * p * self.apply_s_per_param
     }
 
     /// Iterations per second of `groups` (worker indices into `times`, seconds per
@@ -208,7 +240,7 @@ mod tests {
         assert!(dense.server_s_per_push(4) > dense.server_s_per_push(2));
         assert_eq!(dense.server_s_per_push(1), {
             let p = 1e6;
-            2.0 * (1e-6 + 4.0 * p / 10e9) + p * 0.55e-9
+            2.0 * (4.0 * p / 10e9) + p * 0.55e-9
         });
         let sparse = CostModel {
             exchange_bytes: 8.0 * 0.01 * 1e6,

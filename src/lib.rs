@@ -17,6 +17,7 @@ pub mod hetero;
 pub mod metrics;
 pub mod model;
 pub mod optim;
+pub mod plan;
 pub mod progress;
 pub mod regroup;
 pub mod report;

@@ -77,6 +77,49 @@ enum Command {
         #[arg(long)]
         budget_s: Option<f64>,
     },
+    /// Predict every sync mode's timing on a cluster of any size (a discrete-event
+    /// simulation; no MPI): images/s, waits, staleness, server load and bytes, and the gssp
+    /// group count to use.
+    Plan {
+        /// TOML config: model, batch, compression, [cluster] figures and, unless
+        /// --speeds or --tiers say otherwise, [heterogeneity] speeds.
+        #[arg(long)]
+        config: PathBuf,
+        /// Seconds per iteration of each worker (comma-separated), instead of the config's
+        /// tiers.
+        #[arg(long, value_delimiter = ',', conflicts_with = "tiers")]
+        speeds: Option<Vec<f64>>,
+        /// Speed tiers FACTOR:WORKERS,... in units of --unit-s, e.g. 1:250,2:250,3:250,4:250.
+        #[arg(long, value_parser = gssp::plan::workload::Tiers::parse)]
+        tiers: Option<gssp::plan::workload::Tiers>,
+        /// Total workers: the tiers scaled to it in the same proportions.
+        #[arg(long)]
+        workers: Option<usize>,
+        /// A 1x worker's seconds per iteration (default: heterogeneity.unit_s).
+        #[arg(long)]
+        unit_s: Option<f64>,
+        /// Model parameters (default: the config's model, built without data).
+        #[arg(long)]
+        params: Option<usize>,
+        /// gssp is simulated with 1..=N groups (default: sync.max_groups).
+        #[arg(long, conflicts_with = "groups")]
+        max_groups: Option<usize>,
+        /// gssp is simulated with these group counts instead, e.g. 1,4,16,64.
+        #[arg(long, value_delimiter = ',')]
+        groups: Vec<usize>,
+        /// ssp's staleness bound.
+        #[arg(long, default_value_t = 3)]
+        ssp_staleness: usize,
+        /// Simulated seconds (default: 100 iterations of the slowest worker).
+        #[arg(long)]
+        seconds: Option<f64>,
+        /// Print the plan as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Override a config key, e.g. --set compression.ratio=0.01.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        overrides: Vec<String>,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -127,6 +170,45 @@ enum BenchCommand {
         overrides: Vec<String>,
         #[arg(long, default_value = "runs/bench-modes")]
         out: PathBuf,
+    },
+    /// `bench paper` at several cluster sizes, one config each, in one table (scale.json,
+    /// scale.md).
+    Scale {
+        /// Configs, one per size (default: configs/scale_lenet5_mnist_{8,16,32,64}.toml).
+        configs: Vec<PathBuf>,
+        /// Training time of each mode, seconds.
+        #[arg(long, default_value_t = 60.0)]
+        budget_s: f64,
+        /// Run every mode once per seed (comma-separated) and report medians; default: once,
+        /// with each config's seed.
+        #[arg(long, value_delimiter = ',')]
+        seeds: Vec<u64>,
+        /// Run only these variants (comma-separated, as `bench paper --modes`); default: all.
+        #[arg(long, value_delimiter = ',')]
+        modes: Vec<String>,
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        overrides: Vec<String>,
+        /// Run nothing: rebuild the table and plot from each size's `bench.json` in --out.
+        #[arg(long)]
+        report_only: bool,
+        #[arg(long, default_value = "runs/bench-scale")]
+        out: PathBuf,
+    },
+    /// `gssp plan`'s simulator against finished runs: each run's measured worker speeds and
+    /// server time per push in, its images/s and wait fraction predicted and compared.
+    Plan {
+        /// Run directories (config.toml, summary.json, layout.json, rank CSVs).
+        #[arg(required = true, value_name = "RUN_DIR")]
+        runs: Vec<PathBuf>,
+        /// The measuring machine's per-message latency, microseconds.
+        #[arg(long, default_value_t = 1.0)]
+        latency_us: f64,
+        /// The measuring machine's link bandwidth, Gbit/s.
+        #[arg(long, default_value_t = 80.0)]
+        bandwidth_gbps: f64,
+        /// Also write the runs' inputs and measured figures to this JSON fixture.
+        #[arg(long)]
+        save: Option<PathBuf>,
     },
     /// Runs every config as its header says and checks it reaches its own target accuracy.
     Configs {
@@ -193,6 +275,38 @@ fn main() -> ExitCode {
             .map(|p| println!("report: {}", p.display())),
         ),
         Command::Bench { which } => report(bench(which)),
+        Command::Plan {
+            config,
+            speeds,
+            tiers,
+            workers,
+            unit_s,
+            params,
+            max_groups,
+            groups,
+            ssp_staleness,
+            seconds,
+            json,
+            overrides,
+        } => report(plan(
+            &config,
+            &overrides,
+            gssp::plan::workload::SpeedSource {
+                speeds,
+                tiers: tiers.map(|t| t.0),
+                workers,
+                unit_s,
+            },
+            (
+                params,
+                (!groups.is_empty())
+                    .then_some(groups)
+                    .or(max_groups.map(|m| (1..=m).collect())),
+                ssp_staleness,
+                seconds,
+            ),
+            json,
+        )),
     }
 }
 
@@ -424,7 +538,112 @@ fn bench(which: BenchCommand) -> anyhow::Result<()> {
             overrides,
             out,
         } => bench::jobs::paper(&config, budget_s, (&seeds, &modes), &overrides, &out).map(|_| ()),
+        BenchCommand::Plan {
+            runs,
+            latency_us,
+            bandwidth_gbps,
+            save,
+        } => validate_plan(&runs, latency_us, bandwidth_gbps, save.as_deref()),
+        BenchCommand::Scale {
+            configs,
+            budget_s,
+            seeds,
+            modes,
+            overrides,
+            report_only,
+            out,
+        } => {
+            let configs = if configs.is_empty() {
+                bench::scale::default_configs()
+            } else {
+                configs
+            };
+            let what = (seeds.as_slice(), modes.as_slice(), report_only);
+            bench::scale::scale(&configs, budget_s, what, &overrides, &out).map(|_| ())
+        }
     }
+}
+
+/// `gssp plan`: the workload and cost model of `config`, every mode simulated.
+fn plan(
+    config: &Path,
+    overrides: &[String],
+    source: gssp::plan::workload::SpeedSource,
+    (params, group_counts, ssp_staleness, seconds): (
+        Option<usize>,
+        Option<Vec<usize>>,
+        usize,
+        Option<f64>,
+    ),
+    json: bool,
+) -> anyhow::Result<()> {
+    use anyhow::anyhow;
+    use gssp::plan::{PlanOptions, Workload};
+    let cfg = Config::load(config, overrides)?;
+    let work = Workload::from_config(&cfg, &source).map_err(|e| anyhow!(e))?;
+    let params = match params {
+        Some(p) => p,
+        None => gssp::plan::model_params(&cfg).map_err(|e| anyhow!(e))?,
+    };
+    if let Some(s) = seconds.filter(|s| !(s.is_finite() && *s > 0.0)) {
+        anyhow::bail!("--seconds must be a positive number, got {s}");
+    }
+    let opts = PlanOptions {
+        ssp_staleness,
+        gssp_staleness: cfg.sync.staleness.bound().unwrap_or(0),
+        local_steps: cfg.sync.local_steps,
+        group_counts: group_counts.unwrap_or_else(|| (1..=cfg.sync.max_groups).collect()),
+        horizon_s: seconds,
+        seed: cfg.run.seed,
+    };
+    let cost = gssp::costmodel::CostModel::new(&cfg, params);
+    let plan = gssp::plan::plan(&work, &cost, &opts)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&plan)?);
+    } else {
+        print!("{}", gssp::plan::render(&plan));
+    }
+    Ok(())
+}
+
+/// `gssp bench plan`: the simulator's predictions against measured runs.
+fn validate_plan(
+    runs: &[PathBuf],
+    latency_us: f64,
+    bandwidth_gbps: f64,
+    save: Option<&Path>,
+) -> anyhow::Result<()> {
+    use gssp::plan::measured::{check, Machine, MeasuredRun};
+    let measured = runs
+        .iter()
+        .map(|d| MeasuredRun::from_dir(d))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let machine = Machine {
+        latency_s: latency_us * 1e-6,
+        bytes_per_s: bandwidth_gbps * 1e9 / 8.0,
+    };
+    println!("| run | images/s measured | predicted | error | wait measured | predicted | error |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for run in &measured {
+        let c = check(run, &machine);
+        println!(
+            "| {} | {:.0} | {:.0} | {:.1}% | {:.3} | {:.3} | {:.1}% |",
+            c.name,
+            c.measured_images_per_s,
+            c.predicted_images_per_s,
+            100.0 * c.images_error(),
+            c.measured_wait_fraction,
+            c.predicted_wait_fraction,
+            100.0 * c.wait_error()
+        );
+    }
+    if let Some(path) = save {
+        let fixture = serde_json::json!({ "machine": machine, "runs": measured });
+        std::fs::write(path, serde_json::to_string_pretty(&fixture)? + "\n")
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        println!("fixture: {}", path.display());
+    }
+    Ok(())
 }
 
 /// Every `configs/*.toml` below the working directory, sorted.

@@ -212,3 +212,95 @@ fn bench_paper_names_an_unknown_mode_and_the_variants() {
         "ran before checking"
     );
 }
+
+#[test]
+fn plan_predicts_every_mode_and_recommends_a_group_per_tier() {
+    let config = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/configs/paper_lenet5_mnist.toml"
+    );
+    let o = gssp()
+        .args(["plan", "--config", config, "--json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "stderr: {err}");
+    let plan: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(plan["workers"], 16);
+    assert_eq!(plan["params"], 61_706);
+    // One group server per speed tier, as `sync.groups = "auto"` chooses.
+    assert_eq!(plan["recommended_groups"], 4);
+    let rows = plan["predictions"].as_array().unwrap();
+    let modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    assert_eq!(
+        modes,
+        [
+            "bsp",
+            "asp",
+            "asp-dc",
+            "ssp",
+            "allreduce",
+            "localsgd",
+            "gssp",
+            "gssp",
+            "gssp",
+            "gssp"
+        ]
+    );
+    let rate = |i: usize| rows[i]["images_per_s"].as_f64().unwrap();
+    // Four groups free the fast tiers from the slowest: about twice bsp's rate.
+    assert!(rate(9) > 1.8 * rate(0), "{} vs {}", rate(9), rate(0));
+
+    // Scaled to 1,000 workers, the table names them.
+    let o = gssp()
+        .args([
+            "plan",
+            "--config",
+            config,
+            "--workers",
+            "1000",
+            "--max-groups",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.starts_with("1000 workers, 61706 parameters"), "{out}");
+    assert!(out.contains("| gssp | 2 |"), "{out}");
+}
+
+#[test]
+fn plan_names_bad_speeds_tiers_and_a_missing_unit() {
+    let config = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/configs/paper_lenet5_mnist.toml"
+    );
+    let run = |args: &[&str]| {
+        gssp()
+            .args(["plan", "--config", config])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = run(&["--tiers", "1:x"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--tiers: workers \"x\" is not a whole number"),
+        "{err}"
+    );
+    assert_usage_error(
+        &run(&["--speeds", "0.1,-1"]),
+        "--speeds: -1 is not a positive",
+    );
+    assert_usage_error(&run(&["--workers", "0"]), "--workers must be at least 1");
+    assert_usage_error(
+        &run(&["--set", "heterogeneity.unit_s=0"]),
+        "heterogeneity.unit_s is 0 (calibrated at run time): pass --unit-s",
+    );
+    assert_usage_error(
+        &run(&["--seconds=0"]),
+        "--seconds must be a positive number",
+    );
+}

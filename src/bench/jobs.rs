@@ -28,7 +28,7 @@ impl Variant {
 }
 
 /// One row of the comparison table (`bench.json` holds a list of them).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BenchRow {
     pub mode: String,
     pub ranks: usize,
@@ -51,6 +51,8 @@ pub struct BenchRow {
     /// Share of the run the server(s) are busy (receive copy + apply + send + exchange), mean
     /// over servers.
     pub server_busy_fraction: Option<f64>,
+    /// Mean staleness of the pushes the server(s) applied (parameter-server modes).
+    pub mean_push_staleness: Option<f64>,
     /// gssp: worst |replica - initial - all updates| after the final flush.
     pub replica_max_error: Option<f64>,
     /// `bench paper`: how many times faster gssp (dense) reached the target than this mode.
@@ -79,6 +81,7 @@ struct SummaryIn {
     bytes_inter_group: Option<u64>,
     replica_max_error: Option<f64>,
     server_busy_fractions: Option<Vec<f64>>,
+    mean_push_staleness: Option<f64>,
     exchange_shares_of_busy: Option<Vec<f64>>,
     exchange_shares_of_busy_cpu: Option<Vec<f64>>,
 }
@@ -240,6 +243,7 @@ fn read_row(name: &str, ranks: usize, dir: &Path) -> Result<BenchRow> {
         max_exchange_share_of_busy: shares.and_then(|v| v.iter().cloned().reduce(f64::max)),
         exchange_share_of_busy_cpu: s.exchange_shares_of_busy_cpu.as_deref().and_then(mean),
         server_busy_fraction: s.server_busy_fractions.as_deref().and_then(mean),
+        mean_push_staleness: s.mean_push_staleness,
         replica_max_error: s.replica_max_error,
         gssp_speedup: None,
         seeds: vec![s.seed],
@@ -388,6 +392,24 @@ pub fn paper(
     Ok(rows)
 }
 
+/// The workers of `config` (with `overrides`): its `heterogeneity.slowdown` list, else its
+/// tiers; gssp gets four groups whatever their speeds.
+pub fn configured_workers(config: &Path, overrides: &[String]) -> Result<usize> {
+    let h = crate::config::Config::load(config, overrides)?.heterogeneity;
+    let workers = if h.slowdown.is_empty() {
+        h.tiers.iter().map(|t| t.workers).sum()
+    } else {
+        h.slowdown.len()
+    };
+    if workers < 4 {
+        bail!(
+            "{}: the comparison needs at least 4 workers (one per gssp group) in heterogeneity.tiers or .slowdown, got {workers}",
+            config.display()
+        );
+    }
+    Ok(workers)
+}
+
 /// The row speed-ups are measured against: dense gssp, else the first gssp variant run.
 fn reference_mode(rows: &[BenchRow]) -> Option<String> {
     rows.iter()
@@ -437,6 +459,7 @@ pub fn combine_runs(runs: &[Vec<BenchRow>]) -> Result<Vec<BenchRow>> {
             max_exchange_share_of_busy: mean_opt(&|r| r.max_exchange_share_of_busy),
             exchange_share_of_busy_cpu: mean_opt(&|r| r.exchange_share_of_busy_cpu),
             server_busy_fraction: mean_opt(&|r| r.server_busy_fraction),
+            mean_push_staleness: mean_opt(&|r| r.mean_push_staleness),
             replica_max_error: same
                 .iter()
                 .filter_map(|r| r.replica_max_error)
@@ -500,22 +523,24 @@ fn paper_once(
     let budget = format!("run.time_budget_s={budget_s}");
     let mut all_common = vec![budget, "run.epochs=0".to_string()];
     all_common.extend(common.iter().cloned());
+    let workers = configured_workers(config, &all_common)?;
+    let (one_server, four_servers) = (workers + 1, workers + 4);
     let gssp = ["sync.mode=gssp", "sync.groups=4"];
     // asp and ssp run at the momentum and learning rate that trained them fastest in a grid
     // over both, with and without `optim.staleness_lr` (docs/benchmarks.md, issue 12): the
     // config's momentum 0.9 at lr 0.05 makes 16 stale workers diverge. These settings win
     // over the `common` ones.
     let variants = [
-        Variant::new("allreduce", 16, &["sync.mode=allreduce"]),
-        Variant::new("bsp", 17, &["sync.mode=bsp"]),
+        Variant::new("allreduce", workers, &["sync.mode=allreduce"]),
+        Variant::new("bsp", one_server, &["sync.mode=bsp"]),
         Variant::new(
             "asp",
-            17,
+            one_server,
             &["sync.mode=asp", "optim.momentum=0", "optim.lr=0.5"],
         ),
         Variant::new(
             "ssp",
-            17,
+            one_server,
             &[
                 "sync.mode=ssp",
                 "sync.staleness=3",
@@ -527,7 +552,7 @@ fn paper_once(
         // (60 s runs, seed 42: 21, 20 and 26 s to 98%; docs/benchmarks.md).
         Variant::new(
             "asp-dc",
-            17,
+            one_server,
             &[
                 "sync.mode=asp",
                 "optim.momentum=0",
@@ -539,13 +564,17 @@ fn paper_once(
         // 40 s, every 8 and every 32 never in 60 s (seed 42; docs/benchmarks.md).
         Variant::new(
             "localsgd",
-            16,
+            workers,
             &["sync.mode=localsgd", "sync.local_steps=2"],
         ),
-        Variant::new("gssp", 20, &[gssp[0], gssp[1], "compression.kind=dense"]),
+        Variant::new(
+            "gssp",
+            four_servers,
+            &[gssp[0], gssp[1], "compression.kind=dense"],
+        ),
         Variant::new(
             "gssp-topk",
-            20,
+            four_servers,
             &[
                 gssp[0],
                 gssp[1],
@@ -555,7 +584,7 @@ fn paper_once(
         ),
         Variant::new(
             "gssp-gdtopk",
-            20,
+            four_servers,
             &[
                 gssp[0],
                 gssp[1],
@@ -627,6 +656,7 @@ mod tests {
             max_exchange_share_of_busy: None,
             exchange_share_of_busy_cpu: None,
             server_busy_fraction: Some(0.01),
+            mean_push_staleness: None,
             replica_max_error: None,
             gssp_speedup: None,
             seeds: vec![seed],

@@ -4,10 +4,12 @@
 //! - `topk`: exact top-k selection against one summing pass over the same array,
 //! - `modes` / `paper`: whole training runs, one `mpirun` job per mode, compared in one
 //!   table (and `bench.json`) and a `gssp report` of their runs (`report/`),
+//! - `scale`: `paper` at several cluster sizes (one config each), one table over them,
 //! - `configs`: every shipped config run as it is, checked against its own target accuracy.
 
 pub mod configs;
 pub mod jobs;
+pub mod scale;
 pub mod step;
 
 pub use step::step;

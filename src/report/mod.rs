@@ -152,6 +152,7 @@ pub fn run(opts: &Options) -> Result<PathBuf> {
             })
             .collect(),
         target: common_target(&runs),
+        caption: "Test accuracy against wall time".into(),
     };
     embed(
         &mut md,

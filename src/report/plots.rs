@@ -58,17 +58,27 @@ pub trait Figure {
 
 /// Draws `fig` into `dir/<stem>.png` and `dir/<stem>.svg`; returns both paths.
 pub fn save<F: Figure>(fig: &F, dir: &Path, stem: &str) -> Result<[PathBuf; 2]> {
+    save_sized(fig, dir, stem, SIZE)
+}
+
+/// [`save`] at `size` pixels (pictures of several panels).
+pub fn save_sized<F: Figure>(
+    fig: &F,
+    dir: &Path,
+    stem: &str,
+    size: (u32, u32),
+) -> Result<[PathBuf; 2]> {
     register_font();
     let png = dir.join(format!("{stem}.png"));
     let svg = dir.join(format!("{stem}.svg"));
     {
-        let area = BitMapBackend::new(&png, SIZE).into_drawing_area();
+        let area = BitMapBackend::new(&png, size).into_drawing_area();
         fig.draw(&area)
             .and_then(|_| area.present())
             .map_err(|e| anyhow!("cannot draw {}: {e:?}", png.display()))?;
     }
     {
-        let area = SVGBackend::new(&svg, SIZE).into_drawing_area();
+        let area = SVGBackend::new(&svg, size).into_drawing_area();
         fig.draw(&area)
             .and_then(|_| area.present())
             .map_err(|e| anyhow!("cannot draw {}: {e:?}", svg.display()))?;
@@ -164,6 +174,7 @@ pub struct AccuracyFigure {
     /// `(run name, [(time_s, accuracy 0..1)])`.
     pub runs: Vec<(String, Vec<(f64, f64)>)>,
     pub target: Option<f64>,
+    pub caption: String,
 }
 
 impl Figure for AccuracyFigure {
@@ -172,12 +183,7 @@ impl Figure for AccuracyFigure {
         let t_max = pts.clone().map(|p| p.0).fold(1e-3, f64::max) * 1.02;
         let a_min = pts.map(|p| 100.0 * p.1).fold(100.0, f64::min);
         let y_lo = ((a_min - 5.0) / 5.0).floor().max(0.0) * 5.0;
-        let mut c = chart(
-            area,
-            "Test accuracy against wall time",
-            0.0..t_max,
-            y_lo..100.0,
-        )?;
+        let mut c = chart(area, &self.caption, 0.0..t_max, y_lo..100.0)?;
         mesh!(c, "Wall time (s)", "Test accuracy (%)")
             .x_label_formatter(&tick)
             .y_label_formatter(&tick)
@@ -200,6 +206,25 @@ impl Figure for AccuracyFigure {
             c.draw_series(line.map(|q| Circle::new(q, 5, col.filled())))?;
         }
         legend(&mut c, SeriesLabelPosition::LowerRight)
+    }
+}
+
+/// Several figures side by side, `columns` to a row (e.g. one accuracy panel per cluster
+/// size).
+pub struct PanelsFigure<F: Figure> {
+    pub panels: Vec<F>,
+    pub columns: usize,
+}
+
+impl<F: Figure> Figure for PanelsFigure<F> {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Drawn<DB> {
+        area.fill(&WHITE)?;
+        let columns = self.columns.max(1);
+        let rows = self.panels.len().div_ceil(columns).max(1);
+        for (panel, sub) in self.panels.iter().zip(area.split_evenly((rows, columns))) {
+            panel.draw(&sub)?;
+        }
+        Ok(())
     }
 }
 
