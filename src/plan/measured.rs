@@ -62,31 +62,15 @@ fn worker_seconds_per_iteration(path: &Path) -> anyhow::Result<f64> {
     use anyhow::{bail, Context};
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
-    let col = |name: &str| {
-        header
-            .iter()
-            .position(|h| *h == name)
-            .with_context(|| format!("{}: no column {name}", path.display()))
+    let log = crate::report::read::parse_rank_log(&text)
+        .with_context(|| format!("{}", path.display()))?;
+    let crate::report::read::RankLog::Worker(rows) = log else {
+        bail!("{}: a server's log, not a worker's", path.display());
     };
-    let (compute, comm) = (col("compute_s")?, col("comm_s")?);
-    let (mut sum, mut n) = (0.0, 0usize);
-    for line in lines {
-        let fields: Vec<&str> = line.split(',').collect();
-        let value = |i: usize| -> anyhow::Result<f64> {
-            fields
-                .get(i)
-                .and_then(|v| v.parse().ok())
-                .with_context(|| format!("{}: bad row {line:?}", path.display()))
-        };
-        sum += value(compute)? + value(comm)?;
-        n += 1;
-    }
-    if n == 0 {
+    if rows.is_empty() {
         bail!("{}: no iterations", path.display());
     }
-    Ok(sum / n as f64)
+    Ok(rows.iter().map(|r| r.compute_s + r.comm_s).sum::<f64>() / rows.len() as f64)
 }
 
 impl MeasuredRun {
