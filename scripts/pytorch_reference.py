@@ -56,6 +56,16 @@ by sacrebleu.corpus_bleu(lowercase=True). Evaluation runs in batches of 128 in f
         --json /tmp/s2s.json --translations /tmp/s2s.txt     # val_ppl, test_ppl, bleu
     python3 scripts/pytorch_reference.py --model seq2seq --epochs 1 --limit-batches 20
 
+A controlled comparison with gssp (same initial weights, same batch sequence; only the dropout
+masks and teacher-forcing draws differ): `--save-init FILE` writes the seed's initial weights
+and exits, `--init FILE` starts training from them (gssp: `--set model.init_file=FILE`), and
+`--batches FILE` trains one epoch on the batches `gssp batches --config ...` wrote.
+
+    gssp batches --config configs/seq2seq_multi30k.toml --set run.seed=1 --out /tmp/b1.txt
+    python3 scripts/pytorch_reference.py --model seq2seq --seed 1 --save-init /tmp/init1.st
+    python3 scripts/pytorch_reference.py --model seq2seq --epochs 1 --seed 1 \\
+        --init /tmp/init1.st --batches /tmp/b1.txt --json /tmp/s2s.json
+
 `--load FILE` reads a `model.safetensors` that gssp wrote at the end of a run into the
 matching module below with `load_state_dict` (strict: every name and shape must match) and
 prints its test accuracy and loss, to compare with `gssp eval`. Model, width, hidden widths
@@ -497,6 +507,21 @@ class Seq2Seq(nn.Module):
         return outputs
 
 
+def read_batches(path, pairs):
+    """Batches of pair indices from PATH, one line each, as `gssp batches` or
+    `gssp bench step --batches-out` write them."""
+    try:
+        with open(path) as f:
+            batches = [[int(i) for i in l.split()] for l in f if l.strip()]
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"--batches {path}: {e}")
+    bad = [i for b in batches for i in b if not 0 <= i < pairs]
+    if not batches or bad:
+        raise SystemExit(f"--batches {path}: no batches, or pair {bad[:1]} out of range "
+                         f"(train has {pairs} pairs)")
+    return batches
+
+
 def bench_seq2seq(args):
     """Sentences per second of the seq2seq training step (forward with teacher forcing 0.5,
     backward, clip_grad_norm 1, Adam) over real Multi30k batches, in order, cycling."""
@@ -504,15 +529,7 @@ def bench_seq2seq(args):
     random.seed(0)
     src, tgt, vs, vt = load_multi30k_train(args.data)
     if args.batches:
-        try:
-            with open(args.batches) as f:
-                batches = [[int(i) for i in l.split()] for l in f if l.strip()]
-        except (OSError, ValueError) as e:
-            raise SystemExit(f"--batches {args.batches}: {e}")
-        bad = [i for b in batches for i in b if not 0 <= i < len(src)]
-        if not batches or bad:
-            raise SystemExit(f"--batches {args.batches}: no batches, or pair {bad[:1]} out of "
-                             f"range (train has {len(src)} pairs)")
+        batches = read_batches(args.batches, len(src))
     else:
         batches = bucket_batches(src, tgt, args.batch, 0)
     data = [(pad_time_major(src, b), pad_time_major(tgt, b)) for b in batches]
@@ -612,6 +629,17 @@ def train_seq2seq(args):
     torch.manual_seed(seed)
     random.seed(seed)
     model = Seq2Seq(len(vde), len(ven))
+    if args.save_init:
+        from safetensors.torch import save_file
+        save_file(model.state_dict(), args.save_init)
+        print(f"initial weights (seed {seed}) written to {args.save_init}")
+        return
+    if args.init:
+        from safetensors.torch import load_file
+        model.load_state_dict(load_file(args.init))
+    given = read_batches(args.batches, len(src)) if args.batches else None
+    if given is not None and args.epochs != 1:
+        raise SystemExit("--batches trains one epoch: the file's batches in order (--epochs 1)")
     params = sum(p.numel() for p in model.parameters())
     print(f"pytorch {torch.__version__} seq2seq: {params} parameters, vocab de {len(vde)} en "
           f"{len(ven)}, {len(src)} training pairs, batch {args.batch}, lr {args.lr}, seed {seed}, "
@@ -620,7 +648,7 @@ def train_seq2seq(args):
     loss_fn = nn.CrossEntropyLoss(ignore_index=PAD_ID)
     sentences, train_s = 0, 0.0
     for epoch in range(args.epochs):
-        batches = bucket_batches(src, tgt, args.batch, seed * 1_000_003 + epoch)
+        batches = given or bucket_batches(src, tgt, args.batch, seed * 1_000_003 + epoch)
         if args.limit_batches > 0:
             batches = batches[: args.limit_batches]
         every = max(1, min(100, len(batches) // 10))
@@ -737,8 +765,14 @@ def main():
     p.add_argument("--bench-step", type=int, default=0, metavar="STEPS",
                    help="only time STEPS training steps and print images_per_s")
     p.add_argument("--batches", metavar="FILE",
-                   help="seq2seq: the batches to time, one line of pair indices each, as "
-                   "gssp bench step --batches-out writes them")
+                   help="seq2seq: the batches to time (--bench-step) or to train one epoch on, "
+                   "one line of pair indices each, as gssp batches or gssp bench step "
+                   "--batches-out write them")
+    p.add_argument("--init", metavar="FILE",
+                   help="seq2seq training: start from these weights (a safetensors state_dict)")
+    p.add_argument("--save-init", metavar="FILE",
+                   help="seq2seq: only write the seed's initial weights to FILE (safetensors), "
+                   "for gssp's model.init_file")
     p.add_argument("--json", metavar="FILE", help="seq2seq training: write the results here")
     p.add_argument("--translations", metavar="FILE",
                    help="seq2seq training: write the greedy test2016 translations here")
@@ -764,8 +798,6 @@ def main():
         args.data = args.data or os.path.join("..", "shared", "data", "multi30k")
         if args.bench_step > 0:
             bench_seq2seq(args)
-        elif args.batches:
-            raise SystemExit("--batches is only for --bench-step")
         else:
             train_seq2seq(args)
         return

@@ -5,8 +5,15 @@
 # medians. About 15 minutes per seed on 2 cores. Needs ../shared/data/multi30k (or
 # DATA=...) and CPU PyTorch (scripts/install_torch_cpu.sh installs it into a cache venv).
 #
+# By default both sides start from the same initial weights (PyTorch's for the seed, which
+# gssp reads through model.init_file) and train on the same batch sequence (gssp's for the
+# seed, written by `gssp batches`, read by the reference's --batches): what differs is the
+# implementation and the dropout and teacher-forcing draws. INDEPENDENT=1 lets each side
+# initialise and bucket from its own seeded streams instead.
+#
 #   ./scripts/seq2seq-vs-pytorch.sh            # seeds 1 2 3, results under runs/s2s-vs-torch
 #   SEEDS="1" OUT=/tmp/cmp ./scripts/seq2seq-vs-pytorch.sh
+#   INDEPENDENT=1 ./scripts/seq2seq-vs-pytorch.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SEEDS=${SEEDS:-1 2 3}
@@ -18,14 +25,25 @@ PY=$(./scripts/install_torch_cpu.sh | tail -n 1)
 source scripts/env.sh
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 mkdir -p "$OUT"
+CONFIG=configs/seq2seq_multi30k.toml
+"$PY" -c "import safetensors" 2>/dev/null || "$PY" -m pip install --quiet safetensors
 for s in $SEEDS; do
     echo "seed $s: gssp and PyTorch, one epoch each, side by side"
-    target/release/gssp train --config configs/seq2seq_multi30k.toml --set run.seed="$s" \
-        --set run.threads=1 --set data.dir="$DATA" --out "$OUT/gssp-seed$s" \
+    gssp_start=() torch_start=()
+    if [ "${INDEPENDENT:-0}" != 1 ]; then
+        "$PY" scripts/pytorch_reference.py --model seq2seq --seed "$s" --data "$DATA" \
+            --save-init "$OUT/init-seed$s.safetensors"
+        target/release/gssp batches --config "$CONFIG" --set run.seed="$s" \
+            --set data.dir="$DATA" --epochs 1 --out "$OUT/batches-seed$s.txt"
+        gssp_start=(--set model.init_file="$OUT/init-seed$s.safetensors")
+        torch_start=(--init "$OUT/init-seed$s.safetensors" --batches "$OUT/batches-seed$s.txt")
+    fi
+    target/release/gssp train --config "$CONFIG" --set run.seed="$s" \
+        --set run.threads=1 --set data.dir="$DATA" "${gssp_start[@]}" --out "$OUT/gssp-seed$s" \
         > "$OUT/gssp-seed$s.log" 2>&1 &
     gssp_pid=$!
     "$PY" scripts/pytorch_reference.py --model seq2seq --epochs 1 --seed "$s" --batch 32 \
-        --data "$DATA" --json "$OUT/torch-seed$s.json" \
+        --data "$DATA" "${torch_start[@]}" --json "$OUT/torch-seed$s.json" \
         --translations "$OUT/torch-seed$s.txt" > "$OUT/torch-seed$s.log" 2>&1
     wait "$gssp_pid"
 done

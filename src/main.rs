@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 use gssp::checkpoint::{check_resume_overrides, Resume};
 use gssp::comm::{Collectives, Comm, FatalOnAll};
@@ -36,6 +37,23 @@ enum Command {
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
         /// Run directory (default: runs/<run.name>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Write the training-set indices of every batch a single-process run of the config
+    /// trains on, one batch a line, so that another framework can train on the same
+    /// sequence (scripts/pytorch_reference.py --batches).
+    Batches {
+        /// TOML config file.
+        #[arg(long)]
+        config: PathBuf,
+        /// Override a config key, e.g. --set run.seed=2.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        overrides: Vec<String>,
+        /// Epochs of batches to write (default: the config's run.epochs).
+        #[arg(long)]
+        epochs: Option<f64>,
+        /// The file to write (default: standard output).
         #[arg(long)]
         out: Option<PathBuf>,
     },
@@ -252,6 +270,12 @@ fn main() -> ExitCode {
             overrides,
             out,
         } => train(config.as_deref(), resume.as_deref(), &overrides, out),
+        Command::Batches {
+            config,
+            overrides,
+            epochs,
+            out,
+        } => batches(&config, &overrides, epochs, out.as_deref()),
         Command::Eval {
             model,
             config,
@@ -460,6 +484,42 @@ fn train(
 
 /// `gssp eval`: one process, no MPI initialisation (like `report`), so it runs without
 /// mpirun on a machine that only has the file, the config and the test set.
+fn batches(
+    config: &Path,
+    overrides: &[String],
+    epochs: Option<f64>,
+    out: Option<&Path>,
+) -> ExitCode {
+    let cfg = match Config::load(config, overrides).and_then(|c| c.validate().map(|_| c)) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let epochs = epochs.unwrap_or(cfg.run.epochs);
+    if !(epochs.is_finite() && epochs > 0.0) {
+        eprintln!("error: --epochs: must be > 0 (or run.epochs > 0 in the config), got {epochs}");
+        return ExitCode::from(EXIT_USAGE);
+    }
+    report((|| -> anyhow::Result<()> {
+        let corpus = gssp::workload::Corpus::load(&cfg.data, cfg.run.seed)?;
+        let order = gssp::workload::step::batch_order(&cfg, &corpus, epochs)?;
+        let mut text = String::new();
+        for batch in &order {
+            let line: Vec<String> = batch.iter().map(|i| i.to_string()).collect();
+            text.push_str(&line.join(" "));
+            text.push('\n');
+        }
+        match out {
+            Some(path) => std::fs::write(path, text)
+                .with_context(|| format!("--out {}: cannot write", path.display()))?,
+            None => print!("{text}"),
+        }
+        Ok(())
+    })())
+}
+
 fn eval(model: &Path, config: &Path, overrides: &[String], json: bool) -> ExitCode {
     let cfg = match Config::load(config, overrides).and_then(|c| c.validate().map(|_| c)) {
         Ok(c) => c,

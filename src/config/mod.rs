@@ -151,6 +151,11 @@ pub struct ModelConfig {
     /// sizes (narrow versions for tests); must stay 1 for the others.
     #[serde(default = "default_width")]
     pub width: f64,
+    /// Initial weights from a safetensors file (a gssp export, or a PyTorch `state_dict`
+    /// of the matching module saved with safetensors) instead of the seeded
+    /// initialisation; every rank reads it. Empty: seeded from `run.seed`.
+    #[serde(default)]
+    pub init_file: String,
 }
 
 fn default_mlp_hidden() -> Vec<usize> {

@@ -26,6 +26,7 @@ pub(super) fn schema() -> Table {
             name: ModelKind::Mlp,
             mlp_hidden: default_mlp_hidden(),
             width: default_width(),
+            init_file: String::new(),
         },
         optim: OptimConfig::default(),
         sync: SyncConfig::default(),

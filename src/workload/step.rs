@@ -4,11 +4,14 @@
 
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+
+use crate::backend::cpu::Cpu;
 
 use crate::config::{Augment, Config};
 use crate::data::augment::Augmenter;
 use crate::data::bucket::{BucketStream, TextBatch};
+use crate::data::multi30k::EncodedPairs;
 use crate::data::sampler::ShardSampler;
 use crate::hetero::Pacer;
 
@@ -42,13 +45,20 @@ enum Feed {
 
 impl ComputeStep {
     /// Builds the model for `corpus` and the sampler for shard `shard` of `shards`. Every
-    /// rank builds the same initial weights from `run.seed`; dropout draws follow the shard.
+    /// rank builds the same initial weights, from `run.seed` or `model.init_file` (read
+    /// again on resume, before the checkpoint replaces them); dropout draws follow the shard.
     pub fn new(cfg: &Config, corpus: &Corpus, shards: usize, shard: usize) -> Result<ComputeStep> {
         let batch = cfg.optim.batch_size;
-        let net = Model::build(cfg, corpus, shard as u64)?;
+        let mut net = Model::build(cfg, corpus, shard as u64)?;
+        if !cfg.model.init_file.is_empty() {
+            let path = std::path::Path::new(&cfg.model.init_file);
+            let expected = crate::model::export::metadata::<Cpu>(cfg, &net);
+            crate::model::export::load_into::<Cpu>(&mut net, &expected, path)
+                .context("model.init_file")?;
+        }
         let feed = match (corpus, &net) {
             (Corpus::Images { train, .. }, Model::Image(n)) => Feed::Images {
-                sampler: ShardSampler::new(train.len(), shards, shard, batch, cfg.run.seed)?,
+                sampler: image_sampler(cfg, train.len(), shards, shard)?,
                 augmenter: match cfg.data.augment {
                     Augment::None => None,
                     Augment::CropFlip => Some(Augmenter::new(cfg.run.seed, shard)),
@@ -57,7 +67,7 @@ impl ComputeStep {
                 y: vec![0; batch],
             },
             (Corpus::Text(text), _) => Feed::Text {
-                stream: BucketStream::new(&text.train, shards, shard, batch, cfg.run.seed)?,
+                stream: text_stream(cfg, &text.train, shards, shard)?,
                 batch: TextBatch::new(&text.train, &[]),
             },
             (Corpus::Images { .. }, Model::Text(_)) => {
@@ -151,4 +161,52 @@ impl ComputeStep {
     pub fn batch(&self) -> usize {
         self.batch
     }
+}
+
+fn image_sampler(cfg: &Config, n: usize, shards: usize, shard: usize) -> Result<ShardSampler> {
+    Ok(ShardSampler::new(
+        n,
+        shards,
+        shard,
+        cfg.optim.batch_size,
+        cfg.run.seed,
+    )?)
+}
+
+fn text_stream(
+    cfg: &Config,
+    pairs: &EncodedPairs,
+    shards: usize,
+    shard: usize,
+) -> Result<BucketStream> {
+    Ok(BucketStream::new(
+        pairs,
+        shards,
+        shard,
+        cfg.optim.batch_size,
+        cfg.run.seed,
+    )?)
+}
+
+/// The training-set indices (images, or sentence pairs) of every batch a single-process
+/// run of `cfg` trains on in its first `epochs` epochs, in order: what `gssp batches`
+/// writes, so that another framework can train on the very same sequence. Augmentation,
+/// where configured, is not part of it.
+pub fn batch_order(cfg: &Config, corpus: &Corpus, epochs: f64) -> Result<Vec<Vec<usize>>> {
+    let mut order = Vec::new();
+    match corpus {
+        Corpus::Images { train, .. } => {
+            let mut sampler = image_sampler(cfg, train.len(), 1, 0)?;
+            while sampler.epoch_progress() < epochs {
+                order.push(sampler.next_batch().to_vec());
+            }
+        }
+        Corpus::Text(text) => {
+            let mut stream = text_stream(cfg, &text.train, 1, 0)?;
+            while stream.epoch_progress() < epochs {
+                order.push(stream.next_batch().to_vec());
+            }
+        }
+    }
+    Ok(order)
 }
