@@ -14,3 +14,13 @@ if [ -z "${OMPI_MCA_osc:-}" ] && command -v ompi_info >/dev/null 2>&1 \
     && ompi_info 2>/dev/null | grep -q "MCA osc: pt2pt"; then
     export OMPI_MCA_osc=sm,pt2pt
 fi
+# NVRTC from scripts/nvrtc.sh's cache, where it was installed: the CUDA backend compiles
+# kernels/*.cu with it (a CUDA toolkit's own libnvrtc on the loader's path works as well).
+nvrtc_lib=${GSSP_CACHE:-$HOME/.cache/gssp}/nvrtc-13.0.88/nvidia/cu13/lib
+if [ -f "$nvrtc_lib/libnvrtc.so.13" ]; then
+    case ":${LD_LIBRARY_PATH:-}:" in
+        *":$nvrtc_lib:"*) ;;
+        *) export LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ;;
+    esac
+fi
+unset nvrtc_lib

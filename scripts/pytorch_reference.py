@@ -291,26 +291,44 @@ def make_optimizer(model, args):
                            weight_decay=args.weight_decay)
 
 
+def sync(device):
+    """Waits for the GPU's queued work (nothing to wait for on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def bench_step(args, train):
-    """Images per second of the training step (augmentation, forward, backward, SGD)."""
+    """Images per second of the training step (augmentation, forward, backward, SGD). On
+    `--device cuda` the batch is one fixed batch already on the GPU, without augmentation
+    (what `gssp bench step --device cuda` times, which also uploads its batch each step)."""
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
-    model = build(args.model, train[0], args.width)
+    dev = torch.device(args.device)
+    model = build(args.model, train[0], args.width).to(dev)
     opt = make_optimizer(model, args)
     loss_fn = nn.CrossEntropyLoss()
     x_raw, y = train[0][: args.batch], train[1][: args.batch]
+    if dev.type == "cuda":
+        args.augment = "none"
+        x_raw, y = normalise(x_raw, args.dataset).to(dev), y.to(dev)
 
     def step():
-        x = crop_flip(x_raw, gen) if args.augment == "crop-flip" else x_raw
+        if dev.type == "cuda":
+            x = x_raw
+        else:
+            x = normalise(crop_flip(x_raw, gen) if args.augment == "crop-flip" else x_raw,
+                          args.dataset)
         opt.zero_grad()
-        loss_fn(model(normalise(x, args.dataset)), y).backward()
+        loss_fn(model(x), y).backward()
         opt.step()
 
     for _ in range(3):
         step()
+    sync(dev)
     t0 = time.perf_counter()
     for _ in range(args.bench_step):
         step()
+    sync(dev)
     secs = time.perf_counter() - t0
     params = sum(p.numel() for p in model.parameters())
     print(f"pytorch {torch.__version__} {args.model} (width {args.width}, {params} parameters) "
@@ -497,7 +515,8 @@ class Seq2Seq(nn.Module):
             nn.init.uniform_(p, -0.08, 0.08)
 
     def forward(self, src, trg, teacher_forcing=0.5):
-        outputs = torch.zeros(trg.shape[0], trg.shape[1], self.decoder.output_dim)
+        outputs = torch.zeros(trg.shape[0], trg.shape[1], self.decoder.output_dim,
+                              device=trg.device)
         hidden, cell = self.encoder(src)
         inp = trg[0, :]
         for t in range(1, trg.shape[0]):
@@ -532,8 +551,9 @@ def bench_seq2seq(args):
         batches = read_batches(args.batches, len(src))
     else:
         batches = bucket_batches(src, tgt, args.batch, 0)
-    data = [(pad_time_major(src, b), pad_time_major(tgt, b)) for b in batches]
-    model = Seq2Seq(vs, vt)
+    dev = torch.device(args.device)
+    data = [(pad_time_major(src, b).to(dev), pad_time_major(tgt, b).to(dev)) for b in batches]
+    model = Seq2Seq(vs, vt).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss(ignore_index=PAD_ID)
 
@@ -548,9 +568,11 @@ def bench_seq2seq(args):
     model.train()
     for k in range(min(3, len(data))):
         step(k)
+    sync(dev)
     t0 = time.perf_counter()
     for k in range(args.bench_step):
         step(k)
+    sync(dev)
     secs = time.perf_counter() - t0
     timed = [batches[k % len(batches)] for k in range(args.bench_step)]
     sentences = sum(len(b) for b in timed)
@@ -762,6 +784,8 @@ def main():
     p.add_argument("--weight-decay", type=float, default=5e-4)
     p.add_argument("--schedule", choices=["constant", "cosine"], default="constant")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="--bench-step only: where the model and its batches live")
     p.add_argument("--bench-step", type=int, default=0, metavar="STEPS",
                    help="only time STEPS training steps and print images_per_s")
     p.add_argument("--batches", metavar="FILE",

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential pkg-config libclang-dev clang libopenmpi-dev openmpi-bin libopenblas-dev dataset-fashion-mnist)
+packages=(build-essential pkg-config libclang-dev clang libopenmpi-dev openmpi-bin libopenblas-dev dataset-fashion-mnist curl ca-certificates unzip)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

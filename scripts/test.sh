@@ -4,5 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+# Every kernel in kernels/ must compile with NVRTC (no GPU needed): the test that compiles
+# them fails, rather than skips, when GSSP_REQUIRE_NVRTC is set.
+./scripts/nvrtc.sh >/dev/null
+export GSSP_REQUIRE_NVRTC=1
 source scripts/env.sh
 cargo test --release "$@"

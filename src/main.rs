@@ -165,6 +165,10 @@ enum BenchCommand {
         /// `scripts/pytorch_reference.py --model seq2seq --batches FILE`.
         #[arg(long)]
         batches_out: Option<PathBuf>,
+        /// `cpu`, or `cuda`: the CUDA backend on this node's GPU (lenet5, resnet18, vgg19
+        /// and seq2seq at width 1; `--threads` does not apply).
+        #[arg(long, default_value = "cpu")]
+        device: String,
     },
     /// Exact top-k selection against one pass summing the same array.
     Topk {
@@ -174,6 +178,10 @@ enum BenchCommand {
         ratio: f64,
         #[arg(long, default_value_t = 11)]
         reps: usize,
+        /// `cpu` (against one summing pass), or `cuda` (on the GPU, against a
+        /// device-to-device copy of the same array).
+        #[arg(long, default_value = "cpu")]
+        device: String,
     },
     /// The baselines of one config, each its own mpirun job, in one table.
     Modes {
@@ -555,6 +563,35 @@ fn eval(model: &Path, config: &Path, overrides: &[String], json: bool) -> ExitCo
     })())
 }
 
+#[cfg(feature = "cuda")]
+fn gpu_step(model: &str, batch: usize, seconds: f64, data: Option<&Path>) -> anyhow::Result<()> {
+    if model == "seq2seq" {
+        let data = data.unwrap_or(Path::new(gssp::bench::step::DEFAULT_MULTI30K));
+        gssp::bench::gpu::seq2seq_step(data, batch, seconds).map(|_| ())
+    } else {
+        gssp::bench::gpu::image_step(model, batch, seconds).map(|_| ())
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn gpu_topk(n: usize, ratio: f64, reps: usize) -> anyhow::Result<()> {
+    gssp::bench::gpu::topk(n, ratio, reps).map(|_| ())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn gpu_step(_: &str, _: usize, _: f64, _: Option<&Path>) -> anyhow::Result<()> {
+    anyhow::bail!(
+        "--device cuda: this build has no CUDA support (built without the `cuda` feature)"
+    )
+}
+
+#[cfg(not(feature = "cuda"))]
+fn gpu_topk(_: usize, _: f64, _: usize) -> anyhow::Result<()> {
+    anyhow::bail!(
+        "--device cuda: this build has no CUDA support (built without the `cuda` feature)"
+    )
+}
+
 fn bench(which: BenchCommand) -> anyhow::Result<()> {
     use gssp::bench;
     match which {
@@ -565,16 +602,30 @@ fn bench(which: BenchCommand) -> anyhow::Result<()> {
             seconds,
             data,
             batches_out,
-        } => bench::step(
-            &model,
-            batch,
-            threads,
-            seconds,
-            data.as_deref(),
-            batches_out.as_deref(),
-        )
-        .map(|_| ()),
-        BenchCommand::Topk { n, ratio, reps } => bench::topk(n, ratio, reps).map(|_| ()),
+            device,
+        } => match device.as_str() {
+            "cpu" => bench::step(
+                &model,
+                batch,
+                threads,
+                seconds,
+                data.as_deref(),
+                batches_out.as_deref(),
+            )
+            .map(|_| ()),
+            "cuda" => gpu_step(&model, batch, seconds, data.as_deref()),
+            other => anyhow::bail!("--device: must be cpu or cuda, got {other}"),
+        },
+        BenchCommand::Topk {
+            n,
+            ratio,
+            reps,
+            device,
+        } => match device.as_str() {
+            "cpu" => bench::topk(n, ratio, reps).map(|_| ()),
+            "cuda" => gpu_topk(n, ratio, reps),
+            other => anyhow::bail!("--device: must be cpu or cuda, got {other}"),
+        },
         BenchCommand::Modes {
             config,
             workers,

@@ -304,3 +304,119 @@ fn plan_names_bad_speeds_tiers_and_a_missing_unit() {
         "--seconds must be a positive number",
     );
 }
+
+/// A small synthetic-data config (MLP): trains in a second.
+fn write_synthetic_config(dir: &Path) -> PathBuf {
+    let p = dir.join("s.toml");
+    std::fs::write(
+        &p,
+        "[run]\nname = \"s\"\nepochs = 1.0\n[data]\ndataset = \"synthetic\"\n\
+         [data.synthetic]\ntrain = 200\ntest = 100\n[model]\nname = \"mlp\"\n\
+         [optim]\nbatch_size = 20\nlr = 0.05\n",
+    )
+    .unwrap();
+    p
+}
+
+#[test]
+fn batches_lists_every_sample_once_per_epoch_in_the_runs_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_synthetic_config(dir.path());
+    let order = |args: &[&str]| -> Vec<Vec<usize>> {
+        let out = dir.path().join("b.txt");
+        let o = gssp()
+            .args(["batches", "--config"])
+            .arg(&config)
+            .args(args)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::fs::read_to_string(&out)
+            .unwrap()
+            .lines()
+            .map(|l| l.split(' ').map(|i| i.parse().unwrap()).collect())
+            .collect()
+    };
+    let two = order(&["--epochs", "2"]);
+    assert_eq!(two.len(), 20, "200 samples in batches of 20, two epochs");
+    for epoch in two.chunks(10) {
+        let mut seen: Vec<usize> = epoch.iter().flatten().copied().collect();
+        assert!(epoch.iter().all(|b| b.len() == 20));
+        seen.sort_unstable();
+        assert_eq!(seen, (0..200).collect::<Vec<_>>());
+    }
+    assert_ne!(two[..10], two[10..], "each epoch is reshuffled");
+    assert_eq!(
+        order(&[]),
+        two[..10].to_vec(),
+        "run.epochs by default, the same order"
+    );
+    assert_ne!(order(&["--set", "run.seed=7"]), two[..10].to_vec());
+    assert_usage_error(
+        &gssp()
+            .args(["batches", "--config"])
+            .arg(&config)
+            .args(["--epochs", "0"])
+            .output()
+            .unwrap(),
+        "--epochs: must be > 0",
+    );
+}
+
+#[test]
+fn a_run_starts_from_model_init_file_and_names_a_file_that_does_not_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_synthetic_config(dir.path());
+    let run = |sets: &[&str], out: &str| {
+        let mut c = gssp();
+        c.arg("train").arg("--config").arg(&config);
+        for s in sets {
+            c.args(["--set", s]);
+        }
+        c.arg("--out").arg(dir.path().join(out)).output().unwrap()
+    };
+    let first = run(&["run.seed=3"], "first");
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let model = dir.path().join("first/model.safetensors");
+    let accuracy = |out: &str| {
+        let s = std::fs::read_to_string(dir.path().join(out).join("summary.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&s).unwrap();
+        v["final_test_accuracy"].as_f64().unwrap()
+    };
+    // A learning rate too small to move the weights: the run scores what the file scored,
+    // so it started from the file, not from its seed (the same seed, so the same data).
+    let init = format!("model.init_file={}", model.display());
+    let second = run(
+        &[&init, "run.seed=3", "optim.lr=1e-12", "run.epochs=0.1"],
+        "second",
+    );
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert_eq!(accuracy("second"), accuracy("first"));
+    let fresh = run(&["run.seed=3", "optim.lr=1e-12", "run.epochs=0.1"], "fresh");
+    assert!(fresh.status.success());
+    assert_ne!(accuracy("fresh"), accuracy("first"));
+    // A file of another model is refused, naming the key, the file and the difference.
+    let bad = run(&[&init, "model.mlp_hidden=[64]"], "bad");
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success());
+    assert!(
+        err.contains("model.init_file") && err.contains("model.safetensors"),
+        "{err}"
+    );
+    let missing = run(&["model.init_file=/nonexistent/m.safetensors"], "missing");
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        err.contains("model.init_file: cannot read model file /nonexistent/m.safetensors"),
+        "{err}"
+    );
+}

@@ -11,10 +11,13 @@
 //! them once per step. Activations are NCHW, batch first; a linear weight is `[out x in]`
 //! and a convolution weight `[out_c x in_c*k*k]`, PyTorch's layouts.
 //!
-//! The CPU backend ([`cpu::Cpu`]) is the only one in this build; docs/architecture.md
-//! shows how another plugs in.
+//! The CPU backend ([`cpu::Cpu`]) is the only one that trains in this build; [`cuda`]
+//! holds the GPU's device selection and the project's own kernels, compiled with NVRTC.
+//! docs/architecture.md shows how another backend plugs in.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 use std::ops::Range;
 
@@ -26,18 +29,34 @@ pub enum Device {
     Cpu,
 }
 
-/// Resolves `device.kind`. This build has the CPU backend only: `auto` falls back to it
-/// (and says so), `cuda` is refused rather than silently run on the CPU.
+/// Resolves `device.kind`. Training runs on the CPU backend in this build: `auto` falls
+/// back to it and says why once per process; `cuda` is refused, naming what is missing
+/// (the driver, a GPU, or the CUDA backend itself), rather than silently run on the CPU.
 pub fn select(kind: DeviceKind) -> anyhow::Result<Device> {
     match kind {
         DeviceKind::Cpu => Ok(Device::Cpu),
         DeviceKind::Auto => {
-            log::debug!("device: auto -> cpu (this build has no CUDA backend)");
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| log::info!("device: auto -> cpu ({})", cuda_refusal()));
             Ok(Device::Cpu)
         }
         DeviceKind::Cuda => anyhow::bail!(
-            "device.kind: this build has no CUDA backend, so \"cuda\" cannot run; use \"cpu\" or \"auto\", got \"cuda\""
+            "device.kind: \"cuda\" cannot run here: {}; use \"cpu\" or \"auto\"",
+            cuda_refusal()
         ),
+    }
+}
+
+/// Why `device.kind = "cuda"` cannot train on this node with this build.
+fn cuda_refusal() -> String {
+    #[cfg(feature = "cuda")]
+    if let Some(why) = cuda::device::unavailable() {
+        return why;
+    }
+    if cfg!(feature = "cuda") {
+        "this node has a GPU, but this build trains on the CPU only: the CUDA kernels (kernels/) compile, the backend that runs them is not built yet".to_string()
+    } else {
+        "this build has no CUDA support (built without the `cuda` feature)".to_string()
     }
 }
 
@@ -545,6 +564,17 @@ mod tests {
         assert_eq!(select(DeviceKind::Auto).unwrap(), Device::Cpu);
         assert_eq!(select(DeviceKind::Cpu).unwrap(), Device::Cpu);
         let e = select(DeviceKind::Cuda).unwrap_err().to_string();
-        assert!(e.starts_with("device.kind:"), "{e}");
+        assert!(
+            e.starts_with("device.kind: \"cuda\" cannot run here: "),
+            "{e}"
+        );
+        // This machine's reason: no driver (CI, most laptops), or a GPU without a backend.
+        assert!(
+            e.contains("no CUDA driver library")
+                || e.contains("trains on the CPU only")
+                || e.contains("no GPU")
+                || e.contains("no CUDA support"),
+            "{e}"
+        );
     }
 }

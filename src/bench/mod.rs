@@ -1,6 +1,6 @@
 //! `gssp bench ...`: measured figures, each printed with what produced it.
 //!
-//! - `step`: images/s of one process's training step,
+//! - `step`: images/s of one process's training step (`gpu`: on the CUDA backend),
 //! - `topk`: exact top-k selection against one summing pass over the same array,
 //! - `modes` / `paper`: whole training runs, one `mpirun` job per mode, compared in one
 //!   table (and `bench.json`) and a `gssp report` of their runs (`report/`),
@@ -8,6 +8,8 @@
 //! - `configs`: every shipped config run as it is, checked against its own target accuracy.
 
 pub mod configs;
+#[cfg(feature = "cuda")]
+pub mod gpu;
 pub mod jobs;
 pub mod scale;
 pub mod step;

@@ -1,0 +1,187 @@
+//! `gssp bench step --device cuda` and `gssp bench topk --device cuda`: the CUDA backend's
+//! training step and top-k on this node's GPU (the rank's GPU under a launcher).
+//!
+//! The image step trains on one fixed random batch uploaded at every step (so the
+//! figure includes the host-to-device copy a real step has), SGD with momentum; seq2seq
+//! trains on real Multi30k batches with gradient clipping and Adam, the reference's
+//! recipe. Both wait for the device before reading the clock.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use crate::backend::cuda::{device, Cuda};
+use crate::backend::{AdamStep, Backend, SgdStep};
+use crate::data::multi30k::{load_split, Direction, EncodedPairs, Split, Vocabs};
+use crate::model::seq2seq::Seq2Seq;
+use crate::model::zoo;
+
+/// This process's GPU: the one its launcher's local rank picks.
+fn open_gpu() -> Result<Cuda> {
+    let local = device::local_rank(|v| std::env::var(v).ok());
+    let cuda = Cuda::new(device::gpu_for(local, 1).unwrap_or(0)).context("--device cuda")?;
+    println!("device: {}", cuda.describe());
+    Ok(cuda)
+}
+
+/// Runs `step(i)` for warm-up, then for `seconds` in rounds, waiting for the device at
+/// the end of each round; returns (steps, seconds).
+fn timed(
+    cuda: &Cuda,
+    seconds: f64,
+    mut step: impl FnMut(usize) -> Result<()>,
+) -> Result<(usize, f64)> {
+    for i in 0..3 {
+        step(i)?;
+    }
+    cuda.synchronize();
+    let t = Instant::now();
+    let mut done = 0;
+    while t.elapsed().as_secs_f64() < seconds {
+        for _ in 0..10 {
+            step(3 + done)?;
+            done += 1;
+        }
+        cuda.synchronize();
+    }
+    Ok((done, t.elapsed().as_secs_f64()))
+}
+
+/// Images per second of `model`'s training step at `batch` on the GPU.
+pub fn image_step(model: &str, batch: usize, seconds: f64) -> Result<f64> {
+    let cuda = open_gpu()?;
+    let mut net = match model {
+        "lenet5" => zoo::lenet5(cuda.clone(), (1, 28, 28), 10, batch, 0),
+        "resnet18" => zoo::resnet18(cuda.clone(), zoo::CIFAR_INPUT, 10, 1.0, batch, 0),
+        "vgg19" => zoo::vgg19(cuda.clone(), zoo::CIFAR_INPUT, 10, 1.0, batch, 0),
+        other => anyhow::bail!(
+            "--device cuda: --model must be lenet5, resnet18, vgg19 or seq2seq, got {other}"
+        ),
+    };
+    let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    let x: Vec<f32> = (0..batch * net.input_len())
+        .map(|_| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        })
+        .collect();
+    let labels: Vec<u8> = (0..batch).map(|i| (i % 10) as u8).collect();
+    let mut velocity = cuda.alloc(net.num_params());
+    let sgd = SgdStep {
+        lr: 0.01,
+        momentum: 0.9,
+        weight_decay: 5e-4,
+        scale: 1.0,
+    };
+    let (steps, s) = timed(&cuda, seconds, |_| {
+        net.forward_backward(&x, &labels, batch);
+        let (be, params, grads) = net.optimizer_buffers();
+        be.sgd_step(params, &mut velocity, grads, &sgd);
+        Ok(())
+    })?;
+    println!("model: {model}\nbatch: {batch}\niterations: {steps}\nseconds: {s:.3}");
+    let ips = (steps * batch) as f64 / s;
+    println!("images_per_s: {ips:.1}");
+    Ok(ips)
+}
+
+/// Sentences per second of the seq2seq training step (batch `batch`, real Multi30k
+/// batches in the bucketed order of `gssp bench step`'s CPU figure) on the GPU.
+pub fn seq2seq_step(data: &Path, batch: usize, seconds: f64) -> Result<f64> {
+    let train = load_split(data, Split::Train).with_context(|| {
+        format!(
+            "--data {}: reading Multi30k's train.de and train.en",
+            data.display()
+        )
+    })?;
+    let vocabs = Vocabs::build(&train);
+    let pairs = EncodedPairs::encode(&train, &vocabs, Direction::DeEn);
+    let (cfg, batches) =
+        super::step::seq2seq_setup(&pairs, vocabs.de.len(), vocabs.en.len(), batch)?;
+    let cuda = open_gpu()?;
+    let mut net = Seq2Seq::new(cuda.clone(), cfg, 0);
+    let n = net.num_params();
+    let (mut m, mut v) = (cuda.alloc(n), cuda.alloc(n));
+    let mut sentences = 0;
+    let (steps, s) = timed(&cuda, seconds, |i| {
+        let b = &batches[i % batches.len()];
+        net.forward_backward(b, i as u64)?;
+        net.clip_grads(1.0)?;
+        let t = (i + 1) as i32;
+        let adam = AdamStep {
+            lr: 1e-3,
+            one_minus_beta1: 0.1,
+            one_minus_beta2: 0.001,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            scale: 1.0,
+            bias_correction1: 1.0 - 0.9f32.powi(t),
+            bias_correction2: 1.0 - 0.999f32.powi(t),
+        };
+        let (be, params, grads) = net.optimizer_buffers();
+        be.adam_step(params, &mut m, &mut v, grads, &adam);
+        if i >= 3 {
+            sentences += b.size();
+        }
+        Ok(())
+    })?;
+    println!(
+        "model: seq2seq ({n} parameters)\nbatch: {batch}\niterations: {steps}\nseconds: {s:.3}"
+    );
+    let sps = sentences as f64 / s;
+    println!("sentences_per_s: {sps:.1}");
+    Ok(sps)
+}
+
+/// Top-k of `n` random floats at `ratio` on the GPU (indices and values copied back)
+/// against a device-to-device copy of the same array; medians of `reps`.
+pub fn topk(n: usize, ratio: f64, reps: usize) -> Result<(f64, f64)> {
+    if n == 0 || !(ratio > 0.0 && ratio <= 1.0) || reps == 0 {
+        anyhow::bail!("--n must be >= 1, --ratio in (0, 1], --reps >= 1");
+    }
+    let cuda = open_gpu()?;
+    let k = crate::compress::ratio::k_for_ratio(n, ratio);
+    let mut rng = 42u64;
+    let host: Vec<f32> = (0..n)
+        .map(|_| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect();
+    let mut values = cuda.alloc(n);
+    cuda.upload(&mut values, &host);
+    let mut copy = cuda.alloc(n);
+    let median = |mut xs: Vec<f64>| {
+        xs.sort_by(f64::total_cmp);
+        xs[xs.len() / 2]
+    };
+    let time = |f: &mut dyn FnMut()| {
+        f();
+        cuda.synchronize();
+        let runs = (0..reps)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                cuda.synchronize();
+                t.elapsed().as_secs_f64()
+            })
+            .collect();
+        median(runs)
+    };
+    let topk_s = time(&mut || {
+        let (idx, _) = cuda.topk(&values, None, n, k);
+        assert_eq!(idx.len(), k);
+    });
+    let copy_s = time(&mut || cuda.copy(&mut copy, &values, n));
+    println!("n: {n}\nratio: {ratio}\nk: {k}\nreps: {reps}");
+    println!(
+        "topk_s: {topk_s:.6}\ncopy_s: {copy_s:.6}\ntopk_over_copy: {:.2}",
+        topk_s / copy_s
+    );
+    Ok((topk_s, copy_s))
+}
