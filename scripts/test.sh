@@ -4,9 +4,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-# Every kernel in kernels/ must compile with NVRTC (no GPU needed): the test that compiles
-# them fails, rather than skips, when GSSP_REQUIRE_NVRTC is set.
-./scripts/nvrtc.sh >/dev/null
-export GSSP_REQUIRE_NVRTC=1
+# Every kernel in kernels/ must compile with NVRTC (no GPU needed): with NVRTC installed,
+# the tests that compile them fail, rather than skip, when it cannot be loaded. Where the
+# wheel cannot be had (no network, not x86_64) they are skipped, saying why; CI installs it
+# first (.ci/run), so there a kernel that does not compile fails the run.
+if ./scripts/nvrtc.sh >/dev/null; then
+    export GSSP_REQUIRE_NVRTC=1
+else
+    echo "test.sh: NVRTC could not be installed; the CUDA kernel compile checks will be skipped" >&2
+fi
 source scripts/env.sh
 cargo test --release "$@"

@@ -13,9 +13,21 @@ use anyhow::{Context, Result};
 
 use crate::backend::cuda::{device, Cuda};
 use crate::backend::{AdamStep, Backend, SgdStep};
-use crate::data::multi30k::{load_split, Direction, EncodedPairs, Split, Vocabs};
 use crate::model::seq2seq::Seq2Seq;
 use crate::model::zoo;
+
+/// `n` deterministic values in [-0.5, 0.5) (xorshift from `seed`).
+fn random_values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        })
+        .collect()
+}
 
 /// This process's GPU: the one its launcher's local rank picks.
 fn open_gpu() -> Result<Cuda> {
@@ -59,15 +71,7 @@ pub fn image_step(model: &str, batch: usize, seconds: f64) -> Result<f64> {
             "--device cuda: --model must be lenet5, resnet18, vgg19 or seq2seq, got {other}"
         ),
     };
-    let mut rng = 0x2545_F491_4F6C_DD1Du64;
-    let x: Vec<f32> = (0..batch * net.input_len())
-        .map(|_| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            (rng >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-        })
-        .collect();
+    let x = random_values(batch * net.input_len(), 0x2545_F491_4F6C_DD1D);
     let labels: Vec<u8> = (0..batch).map(|i| (i % 10) as u8).collect();
     let mut velocity = cuda.alloc(net.num_params());
     let sgd = SgdStep {
@@ -91,14 +95,7 @@ pub fn image_step(model: &str, batch: usize, seconds: f64) -> Result<f64> {
 /// Sentences per second of the seq2seq training step (batch `batch`, real Multi30k
 /// batches in the bucketed order of `gssp bench step`'s CPU figure) on the GPU.
 pub fn seq2seq_step(data: &Path, batch: usize, seconds: f64) -> Result<f64> {
-    let train = load_split(data, Split::Train).with_context(|| {
-        format!(
-            "--data {}: reading Multi30k's train.de and train.en",
-            data.display()
-        )
-    })?;
-    let vocabs = Vocabs::build(&train);
-    let pairs = EncodedPairs::encode(&train, &vocabs, Direction::DeEn);
+    let (pairs, vocabs) = super::step::train_pairs(data)?;
     let (cfg, batches) =
         super::step::seq2seq_setup(&pairs, vocabs.de.len(), vocabs.en.len(), batch)?;
     let cuda = open_gpu()?;
@@ -144,15 +141,7 @@ pub fn topk(n: usize, ratio: f64, reps: usize) -> Result<(f64, f64)> {
     }
     let cuda = open_gpu()?;
     let k = crate::compress::ratio::k_for_ratio(n, ratio);
-    let mut rng = 42u64;
-    let host: Vec<f32> = (0..n)
-        .map(|_| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            (rng >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect();
+    let host = random_values(n, 42);
     let mut values = cuda.alloc(n);
     cuda.upload(&mut values, &host);
     let mut copy = cuda.alloc(n);

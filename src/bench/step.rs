@@ -81,6 +81,26 @@ pub fn step(
     Ok(ips)
 }
 
+/// Multi30k's training pairs in `data`, encoded with vocabularies built from them (the
+/// pairs every seq2seq step benchmark trains on).
+pub fn train_pairs(data: &Path) -> Result<(EncodedPairs, Vocabs)> {
+    let train = load_split(data, Split::Train).with_context(|| {
+        format!(
+            "--data {}: reading Multi30k's train.de and train.en",
+            data.display()
+        )
+    })?;
+    let vocabs = Vocabs::build(&train);
+    let pairs = EncodedPairs::encode(&train, &vocabs, Direction::DeEn);
+    if pairs.is_empty() {
+        anyhow::bail!(
+            "--data {}: train.de and train.en hold no pairs",
+            data.display()
+        );
+    }
+    Ok((pairs, vocabs))
+}
+
 /// Where `gssp bench step --model seq2seq` looks for Multi30k without `--data`.
 pub const DEFAULT_MULTI30K: &str = "../shared/data/multi30k";
 
@@ -127,20 +147,7 @@ pub fn seq2seq_step(
     seconds: f64,
     batches_out: Option<&Path>,
 ) -> Result<f64> {
-    let train = load_split(data, Split::Train).with_context(|| {
-        format!(
-            "--data {}: reading Multi30k's train.de and train.en",
-            data.display()
-        )
-    })?;
-    let vocabs = Vocabs::build(&train);
-    let pairs = EncodedPairs::encode(&train, &vocabs, Direction::DeEn);
-    if pairs.is_empty() {
-        anyhow::bail!(
-            "--data {}: train.de and train.en hold no pairs",
-            data.display()
-        );
-    }
+    let (pairs, vocabs) = train_pairs(data)?;
     // Created before the timing, so that a bad path fails at once.
     let out = batches_out
         .map(|p| {
