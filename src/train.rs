@@ -6,6 +6,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 
 use crate::backend::cpu::Cpu;
+use crate::backend::Backend;
 use crate::checkpoint::{self, RankMeta, Resume, Schedule};
 use crate::config::Config;
 use crate::metrics::{CsvLog, EvalRow, RunDir, RunTotals, Summary, WorkerRow};
@@ -31,12 +32,29 @@ pub fn should_stop(cfg: &Config, epoch: f64, elapsed_s: f64) -> bool {
 /// Trains in this process alone and writes the run directory; continues from `resume`'s
 /// checkpoint when given.
 pub fn run_single(cfg: &Config, run: &RunDir, resume: Option<&Resume>) -> Result<Summary> {
-    crate::backend::select(cfg.device.kind)?;
+    match crate::backend::select(cfg.device.kind, true)? {
+        crate::backend::Device::Cpu => run_single_on(Cpu, cfg, run, resume),
+        #[cfg(feature = "cuda")]
+        crate::backend::Device::Cuda(gpu) => {
+            let cuda = crate::backend::cuda::Cuda::new(gpu)?;
+            log::info!("device: {}", cuda.describe());
+            run_single_on(cuda, cfg, run, resume)
+        }
+    }
+}
+
+/// [`run_single`] on the backend `be`.
+fn run_single_on<B: Backend>(
+    be: B,
+    cfg: &Config,
+    run: &RunDir,
+    resume: Option<&Resume>,
+) -> Result<Summary> {
     crate::backend::cpu::set_threads(cfg.run.threads);
     let corpus = Corpus::load(&cfg.data, cfg.run.seed)?;
     log::info!("data: {} from {}", corpus.describe(), cfg.data.dataset);
     corpus.save_to(run.path())?;
-    let mut step = ComputeStep::new(cfg, &corpus, 1, 0)?;
+    let mut step = ComputeStep::new_on(be, cfg, &corpus, 1, 0)?;
     log::info!(
         "model {}: {} parameters",
         step.net.name(),
@@ -151,12 +169,12 @@ pub fn run_single(cfg: &Config, run: &RunDir, resume: Option<&Resume>) -> Result
 /// Writes checkpoint `schedule.sequence` of a single-process run: weights, batch-norm
 /// statistics, the optimizer's state, iteration (the sampler's position and every random stream follow
 /// it), training clock and the evaluations so far.
-fn save_single(
+fn save_single<B: Backend>(
     cfg: &Config,
     run: &RunDir,
     schedule: &Schedule,
-    step: &ComputeStep,
-    optimizer: &NetworkOptimizer<Cpu>,
+    step: &ComputeStep<B>,
+    optimizer: &NetworkOptimizer<B>,
     (time_s, iteration): (f64, u64),
     evals: &[EvalRow],
 ) -> Result<()> {
@@ -170,9 +188,13 @@ fn save_single(
         optimizer_steps,
         ..Default::default()
     };
+    let mut weights = vec![0.0; net.num_params()];
+    net.params_to_host(&mut weights);
+    let mut stats = vec![0.0; net.num_state()];
+    net.state_to_host(&mut stats);
     let mut tensors = vec![
-        (checkpoint::WEIGHTS, net.params()),
-        (checkpoint::STATE, net.state()),
+        (checkpoint::WEIGHTS, weights.as_slice()),
+        (checkpoint::STATE, stats.as_slice()),
     ];
     tensors.extend(state.iter().map(|(name, v)| (*name, v.as_slice())));
     let dir = checkpoint::store::checkpoint_dir(run.path(), schedule.sequence);
@@ -186,17 +208,16 @@ fn save_single(
 
 /// Loads a single-process run's checkpoint into `step` and `sgd`; returns its training
 /// clock, iteration and evaluations.
-fn restore_single(
+fn restore_single<B: Backend>(
     resume: &Resume,
-    step: &mut ComputeStep,
-    optimizer: &mut NetworkOptimizer<Cpu>,
+    step: &mut ComputeStep<B>,
+    optimizer: &mut NetworkOptimizer<B>,
 ) -> Result<(f64, u64, Vec<EvalRow>)> {
     let path = resume.path(0);
     let mut file = resume.load(0)?;
     let n = step.net.num_params();
     step.net
-        .params_mut()
-        .copy_from_slice(&file.take(checkpoint::WEIGHTS, n, &path)?);
+        .params_from_host(&file.take(checkpoint::WEIGHTS, n, &path)?);
     let state = file.take(checkpoint::STATE, step.net.num_state(), &path)?;
     step.net.state_from_host(&state);
     let steps = file.meta.optimizer_steps;
@@ -208,9 +229,9 @@ fn restore_single(
 /// Writes the model a run evaluated last to `model.safetensors` in the run directory
 /// (see [`model::export`]): its weights and the batch-norm statistics it was evaluated
 /// with, so that `gssp eval` of the file gives the run's final test accuracy.
-pub fn export_model(cfg: &Config, run: &RunDir, net: &Model) -> Result<()> {
+pub fn export_model<B: Backend>(cfg: &Config, run: &RunDir, net: &Model<B>) -> Result<()> {
     let path = run.file(model::export::MODEL_FILE);
-    model::export::save::<Cpu>(net, &model::export::metadata(cfg, net), &path)?;
+    model::export::save::<B>(net, &model::export::metadata(cfg, net), &path)?;
     log::info!("model: {}", path.display());
     Ok(())
 }
@@ -240,7 +261,6 @@ pub struct ExportedEval {
 /// re-calibration: the file holds the statistics the run evaluated with; a translation
 /// model also translates test2016 for BLEU).
 pub fn evaluate_exported(cfg: &Config, path: &std::path::Path) -> Result<ExportedEval> {
-    crate::backend::select(cfg.device.kind)?;
     crate::backend::cpu::set_threads(cfg.run.threads);
     let corpus = Corpus::load_for_eval(&cfg.data, cfg.run.seed)?;
     let mut net = Model::build(cfg, &corpus, 0)?;

@@ -27,37 +27,71 @@ use crate::config::DeviceKind;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Device {
     Cpu,
+    /// The GPU of this ordinal (this rank's, from its local rank).
+    #[cfg(feature = "cuda")]
+    Cuda(usize),
 }
 
-/// Resolves `device.kind`. Training runs on the CPU backend in this build: `auto` falls
-/// back to it and says why once per process; `cuda` is refused, naming what is missing
-/// (the driver, a GPU, or the CUDA backend itself), rather than silently run on the CPU.
-pub fn select(kind: DeviceKind) -> anyhow::Result<Device> {
+/// Resolves `device.kind` for a run that can train on a GPU (`gpu_training`: single
+/// mode) or not (the distributed modes, whose servers and workers hold the model in host
+/// buffers in this build).
+///
+/// - `cpu`: the CPU.
+/// - `cuda`: this rank's GPU (local rank modulo the GPUs), or an error naming what is
+///   missing: the driver, a GPU, the `cuda` feature, or GPU training in this mode.
+/// - `auto`: the CPU, saying why once per process. It does not pick the GPU by itself
+///   while the GPU training path awaits its first check on hardware
+///   (scripts/gpu-check.sh); ask for `cuda` to use it.
+pub fn select(kind: DeviceKind, gpu_training: bool) -> anyhow::Result<Device> {
     match kind {
         DeviceKind::Cpu => Ok(Device::Cpu),
         DeviceKind::Auto => {
             static SAID: std::sync::Once = std::sync::Once::new();
-            SAID.call_once(|| log::info!("device: auto -> cpu ({})", cuda_refusal()));
+            SAID.call_once(|| {
+                let why = cuda_missing().unwrap_or_else(|| {
+                    "a GPU is present; set device.kind = \"cuda\" to train on it".to_string()
+                });
+                log::info!("device: auto -> cpu ({why})")
+            });
             Ok(Device::Cpu)
         }
-        DeviceKind::Cuda => anyhow::bail!(
-            "device.kind: \"cuda\" cannot run here: {}; use \"cpu\" or \"auto\"",
-            cuda_refusal()
-        ),
+        DeviceKind::Cuda => {
+            if let Some(why) = cuda_missing() {
+                anyhow::bail!(
+                    "device.kind: \"cuda\" cannot run here: {why}; use \"cpu\" or \"auto\""
+                );
+            }
+            if !gpu_training {
+                anyhow::bail!(
+                    "device.kind: \"cuda\" trains in sync.mode = \"single\" only in this build (the distributed modes keep the model in host buffers); use \"cpu\" or \"auto\""
+                );
+            }
+            cuda_device()
+        }
     }
 }
 
-/// Why `device.kind = "cuda"` cannot train on this node with this build.
-fn cuda_refusal() -> String {
+/// Why this node and build cannot use CUDA, or `None` where they can.
+fn cuda_missing() -> Option<String> {
     #[cfg(feature = "cuda")]
-    if let Some(why) = cuda::device::unavailable() {
-        return why;
-    }
-    if cfg!(feature = "cuda") {
-        "this node has a GPU, but this build trains on the CPU only: the CUDA kernels (kernels/) compile, the backend that runs them is not built yet".to_string()
-    } else {
-        "this build has no CUDA support (built without the `cuda` feature)".to_string()
-    }
+    return cuda::device::unavailable();
+    #[cfg(not(feature = "cuda"))]
+    Some("this build has no CUDA support (built without the `cuda` feature)".to_string())
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_device() -> anyhow::Result<Device> {
+    let gpus = cudarc::driver::CudaContext::device_count()
+        .map_err(|e| anyhow::anyhow!("device.kind: the CUDA driver failed: {e:?}"))?;
+    let local = cuda::device::local_rank(|v| std::env::var(v).ok());
+    let gpu = cuda::device::gpu_for(local, gpus.max(0) as usize)
+        .ok_or_else(|| anyhow::anyhow!("device.kind: the CUDA driver sees no GPU"))?;
+    Ok(Device::Cuda(gpu))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_device() -> anyhow::Result<Device> {
+    unreachable!("cuda_missing() refuses CUDA in a build without the `cuda` feature")
 }
 
 /// Where one layer's tensors sit in a flat buffer: a weight (or scale) and an optional
@@ -560,21 +594,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cuda_is_refused_and_auto_falls_back_to_the_cpu() {
-        assert_eq!(select(DeviceKind::Auto).unwrap(), Device::Cpu);
-        assert_eq!(select(DeviceKind::Cpu).unwrap(), Device::Cpu);
-        let e = select(DeviceKind::Cuda).unwrap_err().to_string();
+    fn cuda_is_refused_where_it_cannot_run_and_auto_stays_on_the_cpu() {
+        for gpu_training in [true, false] {
+            assert_eq!(select(DeviceKind::Auto, gpu_training).unwrap(), Device::Cpu);
+            assert_eq!(select(DeviceKind::Cpu, gpu_training).unwrap(), Device::Cpu);
+        }
+        let distributed = select(DeviceKind::Cuda, false).unwrap_err().to_string();
         assert!(
-            e.starts_with("device.kind: \"cuda\" cannot run here: "),
-            "{e}"
+            distributed.starts_with("device.kind: \"cuda\" "),
+            "{distributed}"
         );
-        // This machine's reason: no driver (CI, most laptops), or a GPU without a backend.
-        assert!(
-            e.contains("no CUDA driver library")
-                || e.contains("trains on the CPU only")
-                || e.contains("no GPU")
-                || e.contains("no CUDA support"),
-            "{e}"
-        );
+        match cuda_missing() {
+            // This machine's reason: no driver (CI, most laptops), no GPU, or no feature.
+            Some(why) => {
+                let e = select(DeviceKind::Cuda, true).unwrap_err().to_string();
+                let want = format!(
+                    "device.kind: \"cuda\" cannot run here: {why}; use \"cpu\" or \"auto\""
+                );
+                assert_eq!(e, want);
+            }
+            None => {
+                assert!(
+                    distributed.contains("sync.mode = \"single\" only"),
+                    "{distributed}"
+                );
+                assert!(matches!(select(DeviceKind::Cuda, true), Ok(d) if d != Device::Cpu));
+            }
+        }
     }
 }

@@ -389,18 +389,30 @@ pub fn build(
     max_batch: usize,
     seed: u64,
 ) -> Result<Network<Cpu>, ModelError> {
+    build_on(Cpu, cfg, input, classes, max_batch, seed)
+}
+
+/// [`build`] on the backend `be`.
+pub fn build_on<B: Backend>(
+    be: B,
+    cfg: &crate::config::ModelConfig,
+    input: Shape,
+    classes: usize,
+    max_batch: usize,
+    seed: u64,
+) -> Result<Network<B>, ModelError> {
     use crate::config::ModelKind;
     let width = cfg.width;
     let net = match cfg.name {
-        ModelKind::Lenet5 => zoo::lenet5(Cpu, input, classes, max_batch, seed),
-        ModelKind::Mlp => zoo::mlp(Cpu, input, &cfg.mlp_hidden, classes, max_batch, seed),
+        ModelKind::Lenet5 => zoo::lenet5(be, input, classes, max_batch, seed),
+        ModelKind::Mlp => zoo::mlp(be, input, &cfg.mlp_hidden, classes, max_batch, seed),
         ModelKind::Resnet18 => {
             zoo::check_cifar_input("resnet18", input)?;
-            zoo::resnet18(Cpu, input, classes, width, max_batch, seed)
+            zoo::resnet18(be, input, classes, width, max_batch, seed)
         }
         ModelKind::Vgg19 => {
             zoo::check_cifar_input("vgg19", input)?;
-            zoo::vgg19(Cpu, input, classes, width, max_batch, seed)
+            zoo::vgg19(be, input, classes, width, max_batch, seed)
         }
         ModelKind::Seq2seq => return Err(ModelError::NotImage { model: "seq2seq" }),
     };

@@ -37,7 +37,7 @@ pub fn run(
 ) -> Result<Option<Summary>> {
     crate::backend::cpu::set_threads(cfg.run.threads);
     let rank = comm.rank();
-    let device = crate::backend::select(cfg.device.kind);
+    let device = crate::backend::select(cfg.device.kind, false);
     comm.fatal_on_all(device)?;
     // Every rank loads the data (workers train on it; servers need its size and the test
     // set). A bad file on any rank stops all ranks here, each knowing why.

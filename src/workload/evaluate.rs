@@ -11,7 +11,7 @@
 //! is). BLEU is the final evaluation's only: greedy decoding of test2016 costs as much as
 //! a few hundred training steps.
 
-use crate::backend::cpu::Cpu;
+use crate::backend::Backend;
 use crate::data::bucket::TextBatch;
 use crate::data::multi30k::EncodedPairs;
 use crate::data::text::detokenize;
@@ -97,7 +97,7 @@ impl BnCalibration {
     }
 
     /// Replaces `net`'s running statistics with those of the sample under its weights.
-    pub fn run(&mut self, net: &mut Network<Cpu>, train: &Dataset) {
+    pub fn run<B: Backend>(&mut self, net: &mut Network<B>, train: &Dataset) {
         for (k, idx) in self.batches.iter().enumerate() {
             let len = idx.len() * train.sample_len();
             train.fill_batch(idx, &mut self.x[..len], &mut self.y[..idx.len()]);
@@ -124,7 +124,7 @@ enum Kind {
 impl Evaluator {
     /// An evaluator of `net` (built for `corpus`) that evaluates the statistics the model
     /// holds.
-    pub fn new(corpus: &Corpus, net: &Model) -> Evaluator {
+    pub fn new<B: Backend>(corpus: &Corpus, net: &Model<B>) -> Evaluator {
         let kind = match (corpus, net) {
             (Corpus::Images { test, .. }, Model::Image(n)) => Kind::Images {
                 indices: (0..test.len()).collect(),
@@ -139,7 +139,11 @@ impl Evaluator {
 
     /// An evaluator that first re-estimates batch-norm statistics (see
     /// [`BnCalibration`]); the same as [`Evaluator::new`] for a model without them.
-    pub fn with_bn_calibration(corpus: &Corpus, net: &Model, seed: u64) -> Evaluator {
+    pub fn with_bn_calibration<B: Backend>(
+        corpus: &Corpus,
+        net: &Model<B>,
+        seed: u64,
+    ) -> Evaluator {
         let mut ev = Evaluator::new(corpus, net);
         if let (Kind::Images { calibration, .. }, Corpus::Images { train, .. }, Model::Image(n)) =
             (&mut ev.kind, corpus, net)
@@ -152,7 +156,7 @@ impl Evaluator {
     }
 
     /// Loss and accuracy (and for text the perplexities) of `net` on the held-out data.
-    pub fn evaluate(&mut self, net: &mut Model, corpus: &Corpus) -> Evaluation {
+    pub fn evaluate<B: Backend>(&mut self, net: &mut Model<B>, corpus: &Corpus) -> Evaluation {
         match (&mut self.kind, net, corpus) {
             (
                 Kind::Images {
@@ -190,7 +194,11 @@ impl Evaluator {
 
     /// [`Evaluator::evaluate`], and for text the greedy translations of test2016 and
     /// their BLEU: the evaluation at the end of a run.
-    pub fn evaluate_final(&mut self, net: &mut Model, corpus: &Corpus) -> Evaluation {
+    pub fn evaluate_final<B: Backend>(
+        &mut self,
+        net: &mut Model<B>,
+        corpus: &Corpus,
+    ) -> Evaluation {
         let mut ev = self.evaluate(net, corpus);
         if let (Model::Text(n), Corpus::Text(text)) = (net, corpus) {
             let hyps = translate(n, text);
@@ -202,8 +210,8 @@ impl Evaluator {
 }
 
 /// Mean loss and accuracy of `net` on the whole test set.
-fn evaluate_images(
-    net: &mut Network<Cpu>,
+fn evaluate_images<B: Backend>(
+    net: &mut Network<B>,
     test: &Dataset,
     indices: &[usize],
     x: &mut [f32],
@@ -225,7 +233,7 @@ fn evaluate_images(
 /// Mean per-token loss and next-token accuracy of `net` over `pairs`, teacher-forced,
 /// in file order (NaN for a set without tokens). A pair the model cannot take (longer than its workspace: the workspace
 /// is sized to the longest of every split, so none) is a programming error.
-fn token_loss(net: &mut Seq2Seq<Cpu>, pairs: &EncodedPairs) -> (f64, f64) {
+fn token_loss<B: Backend>(net: &mut Seq2Seq<B>, pairs: &EncodedPairs) -> (f64, f64) {
     let (mut nll, mut tokens, mut correct) = (0.0f64, 0u64, 0u64);
     let all: Vec<usize> = (0..pairs.len()).collect();
     for chunk in all.chunks(TEXT_EVAL_BATCH) {
@@ -241,7 +249,7 @@ fn token_loss(net: &mut Seq2Seq<Cpu>, pairs: &EncodedPairs) -> (f64, f64) {
 }
 
 /// Greedy translations of test2016's sources, detokenized, in file order.
-fn translate(net: &mut Seq2Seq<Cpu>, text: &TextCorpus) -> Vec<String> {
+fn translate<B: Backend>(net: &mut Seq2Seq<B>, text: &TextCorpus) -> Vec<String> {
     let max_len = MAX_TRANSLATION_WORDS.min(net.config().max_dec_steps());
     let all: Vec<usize> = (0..text.test.len()).collect();
     let mut out = Vec::with_capacity(all.len());

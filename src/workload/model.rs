@@ -4,6 +4,7 @@
 use anyhow::Result;
 
 use crate::backend::cpu::Cpu;
+use crate::backend::Backend;
 use crate::config::{Config, ModelKind};
 use crate::model::seq2seq::{Seq2Seq, Seq2SeqConfig};
 use crate::model::{self, Network, TensorSpec, Trainable};
@@ -17,21 +18,29 @@ pub const TEXT_EVAL_BATCH: usize = 128;
 
 // One per process, never moved in a loop: the size difference costs nothing.
 #[allow(clippy::large_enum_variant)]
-pub enum Model {
-    Image(Network<Cpu>),
-    Text(Seq2Seq<Cpu>),
+pub enum Model<B: Backend = Cpu> {
+    Image(Network<B>),
+    Text(Seq2Seq<B>),
 }
 
-/// The CPU buffers and the rest beyond [`Trainable`] (whose methods `Model` has too).
-impl Model {
-    /// Builds the configured model for `corpus` (identical weights on every rank from
-    /// `run.seed`); `stream` picks the dropout (and teacher-forcing) draws: each worker
-    /// its own.
+impl Model<Cpu> {
+    /// [`Model::build_on`] the CPU backend.
     pub fn build(cfg: &Config, corpus: &Corpus, stream: u64) -> Result<Model> {
+        Model::build_on(Cpu, cfg, corpus, stream)
+    }
+}
+
+/// Building, and the rest beyond [`Trainable`] (whose methods `Model` has too).
+impl<B: Backend> Model<B> {
+    /// Builds the configured model for `corpus` on `be` (identical weights on every rank
+    /// from `run.seed`); `stream` picks the dropout (and teacher-forcing) draws: each
+    /// worker its own.
+    pub fn build_on(be: B, cfg: &Config, corpus: &Corpus, stream: u64) -> Result<Model<B>> {
         Ok(match corpus {
             Corpus::Images { train, .. } => {
                 let shape = (train.channels, train.height, train.width);
-                let mut net = model::build(
+                let mut net = model::build_on(
+                    be,
                     &cfg.model,
                     shape,
                     train.classes,
@@ -53,21 +62,21 @@ impl Model {
                     max_batch: model::workspace_batch(cfg.model.name, cfg.optim.batch_size),
                     ..Seq2SeqConfig::paper(text.vocabs.de.len(), text.vocabs.en.len())
                 };
-                let mut net = Seq2Seq::new(Cpu, sizes, cfg.run.seed);
+                let mut net = Seq2Seq::new(be, sizes, cfg.run.seed);
                 net.set_stream(stream);
                 Model::Text(net)
             }
         })
     }
 
-    fn inner(&self) -> &dyn Trainable<Cpu> {
+    fn inner(&self) -> &dyn Trainable<B> {
         match self {
             Model::Image(n) => n,
             Model::Text(n) => n,
         }
     }
 
-    fn inner_mut(&mut self) -> &mut dyn Trainable<Cpu> {
+    fn inner_mut(&mut self) -> &mut dyn Trainable<B> {
         match self {
             Model::Image(n) => n,
             Model::Text(n) => n,
@@ -78,6 +87,22 @@ impl Model {
     pub fn has_state(&self) -> bool {
         self.num_state() > 0
     }
+    pub fn grads_to_host(&self, host: &mut [f32]) {
+        match self {
+            Model::Image(n) => n.grads_to_host(host),
+            Model::Text(n) => n.grads_to_host(host),
+        }
+    }
+    pub fn grads_from_host(&mut self, host: &[f32]) {
+        match self {
+            Model::Image(n) => n.grads_from_host(host),
+            Model::Text(n) => n.grads_from_host(host),
+        }
+    }
+}
+
+/// The CPU buffers are host memory: lent out as slices.
+impl Model<Cpu> {
     pub fn params(&self) -> &[f32] {
         match self {
             Model::Image(n) => n.params(),
@@ -103,25 +128,13 @@ impl Model {
             Model::Text(_) => &[],
         }
     }
-    pub fn grads_to_host(&self, host: &mut [f32]) {
-        match self {
-            Model::Image(n) => n.grads_to_host(host),
-            Model::Text(n) => n.grads_to_host(host),
-        }
-    }
-    pub fn grads_from_host(&mut self, host: &[f32]) {
-        match self {
-            Model::Image(n) => n.grads_from_host(host),
-            Model::Text(n) => n.grads_from_host(host),
-        }
-    }
 }
 
-impl Trainable<Cpu> for Model {
+impl<B: Backend> Trainable<B> for Model<B> {
     fn name(&self) -> &str {
         self.inner().name()
     }
-    fn backend(&self) -> &Cpu {
+    fn backend(&self) -> &B {
         self.inner().backend()
     }
     fn num_params(&self) -> usize {
@@ -133,7 +146,7 @@ impl Trainable<Cpu> for Model {
     fn state_specs(&self) -> &[TensorSpec] {
         self.inner().state_specs()
     }
-    fn optimizer_buffers(&mut self) -> (&Cpu, &mut Vec<f32>, &mut Vec<f32>) {
+    fn optimizer_buffers(&mut self) -> (&B, &mut B::Buf, &mut B::Buf) {
         self.inner_mut().optimizer_buffers()
     }
     fn params_to_host(&self, host: &mut [f32]) {

@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 
 use crate::backend::cpu::Cpu;
+use crate::backend::Backend;
 
 use crate::config::{Augment, Config};
 use crate::data::augment::Augmenter;
@@ -18,8 +19,8 @@ use crate::hetero::Pacer;
 use super::corpus::Corpus;
 use super::model::Model;
 
-pub struct ComputeStep {
-    pub net: Model,
+pub struct ComputeStep<B: Backend = Cpu> {
+    pub net: Model<B>,
     feed: Feed,
     batch: usize,
 }
@@ -43,17 +44,31 @@ enum Feed {
     },
 }
 
-impl ComputeStep {
-    /// Builds the model for `corpus` and the sampler for shard `shard` of `shards`. Every
-    /// rank builds the same initial weights, from `run.seed` or `model.init_file` (read
-    /// again on resume, before the checkpoint replaces them); dropout draws follow the shard.
+impl ComputeStep<Cpu> {
+    /// [`ComputeStep::new_on`] the CPU backend.
     pub fn new(cfg: &Config, corpus: &Corpus, shards: usize, shard: usize) -> Result<ComputeStep> {
+        ComputeStep::new_on(Cpu, cfg, corpus, shards, shard)
+    }
+}
+
+impl<B: Backend> ComputeStep<B> {
+    /// Builds the model for `corpus` on `be` and the sampler for shard `shard` of
+    /// `shards`. Every rank builds the same initial weights, from `run.seed` or
+    /// `model.init_file` (read again on resume, before the checkpoint replaces them);
+    /// dropout draws follow the shard.
+    pub fn new_on(
+        be: B,
+        cfg: &Config,
+        corpus: &Corpus,
+        shards: usize,
+        shard: usize,
+    ) -> Result<ComputeStep<B>> {
         let batch = cfg.optim.batch_size;
-        let mut net = Model::build(cfg, corpus, shard as u64)?;
+        let mut net = Model::build_on(be, cfg, corpus, shard as u64)?;
         if !cfg.model.init_file.is_empty() {
             let path = std::path::Path::new(&cfg.model.init_file);
-            let expected = crate::model::export::metadata::<Cpu>(cfg, &net);
-            crate::model::export::load_into::<Cpu>(&mut net, &expected, path)
+            let expected = crate::model::export::metadata::<B>(cfg, &net);
+            crate::model::export::load_into::<B>(&mut net, &expected, path)
                 .context("model.init_file")?;
         }
         let feed = match (corpus, &net) {

@@ -6,10 +6,10 @@
 //! and runs on machines without CUDA, and `device.kind = "auto"` checks for the driver
 //! library before creating a context (creating one without it would panic).
 //!
-//! State of the backend: the kernels for every layer, both optimizers, top-k and the
-//! sparse gather/scatter are written and compile for sm_80 and sm_90 in CI (no GPU
-//! needed); the [`super::Backend`] implementation that launches them, with cuBLAS for the
-//! GEMMs, is not built yet, so training runs on the CPU (see [`super::select`]).
+//! [`Cuda`] is the [`super::Backend`] on one GPU: the kernels for every layer, both
+//! optimizers, top-k and the sparse gather/scatter, with cuBLAS for the GEMMs. CI compiles
+//! every kernel for sm_80 and sm_90 (no GPU needed); single-process training runs on it
+//! (`device.kind = "cuda"`, see [`super::select`]); the distributed modes do not yet.
 
 pub mod backend;
 pub mod device;
