@@ -179,13 +179,13 @@ pub fn compile(file: &KernelFile, arch: &str) -> Result<String, KernelError> {
     if !nvrtc_available() {
         return Err(KernelError::NoNvrtc);
     }
-    // NVRTC wants the architecture as a static string; the few distinct ones a process
-    // compiles for are leaked once each.
-    let arch_static: &'static str = Box::leak(arch.to_string().into_boxed_str());
+    // The architecture goes in as an option: cudarc's `arch` field wants a static string.
     let opts = cudarc::nvrtc::CompileOptions {
-        arch: Some(arch_static),
         name: Some(format!("{}.cu", file.name)),
-        options: vec!["--std=c++17".to_string()],
+        options: vec![
+            "--std=c++17".to_string(),
+            format!("--gpu-architecture={arch}"),
+        ],
         ..Default::default()
     };
     let ptx = cudarc::nvrtc::compile_ptx_with_opts(full_source(file), opts).map_err(|e| {
