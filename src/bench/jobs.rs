@@ -525,22 +525,17 @@ fn paper_variants(workers: usize) -> Vec<Variant> {
     // grid over both, with and without `optim.staleness_lr` (docs/benchmarks.md, issue 12):
     // momentum 0.9 at lr 0.05 makes 16 stale workers diverge. These settings win over the
     // `common` ones; the gssp variants take the config's.
-    let synchronous = [
-        "optim.momentum=0.9",
-        "optim.lr=0.05",
-        "optim.delay_compensation=0",
-    ];
+    let synchronous = |name: &str, ranks: usize, own: &[&str]| {
+        let schedule = [
+            "optim.momentum=0.9",
+            "optim.lr=0.05",
+            "optim.delay_compensation=0",
+        ];
+        Variant::new(name, ranks, &[own, &schedule[..]].concat())
+    };
     vec![
-        Variant::new(
-            "allreduce",
-            workers,
-            &[&["sync.mode=allreduce"], &synchronous[..]].concat(),
-        ),
-        Variant::new(
-            "bsp",
-            one_server,
-            &[&["sync.mode=bsp"], &synchronous[..]].concat(),
-        ),
+        synchronous("allreduce", workers, &["sync.mode=allreduce"]),
+        synchronous("bsp", one_server, &["sync.mode=bsp"]),
         Variant::new(
             "asp",
             one_server,
@@ -576,14 +571,10 @@ fn paper_variants(workers: usize) -> Vec<Variant> {
         ),
         // Local SGD at the config's momentum and lr: averaging every 2 steps reached 98% in
         // 40 s, every 8 and every 32 never in 60 s (seed 42; docs/benchmarks.md).
-        Variant::new(
+        synchronous(
             "localsgd",
             workers,
-            &[
-                &["sync.mode=localsgd", "sync.local_steps=2"],
-                &synchronous[..],
-            ]
-            .concat(),
+            &["sync.mode=localsgd", "sync.local_steps=2"],
         ),
         Variant::new(
             "gssp",
