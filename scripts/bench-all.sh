@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Every figure of docs/benchmarks.md but the three-seed seq2seq ones (scripts/seq2seq-vs-pytorch.sh,
 # scripts/seq2seq-four-tier.sh) and PowerSGD against GDTopK (scripts/powersgd-vs-gdtopk.sh),
-# one after the other (about 235 minutes on 2 cores, 55 of them the two issue-18 scenarios and
-# 55 the scale study; the configs bench includes both seq2seq
-# configs).
+# one after the other (about 355 minutes on 2 cores, 55 of them the two transient and
+# speed-change scenarios and 175 the three-seed scale study; the configs bench includes both
+# seq2seq configs).
 # Run on an otherwise idle machine: the figures are wall-clock times.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,10 +25,12 @@ for scenario in transient speed_change; do
         --modes allreduce,bsp,asp,ssp,asp-dc,localsgd,gssp-gdtopk --out runs/bench-$scenario \
         | tee runs/bench-$scenario.txt
 done
-# The scale study (8-64 workers, every mode; about 55 minutes a seed) and the simulator
-# against it (the latency is this machine's fitted figure; docs/scaling.md).
-"$bin" bench scale --budget-s 60 --out runs/bench-scale | tee runs/bench-scale.txt
-"$bin" bench plan $(dirname runs/bench-scale/*-workers/*/summary.json) --latency-us 1300 | tee runs/bench-plan.txt
+# The scale study (8-64 workers, every mode, 3 seeds; about 55 minutes a seed) and the
+# simulator against it (latency and burst spacing are this machine's fitted figures;
+# docs/scaling.md).
+"$bin" bench scale --budget-s 60 --seeds 42,43,44 --out runs/bench-scale | tee runs/bench-scale.txt
+"$bin" bench plan $(dirname runs/bench-scale/*-workers/seed-*/*/summary.json) --latency-us 100 --burst-us 1100 \
+    | tee runs/bench-plan.txt
 "$bin" bench configs --out runs/bench-configs | tee runs/bench-configs.txt
 "$bin" bench modes --config configs/modes_lenet5_mnist.toml --out runs/bench-modes-uniform | tee runs/bench-modes-uniform.txt
 "$bin" bench modes --config configs/modes_lenet5_mnist.toml --out runs/bench-modes-tiers \

@@ -232,6 +232,10 @@ enum BenchCommand {
         /// The measuring machine's link bandwidth, Gbit/s.
         #[arg(long, default_value_t = 80.0)]
         bandwidth_gbps: f64,
+        /// The measuring machine's spacing of the starts of workers released at once,
+        /// microseconds (0 where every rank has its own cores).
+        #[arg(long, default_value_t = 0.0)]
+        burst_us: f64,
         /// Also write the runs' inputs and measured figures to this JSON fixture.
         #[arg(long)]
         save: Option<PathBuf>,
@@ -653,8 +657,16 @@ fn bench(which: BenchCommand) -> anyhow::Result<()> {
             runs,
             latency_us,
             bandwidth_gbps,
+            burst_us,
             save,
-        } => validate_plan(&runs, latency_us, bandwidth_gbps, save.as_deref()),
+        } => {
+            let machine = gssp::plan::measured::Machine {
+                latency_s: latency_us * 1e-6,
+                bytes_per_s: bandwidth_gbps * 1e9 / 8.0,
+                burst_s: burst_us * 1e-6,
+            };
+            validate_plan(&runs, machine, save.as_deref())
+        }
         BenchCommand::Scale {
             configs,
             budget_s,
@@ -718,28 +730,28 @@ fn plan(
 }
 
 /// `gssp bench plan`: the simulator's predictions against measured runs.
+/// Runs of one variant and size (seeds) are averaged before the comparison.
 fn validate_plan(
     runs: &[PathBuf],
-    latency_us: f64,
-    bandwidth_gbps: f64,
+    machine: gssp::plan::measured::Machine,
     save: Option<&Path>,
 ) -> anyhow::Result<()> {
-    use gssp::plan::measured::{check, Machine, MeasuredRun};
-    let measured = runs
-        .iter()
-        .map(|d| MeasuredRun::from_dir(d))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let machine = Machine {
-        latency_s: latency_us * 1e-6,
-        bytes_per_s: bandwidth_gbps * 1e9 / 8.0,
-    };
-    println!("| run | images/s measured | predicted | error | wait measured | predicted | error |");
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    use gssp::plan::measured::{check, MeasuredRun};
+    let measured = MeasuredRun::means(
+        runs.iter()
+            .map(|d| MeasuredRun::from_dir(d))
+            .collect::<anyhow::Result<Vec<_>>>()?,
+    )?;
+    println!(
+        "| run | seeds | images/s measured | predicted | error | wait measured | predicted | error |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for run in &measured {
         let c = check(run, &machine);
         println!(
-            "| {} | {:.0} | {:.0} | {:.1}% | {:.3} | {:.3} | {:.1}% |",
+            "| {} | {} | {:.0} | {:.0} | {:.1}% | {:.3} | {:.3} | {:.1}% |",
             c.name,
+            run.seeds,
             c.measured_images_per_s,
             c.predicted_images_per_s,
             100.0 * c.images_error(),

@@ -420,3 +420,34 @@ fn a_run_starts_from_model_init_file_and_names_a_file_that_does_not_fit() {
         "{err}"
     );
 }
+
+#[test]
+fn bench_plan_names_the_missing_file_of_a_run_directory() {
+    let dir = std::env::temp_dir().join(format!("gssp-bench-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let missing = dir.join("no-such-run");
+    let o = gssp()
+        .args(["bench", "plan"])
+        .arg(&missing)
+        .output()
+        .unwrap();
+    let expected = format!(
+        "cannot read config file {}: No such file or directory (os error 2)\n",
+        missing.join("config.toml").display()
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.ends_with(&expected), "{err}");
+    // A run directory with its config but no summary (a run that never finished).
+    let config = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/configs/scale_lenet5_mnist_8.toml"
+    );
+    std::fs::copy(config, dir.join("config.toml")).unwrap();
+    let o = gssp().args(["bench", "plan"]).arg(&dir).output().unwrap();
+    assert_usage_error(
+        &o,
+        &format!("cannot read {}", dir.join("summary.json").display()),
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

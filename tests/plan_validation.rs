@@ -1,12 +1,12 @@
 //! `gssp plan`'s simulator against the scale study's measured runs (`gssp bench scale`,
-//! stored by `gssp bench plan --save`): from each run's measured worker speeds and server
-//! time per push, the predicted images per second must lie within 15% of what the run
-//! measured for every mode and size, and so must the mean wait fraction wherever the
-//! spread of speeds sets it (a fifth of the time or more: bsp, ssp, allreduce, local SGD).
-//! The waits of a few milliseconds per iteration left in asp and gssp are the operating
-//! system's, waking ranks that share two cores; the simulator does not model them, and
-//! docs/scaling.md gives them. The machine's one fitted figure, its message latency, is
-//! stored with the runs.
+//! three seeds per mode and size, averaged and stored by `gssp bench plan --save`): from
+//! each run's measured worker speeds and server time per push, the predicted images per
+//! second must lie within 15% of what the runs measured for every mode and size, and so
+//! must the mean wait fraction, or, where the wait is a few percent of the time, within
+//! 1.5 points of it: asp's waits of 0.3-1.5% differ by 20-165% between seeds of one
+//! setup, so a relative bound on them would test the scheduler's noise (docs/scaling.md).
+//! The machine's two fitted figures, its message latency and the spacing of workers
+//! released at once, are stored with the runs.
 
 use gssp::plan::measured::{check, Machine, MeasuredRun};
 use serde::Deserialize;
@@ -19,8 +19,8 @@ struct Fixture {
 
 const TOLERANCE: f64 = 0.15;
 
-/// Waits at least this share of the time come from the spread of speeds, not the OS.
-const SPREAD_WAIT: f64 = 0.2;
+/// Wait fractions may instead be this close in absolute terms (a share of the time).
+const WAIT_POINTS: f64 = 0.015;
 
 #[test]
 fn predictions_match_the_measured_scale_study() {
@@ -34,23 +34,18 @@ fn predictions_match_the_measured_scale_study() {
         fixture.runs.iter().map(|r| r.times.len()).collect();
     assert_eq!(sizes.into_iter().collect::<Vec<_>>(), [8, 16, 32, 64]);
     assert_eq!(fixture.runs.len(), 4 * 9, "every variant at every size");
-    let spread_bound = fixture
-        .runs
-        .iter()
-        .filter(|r| r.mean_wait_fraction >= SPREAD_WAIT)
-        .count();
-    assert_eq!(
-        spread_bound,
-        4 * 4,
-        "bsp, ssp, allreduce and localsgd at every size"
+    assert!(
+        fixture.runs.iter().all(|r| r.seeds == 3),
+        "three seeds behind every figure"
     );
     let mut failures = Vec::new();
     for run in &fixture.runs {
         let c = check(run, &fixture.machine);
-        let wait_off = run.mean_wait_fraction >= SPREAD_WAIT && c.wait_error() > TOLERANCE;
-        if c.images_error() > TOLERANCE || wait_off {
+        let wait_close = c.wait_error() <= TOLERANCE
+            || (c.predicted_wait_fraction - c.measured_wait_fraction).abs() <= WAIT_POINTS;
+        if c.images_error() > TOLERANCE || !wait_close {
             failures.push(format!(
-                "{}: images/s {:.0} measured, {:.0} predicted; wait {:.3} measured, {:.3} predicted",
+                "{}: images/s {:.0} measured, {:.0} predicted; wait {:.4} measured, {:.4} predicted",
                 c.name,
                 c.measured_images_per_s,
                 c.predicted_images_per_s,

@@ -627,11 +627,11 @@ impl DataConfig {
 /// A configuration problem. `Display` is the single line the CLI prints.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {}: {source}", .path.display())]
+    /// The cause is in the message, not a `source`, so that `{:#}` prints it once.
+    #[error("cannot read config file {}: {cause}", .path.display())]
     Read {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The text is not TOML; `location` is `source:line:column` (or just `source`).
     #[error("{location}: invalid TOML: {message}")]
@@ -666,9 +666,9 @@ impl Config {
     /// Reads `path`, applies `overrides` (`dotted.key=VALUE`) and deserialises. Does not run
     /// [`Config::validate`]; callers validate the resolved config once, after all overrides.
     pub fn load(path: &Path, overrides: &[String]) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|cause| ConfigError::Read {
             path: path.to_path_buf(),
-            source,
+            cause,
         })?;
         Self::from_str_with_overrides(&text, &path.display().to_string(), overrides)
     }

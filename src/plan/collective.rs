@@ -19,23 +19,25 @@ pub fn simulate(
     let mut wait_s = vec![0.0f64; n];
     let mut arrive = vec![0.0f64; n];
     let mut iterations = 0u64;
-    let mut start = 0.0;
-    while start < horizon_s && n > 0 {
+    // Rank w starts each round w x burst_s after the previous allreduce ends (its wait
+    // runs until then; workload.rs).
+    let starts = |end: f64, w: usize| end + w as f64 * work.burst_s;
+    let mut end = 0.0;
+    while end < horizon_s && n > 0 {
         for (w, a) in arrive.iter_mut().enumerate() {
-            *a = start
+            *a = starts(end, w)
                 + (0..local_steps.max(1))
                     .map(|_| sampler.next(w))
                     .sum::<f64>();
         }
         let slowest = arrive.iter().cloned().fold(0.0, f64::max);
-        let end = slowest + allreduce;
+        end = slowest + allreduce;
         for (w, &a) in arrive.iter().enumerate() {
             if a <= horizon_s {
                 iterations += local_steps.max(1) as u64;
             }
-            wait_s[w] += end.min(horizon_s) - a.min(horizon_s);
+            wait_s[w] += starts(end, w).min(horizon_s) - a.min(horizon_s);
         }
-        start = end;
     }
     let bytes = 2.0 * (n.saturating_sub(1)) as f64 / n.max(1) as f64 * 4.0 * cost.params as f64;
     let rounds_per_s = iterations as f64 / (n.max(1) * local_steps.max(1)) as f64 / horizon_s;

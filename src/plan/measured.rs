@@ -14,8 +14,11 @@ use crate::costmodel::CostModel;
 /// A measured run, reduced to what the simulator takes and what it predicts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MeasuredRun {
-    /// The run directory's name (the bench variant, e.g. `gssp-gdtopk`), with its parent's.
+    /// The size and the run directory's name (the bench variant): `16-workers/gssp-gdtopk`.
     pub name: String,
+    /// Runs (seeds) averaged into this one ([`MeasuredRun::mean`]).
+    #[serde(default = "one")]
+    pub seeds: usize,
     pub mode: SyncMode,
     pub batch: usize,
     pub params: usize,
@@ -33,6 +36,10 @@ pub struct MeasuredRun {
     pub wall_s: f64,
     pub images_per_s: f64,
     pub mean_wait_fraction: f64,
+}
+
+fn one() -> usize {
+    1
 }
 
 #[derive(Deserialize)]
@@ -96,14 +103,12 @@ impl MeasuredRun {
             .collect::<anyhow::Result<Vec<f64>>>()?;
         let params = super::model_params(&cfg).map_err(|e| anyhow::anyhow!(e))?;
         let cost = CostModel::new(&cfg, params);
-        let name = [dir.parent().and_then(|p| p.file_name()), dir.file_name()]
-            .iter()
-            .flatten()
-            .map(|s| s.to_string_lossy().into_owned())
-            .collect::<Vec<_>>()
-            .join("/");
+        let variant = dir
+            .file_name()
+            .map_or_else(|| dir.display().to_string(), |s| s.to_string_lossy().into());
         Ok(MeasuredRun {
-            name,
+            name: format!("{}-workers/{variant}", times.len()),
+            seeds: 1,
             mode: cfg.sync.mode,
             batch: cfg.optim.batch_size,
             params,
@@ -122,14 +127,77 @@ impl MeasuredRun {
             mean_wait_fraction: summary.mean_wait_fraction.unwrap_or(0.0),
         })
     }
+
+    /// The mean of runs of one variant and size that differ only in their seed: worker
+    /// seconds per iteration, server time per push and the measured figures averaged,
+    /// so that one run's scheduling noise does not decide the comparison.
+    pub fn mean(runs: &[MeasuredRun]) -> anyhow::Result<MeasuredRun> {
+        let Some(first) = runs.first() else {
+            anyhow::bail!("no runs to average");
+        };
+        for r in runs {
+            let same = r.name == first.name
+                && r.mode == first.mode
+                && r.groups == first.groups
+                && r.times.len() == first.times.len()
+                && r.staleness == first.staleness;
+            if !same {
+                anyhow::bail!(
+                    "{} and {} differ in more than their seed (mode, groups or workers)",
+                    first.name,
+                    r.name
+                );
+            }
+        }
+        let n = runs.len() as f64;
+        let mean = |f: &dyn Fn(&MeasuredRun) -> f64| runs.iter().map(f).sum::<f64>() / n;
+        let server_s_per_push = runs
+            .iter()
+            .map(|r| r.server_s_per_push)
+            .collect::<Option<Vec<f64>>>()
+            .map(|v| v.iter().sum::<f64>() / n);
+        Ok(MeasuredRun {
+            seeds: runs.iter().map(|r| r.seeds).sum(),
+            times: (0..first.times.len())
+                .map(|w| mean(&|r| r.times[w]))
+                .collect(),
+            server_s_per_push,
+            wall_s: mean(&|r| r.wall_s),
+            images_per_s: mean(&|r| r.images_per_s),
+            mean_wait_fraction: mean(&|r| r.mean_wait_fraction),
+            ..first.clone()
+        })
+    }
+
+    /// Runs grouped by name (variant and size) and averaged, in order of first appearance.
+    pub fn means(runs: Vec<MeasuredRun>) -> anyhow::Result<Vec<MeasuredRun>> {
+        let mut names: Vec<String> = Vec::new();
+        for r in &runs {
+            if !names.contains(&r.name) {
+                names.push(r.name.clone());
+            }
+        }
+        names
+            .iter()
+            .map(|name| {
+                let same: Vec<MeasuredRun> =
+                    runs.iter().filter(|r| &r.name == name).cloned().collect();
+                MeasuredRun::mean(&same)
+            })
+            .collect()
+    }
 }
 
 /// The figures of the machine the runs were measured on that the runs do not carry:
-/// per-message latency and link bandwidth.
+/// per-message latency, link bandwidth, and the spacing of the starts of workers released
+/// at once ([`Workload::burst_s`]: on one node with far more ranks than cores, each
+/// released rank needs a core for its own CPU work before the next gets one).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Machine {
     pub latency_s: f64,
     pub bytes_per_s: f64,
+    #[serde(default)]
+    pub burst_s: f64,
 }
 
 /// Predicted against measured figures of one run.
@@ -164,6 +232,7 @@ pub fn check(run: &MeasuredRun, machine: &Machine) -> Check {
         straggler_prob: 0.0,
         straggler_factor: 1.0,
         batch: run.batch,
+        burst_s: machine.burst_s,
     };
     let p = run.params as f64;
     let transfer = 2.0 * 4.0 * p / machine.bytes_per_s;
@@ -215,5 +284,64 @@ pub fn check(run: &MeasuredRun, machine: &Machine) -> Check {
         predicted_images_per_s: outcome.images_per_s,
         measured_wait_fraction: run.mean_wait_fraction,
         predicted_wait_fraction: outcome.wait_fractions.iter().sum::<f64>() / n.max(1) as f64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(seed_images: f64, times: Vec<f64>) -> MeasuredRun {
+        MeasuredRun {
+            name: "4-workers/gssp".into(),
+            seeds: 1,
+            mode: SyncMode::Gssp,
+            batch: 8,
+            params: 1000,
+            groups: vec![vec![0, 1], vec![2, 3]],
+            staleness: Some(0),
+            local_steps: 8,
+            delay_compensation: false,
+            exchange_bytes: 80.0,
+            exchange_every: 4,
+            times,
+            server_s_per_push: Some(1e-4 * seed_images / 100.0),
+            wall_s: 60.0,
+            images_per_s: seed_images,
+            mean_wait_fraction: seed_images / 1000.0,
+        }
+    }
+
+    #[test]
+    fn seeds_average_worker_times_and_measured_figures() {
+        let a = run(100.0, vec![0.01, 0.02, 0.03, 0.04]);
+        let b = run(300.0, vec![0.03, 0.04, 0.05, 0.06]);
+        let m = MeasuredRun::mean(&[a, b]).unwrap();
+        assert_eq!(m.seeds, 2);
+        assert_eq!(m.images_per_s, 200.0);
+        assert!((m.mean_wait_fraction - 0.2).abs() < 1e-12);
+        assert_eq!(m.server_s_per_push, Some(2e-4));
+        for (got, want) in m.times.iter().zip([0.02, 0.03, 0.04, 0.05]) {
+            assert!((got - want).abs() < 1e-12, "{got} != {want}");
+        }
+    }
+
+    #[test]
+    fn runs_that_differ_beyond_their_seed_are_not_averaged() {
+        let a = run(100.0, vec![0.01; 4]);
+        let mut b = run(100.0, vec![0.01; 4]);
+        b.groups = vec![vec![0, 1, 2], vec![3]];
+        let err = MeasuredRun::mean(&[a.clone(), b]).unwrap_err().to_string();
+        assert!(err.contains("differ in more than their seed"), "{err}");
+        let mut c = a.clone();
+        c.name = "8-workers/gssp".into();
+        let means = MeasuredRun::means(vec![a.clone(), c, a]).unwrap();
+        assert_eq!(
+            means
+                .iter()
+                .map(|m| (m.name.as_str(), m.seeds))
+                .collect::<Vec<_>>(),
+            [("4-workers/gssp", 2), ("8-workers/gssp", 1)]
+        );
     }
 }

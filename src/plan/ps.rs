@@ -212,13 +212,13 @@ pub fn simulate(
             }
             srv.round_pushes = 0;
         }
-        for &slot in &ready {
+        for (k, &slot) in ready.iter().enumerate() {
             let r = srv.members[slot];
             end += message;
             if end <= horizon_s {
                 srv.bytes += 4.0 * p;
             }
-            let arrives = end + latency;
+            let arrives = end + latency + k as f64 * work.burst_s;
             wait_s[r] += arrives.min(horizon_s) - pushed_at[r];
             read_version[r] = srv.version;
             heap.push(Reverse((Time(arrives + sampler.next(r) + latency), r)));

@@ -13,6 +13,13 @@ pub struct Workload {
     pub straggler_factor: f64,
     /// Samples per iteration of one worker.
     pub batch: usize,
+    /// Seconds between the starts of workers released at the same moment (a server's
+    /// round, a group's SSP release, the end of an allreduce): the k-th of them starts
+    /// k x `burst_s` late. Zero where every rank has its own cores, the case `gssp plan`
+    /// predicts; on a node where many more ranks than cores poll for their messages it is
+    /// the CPU time each released rank needs before the next one gets a core
+    /// ([`crate::plan::measured::Machine`]).
+    pub burst_s: f64,
 }
 
 /// Where the workers' speeds come from (at most one of `speeds` and `tiers`).
@@ -138,6 +145,7 @@ impl Workload {
             straggler_prob: h.straggler_prob,
             straggler_factor: h.straggler_factor,
             batch: cfg.optim.batch_size,
+            burst_s: 0.0,
         })
     }
 }
