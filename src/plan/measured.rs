@@ -190,8 +190,8 @@ impl MeasuredRun {
 
 /// The figures of the machine the runs were measured on that the runs do not carry:
 /// per-message latency, link bandwidth, and the spacing of the starts of workers released
-/// at once ([`Workload::burst_s`]: on one node with far more ranks than cores, each
-/// released rank needs a core for its own CPU work before the next gets one).
+/// at once ([`Workload::burst_s`]: fitted; on one node with far more ranks than cores,
+/// the server logs show the released ranks' next pushes arriving about that far apart).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Machine {
     pub latency_s: f64,

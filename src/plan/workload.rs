@@ -16,9 +16,8 @@ pub struct Workload {
     /// Seconds between the starts of workers released at the same moment (a server's
     /// round, a group's SSP release, the end of an allreduce): the k-th of them starts
     /// k x `burst_s` late. Zero where every rank has its own cores, the case `gssp plan`
-    /// predicts; on a node where many more ranks than cores poll for their messages it is
-    /// the CPU time each released rank needs before the next one gets a core
-    /// ([`crate::plan::measured::Machine`]).
+    /// predicts; on a node with many more ranks than cores the released ranks queue for
+    /// the cores, and the validation fits it ([`crate::plan::measured::Machine`]).
     pub burst_s: f64,
 }
 
