@@ -2,9 +2,11 @@
 # The GPU check, on a node with an NVIDIA GPU and driver (at most about 8 minutes on an
 # H200): builds gssp with the `cuda` feature, runs the CUDA parity tests (every kernel
 # against the CPU backend, top-k's index set, one training step of lenet5, resnet18 and
-# seq2seq on both backends), then times the training step of lenet5, resnet18, vgg19
-# (batch 128) and seq2seq (batch 32) on the CUDA backend and in PyTorch eager on the same
-# GPU, and top-k of 11.2 million floats at 1% against a device-to-device copy.
+# seq2seq on both backends) and the distributed modes with their workers on the GPU
+# (tests/mpi_cuda.rs: asp, gssp, allreduce and localsgd under mpirun), then times the
+# training step of lenet5, resnet18, vgg19 (batch 128) and seq2seq (batch 32) on the CUDA
+# backend and in PyTorch eager on the same GPU, and top-k of 11.2 million floats at 1%
+# against a device-to-device copy.
 # Prints a table; the raw outputs go to $OUT (default runs/gpu-check).
 #
 #   ./scripts/gpu-check.sh
@@ -24,6 +26,8 @@ export GSSP_REQUIRE_GPU=1 GSSP_REQUIRE_NVRTC=1
 echo "== parity tests"
 cargo test --release --test cuda_parity 2>&1 | tee "$OUT/parity.txt"
 cargo test --release --lib backend::cuda 2>&1 | tee -a "$OUT/parity.txt"
+echo "== distributed modes with their workers on the GPU"
+cargo test --release --test mpi_cuda 2>&1 | tee "$OUT/mpi.txt"
 # The PyPI wheel of torch is the CUDA build; the same cache venv serves CPU and GPU.
 PY=$(./scripts/install_torch_cpu.sh | tail -n 1)
 row() { printf "| %s | %s | %s | %s |\n" "$@" | tee -a "$OUT/table.md"; }

@@ -331,9 +331,15 @@ impl Snapshots {
         s
     }
 
+    /// Whether [`Snapshots::maybe_take`] would take one at `time_s` (so that a model on a
+    /// GPU is copied to the host only then).
+    pub fn due(&self, time_s: f64) -> bool {
+        self.every_s > 0.0 && time_s >= self.next_s
+    }
+
     /// Takes a snapshot if `time_s` has passed the next interval boundary.
     pub fn maybe_take(&mut self, time_s: f64, epoch: f64, iteration: u64, weights: &[f32]) {
-        if self.every_s <= 0.0 || time_s < self.next_s {
+        if !self.due(time_s) {
             return;
         }
         while self.next_s <= time_s {

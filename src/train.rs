@@ -32,7 +32,7 @@ pub fn should_stop(cfg: &Config, epoch: f64, elapsed_s: f64) -> bool {
 /// Trains in this process alone and writes the run directory; continues from `resume`'s
 /// checkpoint when given.
 pub fn run_single(cfg: &Config, run: &RunDir, resume: Option<&Resume>) -> Result<Summary> {
-    match crate::backend::select(cfg.device.kind, true)? {
+    match crate::backend::select(cfg.device.kind)? {
         crate::backend::Device::Cpu => run_single_on(Cpu, cfg, run, resume),
         #[cfg(feature = "cuda")]
         crate::backend::Device::Cuda(gpu) => {

@@ -32,17 +32,15 @@ pub enum Device {
     Cuda(usize),
 }
 
-/// Resolves `device.kind` for a run that can train on a GPU (`gpu_training`: single
-/// mode) or not (the distributed modes, whose servers and workers hold the model in host
-/// buffers in this build).
+/// Resolves `device.kind` for this process.
 ///
 /// - `cpu`: the CPU.
 /// - `cuda`: this rank's GPU (local rank modulo the GPUs), or an error naming what is
-///   missing: the driver, a GPU, the `cuda` feature, or GPU training in this mode.
+///   missing: the driver, a GPU, or the `cuda` feature.
 /// - `auto`: the CPU, saying why once per process. It does not pick the GPU by itself
 ///   while the GPU training path awaits its first check on hardware
 ///   (scripts/gpu-check.sh); ask for `cuda` to use it.
-pub fn select(kind: DeviceKind, gpu_training: bool) -> anyhow::Result<Device> {
+pub fn select(kind: DeviceKind) -> anyhow::Result<Device> {
     match kind {
         DeviceKind::Cpu => Ok(Device::Cpu),
         DeviceKind::Auto => {
@@ -59,11 +57,6 @@ pub fn select(kind: DeviceKind, gpu_training: bool) -> anyhow::Result<Device> {
             if let Some(why) = cuda_missing() {
                 anyhow::bail!(
                     "device.kind: \"cuda\" cannot run here: {why}; use \"cpu\" or \"auto\""
-                );
-            }
-            if !gpu_training {
-                anyhow::bail!(
-                    "device.kind: \"cuda\" trains in sync.mode = \"single\" only in this build (the distributed modes keep the model in host buffers); use \"cpu\" or \"auto\""
                 );
             }
             cuda_device()
@@ -295,6 +288,17 @@ pub trait Backend: Sized + 'static {
     fn upload(&self, dst: &mut Self::Buf, src: &[f32]);
     /// `dst = src[..dst.len()]`, device to host.
     fn download(&self, dst: &mut [f32], src: &Self::Buf);
+    /// `buf` itself where it is host memory (the CPU backend), so that the distributed
+    /// modes send and receive a model's buffers without copying them; `None` on a device.
+    fn host_view(buf: &Self::Buf) -> Option<&[f32]> {
+        let _ = buf;
+        None
+    }
+    /// [`Backend::host_view`], writable.
+    fn host_view_mut(buf: &mut Self::Buf) -> Option<&mut [f32]> {
+        let _ = buf;
+        None
+    }
     /// `buf[range] = value`.
     fn fill(&self, buf: &mut Self::Buf, range: Range<usize>, value: f32);
     /// `dst[..len] = src[..len]`.
@@ -595,31 +599,18 @@ mod tests {
 
     #[test]
     fn cuda_is_refused_where_it_cannot_run_and_auto_stays_on_the_cpu() {
-        for gpu_training in [true, false] {
-            assert_eq!(select(DeviceKind::Auto, gpu_training).unwrap(), Device::Cpu);
-            assert_eq!(select(DeviceKind::Cpu, gpu_training).unwrap(), Device::Cpu);
-        }
-        let distributed = select(DeviceKind::Cuda, false).unwrap_err().to_string();
-        assert!(
-            distributed.starts_with("device.kind: \"cuda\" "),
-            "{distributed}"
-        );
+        assert_eq!(select(DeviceKind::Auto).unwrap(), Device::Cpu);
+        assert_eq!(select(DeviceKind::Cpu).unwrap(), Device::Cpu);
         match cuda_missing() {
             // This machine's reason: no driver (CI, most laptops), no GPU, or no feature.
             Some(why) => {
-                let e = select(DeviceKind::Cuda, true).unwrap_err().to_string();
+                let e = select(DeviceKind::Cuda).unwrap_err().to_string();
                 let want = format!(
                     "device.kind: \"cuda\" cannot run here: {why}; use \"cpu\" or \"auto\""
                 );
                 assert_eq!(e, want);
             }
-            None => {
-                assert!(
-                    distributed.contains("sync.mode = \"single\" only"),
-                    "{distributed}"
-                );
-                assert!(matches!(select(DeviceKind::Cuda, true), Ok(d) if d != Device::Cpu));
-            }
+            None => assert!(matches!(select(DeviceKind::Cuda), Ok(d) if d != Device::Cpu)),
         }
     }
 }

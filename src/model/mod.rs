@@ -328,6 +328,11 @@ impl<B: Backend> Network<B> {
         self.num_state() > 0
     }
 
+    /// The parameters and the gradients, as the backend holds them.
+    pub fn buffers(&self) -> (&B::Buf, &B::Buf) {
+        (&self.flat.params, &self.flat.grads)
+    }
+
     /// The backend, the parameters and the gradients, for an optimizer that runs over
     /// the network's own buffers.
     pub fn optimizer_buffers(&mut self) -> (&B, &mut B::Buf, &mut B::Buf) {

@@ -353,6 +353,11 @@ impl<B: Backend> Seq2Seq<B> {
         self.be.upload(&mut self.flat.grads, host);
     }
 
+    /// The parameters and the gradients, as the backend holds them.
+    pub fn buffers(&self) -> (&B::Buf, &B::Buf) {
+        (&self.flat.params, &self.flat.grads)
+    }
+
     /// The backend, the parameters and the gradients, for an optimizer that runs over
     /// the model's own buffers.
     pub fn optimizer_buffers(&mut self) -> (&B, &mut B::Buf, &mut B::Buf) {

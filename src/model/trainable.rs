@@ -27,6 +27,8 @@ pub trait Trainable<B: Backend> {
     /// The backend, the parameters and the gradients, for an optimizer that runs over the
     /// model's own buffers.
     fn optimizer_buffers(&mut self) -> (&B, &mut B::Buf, &mut B::Buf);
+    /// The parameters and the gradients, as the backend holds them.
+    fn buffers(&self) -> (&B::Buf, &B::Buf);
     fn params_to_host(&self, host: &mut [f32]);
     fn params_from_host(&mut self, host: &[f32]);
     fn state_to_host(&self, _host: &mut [f32]) {}
@@ -54,6 +56,9 @@ impl<B: Backend> Trainable<B> for super::Network<B> {
     }
     fn optimizer_buffers(&mut self) -> (&B, &mut B::Buf, &mut B::Buf) {
         super::Network::optimizer_buffers(self)
+    }
+    fn buffers(&self) -> (&B::Buf, &B::Buf) {
+        super::Network::buffers(self)
     }
     fn params_to_host(&self, host: &mut [f32]) {
         super::Network::params_to_host(self, host)
@@ -91,6 +96,9 @@ impl<B: Backend> Trainable<B> for super::seq2seq::Seq2Seq<B> {
     }
     fn optimizer_buffers(&mut self) -> (&B, &mut B::Buf, &mut B::Buf) {
         super::seq2seq::Seq2Seq::optimizer_buffers(self)
+    }
+    fn buffers(&self) -> (&B::Buf, &B::Buf) {
+        super::seq2seq::Seq2Seq::buffers(self)
     }
     fn params_to_host(&self, host: &mut [f32]) {
         super::seq2seq::Seq2Seq::params_to_host(self, host)

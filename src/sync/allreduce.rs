@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 
+use crate::backend::Backend;
 use crate::checkpoint::Resume;
 use crate::comm::{Collectives, Comm};
 use crate::config::Config;
@@ -21,10 +22,10 @@ use crate::sync::worker::{WorkerContext, WorkerStats};
 use crate::train::{run_progress, should_stop};
 
 /// Trains until the run's epochs or time budget are used up; rank 0 takes the snapshots.
-pub fn work(
+pub fn work<B: Backend>(
     comm: &Comm,
     cfg: &Config,
-    w: WorkerContext<'_>,
+    w: WorkerContext<'_, B>,
     snapshots: &mut Snapshots,
     saver: &mut Saver<'_, Comm>,
     resume: Option<&Resume>,
@@ -55,11 +56,14 @@ pub fn work(
     let samples_per_step = (cfg.optim.batch_size * workers) as f64 / corpus.train_len() as f64;
     let mut stats = WorkerStats::default();
     let mut shown = crate::progress::Progress::new(cfg, corpus.train_len(), comm.rank() == 0);
+    // A host copy of the weights for snapshots, used on a GPU only.
+    let mut stage = Vec::new();
     loop {
         let epoch = iteration as f64 * samples_per_step;
         let time_s = start.elapsed().as_secs_f64();
-        if comm.rank() == 0 {
-            snapshots.maybe_take(time_s, epoch, iteration, step.net.params());
+        if comm.rank() == 0 && snapshots.due(time_s) {
+            let weights = step.net.params_on_host(&mut stage);
+            snapshots.maybe_take(time_s, epoch, iteration, weights);
         }
         let (loss, compute_s) = step.compute_paced(corpus, pacer);
 
@@ -120,11 +124,11 @@ pub fn work(
 }
 
 /// The final checkpoint of a rank that trains its own replica, at the latest rank's clock.
-pub(super) fn save_final(
+pub(super) fn save_final<B: Backend>(
     comm: &Comm,
     saver: &mut Saver<'_, Comm>,
-    step: &crate::workload::ComputeStep,
-    optimizer: &NetworkOptimizer<crate::backend::cpu::Cpu>,
+    step: &crate::workload::ComputeStep<B>,
+    optimizer: &NetworkOptimizer<B>,
     (iteration, epoch): (u64, f64),
     snapshots: &Snapshots,
     start: Instant,

@@ -5,7 +5,7 @@
 
 use anyhow::Result;
 
-use crate::backend::cpu::Cpu;
+use crate::backend::Backend;
 use crate::checkpoint::store::{self, FileEntry};
 use crate::checkpoint::{self, RankFile, RankMeta, Resume, Schedule};
 use crate::comm::Collectives;
@@ -125,18 +125,18 @@ pub fn load(resume: &Resume, rank: usize) -> Result<RankFile<RankMeta>> {
 /// Restores a rank that trains its own replica (allreduce, localsgd) from its file:
 /// weights, batch-norm statistics, momentum, and its batch count; returns the iterations
 /// done and, for rank 0, the snapshots it had taken.
-pub fn restore_replica(
+pub fn restore_replica<B: Backend>(
     resume: &Resume,
     rank: usize,
-    step: &mut crate::workload::ComputeStep,
-    optimizer: &mut NetworkOptimizer<Cpu>,
+    step: &mut crate::workload::ComputeStep<B>,
+    optimizer: &mut NetworkOptimizer<B>,
     snapshot_every_s: f64,
 ) -> Result<(u64, Snapshots)> {
     let path = resume.path(rank);
     let mut file = load(resume, rank)?;
     let n = step.net.num_params();
     let weights = file.take(checkpoint::WEIGHTS, n, &path)?;
-    step.net.params_mut().copy_from_slice(&weights);
+    step.net.params_from_host(&weights);
     let state = file.take(checkpoint::STATE, step.net.num_state(), &path)?;
     step.net.state_from_host(&state);
     let steps = file.meta.optimizer_steps;
@@ -148,10 +148,10 @@ pub fn restore_replica(
 
 /// Saves a rank that trains its own replica (allreduce, localsgd): weights, batch-norm
 /// statistics, momentum, iterations, and rank 0's snapshots (collective over `saver.comm`).
-pub fn save_replica<C: Collectives>(
+pub fn save_replica<C: Collectives, B: Backend>(
     saver: &mut Saver<'_, C>,
-    step: &crate::workload::ComputeStep,
-    optimizer: &NetworkOptimizer<Cpu>,
+    step: &crate::workload::ComputeStep<B>,
+    optimizer: &NetworkOptimizer<B>,
     (iteration, epoch, time_s): (u64, f64, f64),
     snapshots: &Snapshots,
 ) -> Result<()> {
@@ -166,9 +166,10 @@ pub fn save_replica<C: Collectives>(
         ..Default::default()
     };
     let names = snapshot_names(snapshots);
+    let (mut stage, state_now) = (Vec::new(), net.state_host_copy());
     let mut tensors = vec![
-        (checkpoint::WEIGHTS, net.params()),
-        (checkpoint::STATE, net.state()),
+        (checkpoint::WEIGHTS, net.params_on_host(&mut stage)),
+        (checkpoint::STATE, state_now.as_slice()),
     ];
     tensors.extend(state.iter().map(|(name, v)| (*name, v.as_slice())));
     for (name, (_, w)) in names.iter().zip(&snapshots.taken) {

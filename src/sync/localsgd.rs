@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 
+use crate::backend::Backend;
 use crate::checkpoint::Resume;
 use crate::comm::{Collectives, Comm};
 use crate::config::Config;
@@ -35,10 +36,10 @@ pub struct LocalSgdOutcome {
 
 /// Trains until the run's epochs or time budget are used up; rank 0 takes the snapshots,
 /// right after each average.
-pub fn work(
+pub fn work<B: Backend>(
     comm: &Comm,
     cfg: &Config,
-    w: WorkerContext<'_>,
+    w: WorkerContext<'_, B>,
     snapshots: &mut Snapshots,
     saver: &mut Saver<'_, Comm>,
     resume: Option<&Resume>,
@@ -105,7 +106,8 @@ pub fn work(
             stop = control.stop;
             progress = control.progress;
             if comm.rank() == 0 {
-                snapshots.maybe_take(time_s, epoch, iteration, step.net.params());
+                // The average just reduced, on the host already.
+                snapshots.maybe_take(time_s, epoch, iteration, &buf[..n]);
             }
             // Right after an average the replicas are equal: a quiet point.
             if let (Some(at), false) = (control.checkpoint_at, stop) {
@@ -137,7 +139,7 @@ pub fn work(
         }
     }
     stats.wall_s = start.elapsed().as_secs_f64();
-    let replica_error = replica_error(comm, step.net.params())?;
+    let replica_error = replica_error(comm, step.net.params_on_host(&mut buf))?;
     let epoch = iteration as f64 * samples_per_step;
     save_final(
         comm,

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
+use crate::backend::Backend;
 use crate::checkpoint::{Resume, Schedule};
 use crate::comm::p2p::{ServerLink, WorkerLink};
 use crate::comm::{Collectives, Comm, SubComm};
@@ -27,8 +28,21 @@ use crate::sync::worker::{self, WorkerContext, WorkerStats};
 use crate::sync::{allreduce, localsgd};
 use crate::workload::{ComputeStep, Corpus, Evaluator};
 
+/// The backend one rank computes on.
+enum RankBackend {
+    Cpu,
+    #[cfg(feature = "cuda")]
+    Cuda(crate::backend::cuda::Cuda),
+}
+
 /// Runs `cfg` on all ranks of `comm`, from `resume`'s checkpoint when given. Every rank
 /// returns; rank 0 returns the summary.
+///
+/// With `device.kind = "cuda"` the ranks that compute gradients (the workers, and every
+/// rank of allreduce and localsgd) do so on their GPU, copying the gradient out and the
+/// weights in once per iteration (each rank's own GPU: local rank modulo the node's GPUs).
+/// Parameter and group servers keep their replica in host memory, where MPI sends and
+/// receives it, and run their optimizer there.
 pub fn run(
     comm: &Comm,
     cfg: &Config,
@@ -36,9 +50,37 @@ pub fn run(
     resume: Option<&Resume>,
 ) -> Result<Option<Summary>> {
     crate::backend::cpu::set_threads(cfg.run.threads);
+    let device = comm.fatal_on_all(crate::backend::select(cfg.device.kind))?;
+    let backend: Result<RankBackend> = match device {
+        crate::backend::Device::Cpu => Ok(RankBackend::Cpu),
+        #[cfg(feature = "cuda")]
+        // Ranks from num_servers() on compute gradients; with no servers, all of them.
+        crate::backend::Device::Cuda(gpu) if comm.rank() >= cfg.num_servers() => {
+            crate::backend::cuda::Cuda::new(gpu).map(RankBackend::Cuda)
+        }
+        #[cfg(feature = "cuda")]
+        crate::backend::Device::Cuda(_) => Ok(RankBackend::Cpu),
+    };
+    let backend = comm.fatal_on_all(backend.map_err(|e| format!("{e:#}")))?;
+    match backend {
+        RankBackend::Cpu => run_on(crate::backend::cpu::Cpu, comm, cfg, run, resume),
+        #[cfg(feature = "cuda")]
+        RankBackend::Cuda(cuda) => {
+            log::info!("rank {}: device {}", comm.rank(), cuda.describe());
+            run_on(cuda, comm, cfg, run, resume)
+        }
+    }
+}
+
+/// [`run`], this rank computing on `be`.
+fn run_on<B: Backend>(
+    be: B,
+    comm: &Comm,
+    cfg: &Config,
+    run: &RunDir,
+    resume: Option<&Resume>,
+) -> Result<Option<Summary>> {
     let rank = comm.rank();
-    let device = crate::backend::select(cfg.device.kind, false);
-    comm.fatal_on_all(device)?;
     // Every rank loads the data (workers train on it; servers need its size and the test
     // set). A bad file on any rank stops all ranks here, each knowing why.
     let corpus = comm.fatal_on_all(Corpus::load(&cfg.data, cfg.run.seed))?;
@@ -52,7 +94,7 @@ pub fn run(
     let shard = rank
         .saturating_sub(cfg.num_servers())
         .min(workers.saturating_sub(1));
-    let step = ComputeStep::new(cfg, &corpus, workers, shard).map_err(|e| format!("{e:#}"));
+    let step = ComputeStep::new_on(be, cfg, &corpus, workers, shard).map_err(|e| format!("{e:#}"));
     let mut step = comm.fatal_on_all(step)?;
 
     let nan_fault = std::env::var(worker::NAN_FAULT_VAR).ok();
@@ -241,7 +283,9 @@ pub fn run(
                 )?);
             }
             log.flush()?;
-            role.final_weights = Some(step.net.params().to_vec());
+            let mut weights = vec![0.0; step.net.num_params()];
+            step.net.params_to_host(&mut weights);
+            role.final_weights = Some(weights);
         }
         (_, true) => {
             let sc = ctx
@@ -256,7 +300,8 @@ pub fn run(
                 layout: layout_json,
                 schedule: schedule(),
             };
-            role = serve_group(&ctx, group, &step, &mut snapshots, &mut saver)?;
+            let model = ServerModel::of(&step.net);
+            role = serve_group(&ctx, group, model, &mut snapshots, &mut saver)?;
             if rank == 0 && !role.regroups.is_empty() {
                 run.write_json("regroups.json", &role.regroups)?;
             }
@@ -406,17 +451,41 @@ pub struct RoleOutcome {
     pub regroups: Vec<RegroupEvent>,
 }
 
+/// What a server starts from: the initial weights on the host, and the model's tensors
+/// (PowerSGD compresses each matrix on its own).
+struct ServerModel {
+    weights: Vec<f32>,
+    tensors: Vec<TensorShape>,
+}
+
+impl ServerModel {
+    fn of<B: Backend>(net: &crate::workload::Model<B>) -> ServerModel {
+        let mut weights = vec![0.0; net.num_params()];
+        net.params_to_host(&mut weights);
+        let tensors = net
+            .param_specs()
+            .iter()
+            .map(|t| TensorShape::new(t.range.clone(), &t.shape))
+            .collect();
+        ServerModel { weights, tensors }
+    }
+}
+
 /// Serves group `group`, exchanging with the other groups' servers in gssp (and
 /// regrouping with them, with `sync.regroup_every_s`).
 fn serve_group(
     ctx: &RunContext<'_>,
     group: usize,
-    step: &ComputeStep,
+    model: ServerModel,
     snapshots: &mut Snapshots,
     saver: &mut Saver<'_, SubComm>,
 ) -> Result<RoleOutcome> {
     let (cfg, layout) = (ctx.cfg, ctx.layout);
-    let n = step.net.num_params();
+    let ServerModel {
+        weights: initial_weights,
+        tensors,
+    } = model;
+    let n = initial_weights.len();
     let rank = layout.servers[group];
     let regroups = cfg.sync.mode == SyncMode::Gssp
         && layout.servers.len() > 1
@@ -441,7 +510,7 @@ fn serve_group(
     };
     let total_workers = layout.groups.iter().map(Vec::len).sum();
     let mut ps = ParamServer::new(
-        step.net.params().to_vec(),
+        initial_weights,
         UpdateRule {
             workers,
             total_workers,
@@ -488,12 +557,6 @@ fn serve_group(
         let sc = ctx
             .server_comm
             .context("group server without the servers' communicator")?;
-        let tensors: Vec<TensorShape> = step
-            .net
-            .param_specs()
-            .iter()
-            .map(|t| TensorShape::new(t.range.clone(), &t.shape))
-            .collect();
         let mut ex = gssp::GroupExchange::new(sc, cfg, ps.weights(), &tensors)?;
         if let Some(m) = &resumed {
             ex.resume(&m.group_pushes, m.speed).with_context(|| {
@@ -544,9 +607,9 @@ fn serve_group(
 
 /// Gathers every rank's totals on rank 0, evaluates the snapshots and the final model,
 /// and writes eval.csv and summary.json.
-fn finish(
+fn finish<B: Backend>(
     ctx: &RunContext<'_>,
-    step: &mut ComputeStep,
+    step: &mut ComputeStep<B>,
     role: RoleOutcome,
     snapshots: Snapshots,
 ) -> Result<Option<Summary>> {
@@ -593,13 +656,13 @@ fn finish(
     let mut eval_log = run.csv::<EvalRow>("eval.csv")?;
     let mut evals = Vec::new();
     for (row, weights) in models.snapshots {
-        step.net.params_mut().copy_from_slice(&weights);
+        step.net.params_from_host(&weights);
         let ev = evaluator.evaluate(&mut step.net, corpus);
         let row = ev.row(row.time_s, row.epoch, row.iteration);
         eval_log.push(&row)?;
         evals.push(row);
     }
-    step.net.params_mut().copy_from_slice(&final_weights);
+    step.net.params_from_host(&final_weights);
     let ev = evaluator.evaluate_final(&mut step.net, corpus);
     let last = ev.row(wall_s, epoch, total_iters as u64);
     eval_log.push(&last)?;

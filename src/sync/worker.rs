@@ -7,15 +7,18 @@ use std::time::Instant;
 
 use anyhow::Result;
 
+use crate::backend::cpu::Cpu;
+use crate::backend::Backend;
 use crate::comm::p2p::WorkerLink;
 use crate::hetero::Pacer;
 use crate::metrics::{WorkerLog, WorkerRow};
 use crate::model::Trainable;
 use crate::workload::{ComputeStep, Corpus};
 
-/// What a worker computes with: its model and data shard, its emulated speed, its log.
-pub struct WorkerContext<'a> {
-    pub step: &'a mut ComputeStep,
+/// What a worker computes with: its model (on its backend: the CPU, or its GPU) and data
+/// shard, its emulated speed, its log.
+pub struct WorkerContext<'a, B: Backend = Cpu> {
+    pub step: &'a mut ComputeStep<B>,
     pub corpus: &'a Corpus,
     pub pacer: &'a mut Pacer,
     pub log: &'a mut WorkerLog,
@@ -74,9 +77,9 @@ pub fn nan_fault_for(value: Option<&str>, rank: usize) -> Result<Option<u64>, St
 }
 
 /// Runs the worker until its server says stop; `nan_at`: see [`NAN_FAULT_VAR`].
-pub fn work(
+pub fn work<B: Backend>(
     link: &mut WorkerLink,
-    w: WorkerContext<'_>,
+    w: WorkerContext<'_, B>,
     nan_at: Option<u64>,
 ) -> Result<WorkerStats> {
     let WorkerContext {
@@ -88,8 +91,10 @@ pub fn work(
         done,
     } = w;
     let mut stats = WorkerStats::default();
+    // Host copies of the gradient and the weights, used on a GPU only.
+    let (mut grads_stage, mut weights_stage) = (Vec::new(), Vec::new());
     let t_first = Instant::now();
-    let mut header = recv_weights(link, step, &mut stats)?;
+    let mut header = recv_weights(link, step, &mut weights_stage, &mut stats)?;
     stats.wait_s += t_first.elapsed().as_secs_f64();
     let mut clock = done;
     while !header.stop {
@@ -105,11 +110,11 @@ pub fn work(
             grads[middle] = f32::NAN;
             step.net.grads_from_host(&grads);
         }
-        link.push(clock, loss, step.net.grads())?;
+        link.push(clock, loss, step.net.grads_on_host(&mut grads_stage))?;
         let comm_s = t1.elapsed().as_secs_f64();
 
         let t2 = Instant::now();
-        header = recv_weights(link, step, &mut stats)?;
+        header = recv_weights(link, step, &mut weights_stage, &mut stats)?;
         let wait_s = t2.elapsed().as_secs_f64();
         let after = link.stats();
 
@@ -140,17 +145,22 @@ pub fn work(
 }
 
 /// The next weights, following moves to other servers on the way.
-fn recv_weights(
+fn recv_weights<B: Backend>(
     link: &mut WorkerLink,
-    step: &mut ComputeStep,
+    step: &mut ComputeStep<B>,
+    stage: &mut Vec<f32>,
     stats: &mut WorkerStats,
 ) -> Result<crate::comm::p2p::WeightsHeader> {
-    let mut header = link.recv_weights(step.net.params_mut())?;
+    let mut header = step
+        .net
+        .write_params_on_host(stage, |w| link.recv_weights(w))?;
     while let Some(server) = header.moved_to {
         log::debug!("moved to the server at rank {server}");
         stats.moves += 1;
         link.switch_server(server)?;
-        header = link.recv_weights(step.net.params_mut())?;
+        header = step
+            .net
+            .write_params_on_host(stage, |w| link.recv_weights(w))?;
     }
     Ok(header)
 }

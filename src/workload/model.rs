@@ -101,6 +101,60 @@ impl<B: Backend> Model<B> {
     }
 }
 
+/// Host access for the distributed modes, whose messages carry the model's buffers: the
+/// buffers themselves where they are host memory (the CPU backend), otherwise a copy
+/// through `stage`, one host buffer the caller keeps from step to step (a worker on a GPU
+/// copies its gradient out and the next weights in once per iteration).
+impl<B: Backend> Model<B> {
+    /// The gradients on the host.
+    pub fn grads_on_host<'a>(&'a self, stage: &'a mut Vec<f32>) -> &'a [f32] {
+        match B::host_view(self.buffers().1) {
+            Some(host) => host,
+            None => {
+                stage.resize(self.num_params(), 0.0);
+                self.grads_to_host(stage);
+                stage
+            }
+        }
+    }
+
+    /// The parameters on the host.
+    pub fn params_on_host<'a>(&'a self, stage: &'a mut Vec<f32>) -> &'a [f32] {
+        match B::host_view(self.buffers().0) {
+            Some(host) => host,
+            None => {
+                stage.resize(self.num_params(), 0.0);
+                self.params_to_host(stage);
+                stage
+            }
+        }
+    }
+
+    /// Lets `write` fill the parameters on the host (a message received into them), and
+    /// returns what it returns.
+    pub fn write_params_on_host<R>(
+        &mut self,
+        stage: &mut Vec<f32>,
+        write: impl FnOnce(&mut [f32]) -> R,
+    ) -> R {
+        let n = self.num_params();
+        if let Some(host) = B::host_view_mut(self.optimizer_buffers().1) {
+            return write(host);
+        }
+        stage.resize(n, 0.0);
+        let out = write(stage);
+        self.params_from_host(stage);
+        out
+    }
+
+    /// The batch-norm state on the host, copied (checkpoints only).
+    pub fn state_host_copy(&self) -> Vec<f32> {
+        let mut state = vec![0.0; self.num_state()];
+        self.state_to_host(&mut state);
+        state
+    }
+}
+
 /// The CPU buffers are host memory: lent out as slices.
 impl Model<Cpu> {
     pub fn params(&self) -> &[f32] {
@@ -149,6 +203,9 @@ impl<B: Backend> Trainable<B> for Model<B> {
     fn optimizer_buffers(&mut self) -> (&B, &mut B::Buf, &mut B::Buf) {
         self.inner_mut().optimizer_buffers()
     }
+    fn buffers(&self) -> (&B::Buf, &B::Buf) {
+        self.inner().buffers()
+    }
     fn params_to_host(&self, host: &mut [f32]) {
         self.inner().params_to_host(host)
     }
@@ -163,5 +220,39 @@ impl<B: Backend> Trainable<B> for Model<B> {
     }
     fn data_metadata(&self) -> Vec<(String, String)> {
         self.inner().data_metadata()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::zoo;
+
+    /// On the CPU the distributed modes read and write the model's own buffers: nothing is
+    /// staged, and what `write` receives lands in the parameters.
+    #[test]
+    fn host_access_lends_the_cpu_buffers_without_staging() {
+        let mut net = Model::Image(zoo::mlp(Cpu, (1, 2, 2), &[3], 2, 1, 1));
+        let mut stage = Vec::new();
+        let n = net.num_params();
+        assert_eq!(
+            net.params_on_host(&mut stage).as_ptr(),
+            net.params().as_ptr()
+        );
+        assert_eq!(net.grads_on_host(&mut stage).as_ptr(), net.grads().as_ptr());
+        let wrote = net.write_params_on_host(&mut stage, |w| {
+            for (i, x) in w.iter_mut().enumerate() {
+                *x = i as f32;
+            }
+            w.len()
+        });
+        assert_eq!(wrote, n);
+        assert!(
+            stage.is_empty(),
+            "the CPU path staged {} values",
+            stage.len()
+        );
+        let expected: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        assert_eq!(net.params(), expected.as_slice());
     }
 }

@@ -99,6 +99,12 @@ impl Backend for Cpu {
     fn download(&self, dst: &mut [f32], src: &Vec<f32>) {
         dst.copy_from_slice(&src[..dst.len()]);
     }
+    fn host_view(buf: &Vec<f32>) -> Option<&[f32]> {
+        Some(buf)
+    }
+    fn host_view_mut(buf: &mut Vec<f32>) -> Option<&mut [f32]> {
+        Some(buf)
+    }
     fn fill(&self, buf: &mut Vec<f32>, range: Range<usize>, value: f32) {
         buf[range].fill(value);
     }

@@ -8,8 +8,9 @@
 //!
 //! [`Cuda`] is the [`super::Backend`] on one GPU: the kernels for every layer, both
 //! optimizers, top-k and the sparse gather/scatter, with cuBLAS for the GEMMs. CI compiles
-//! every kernel for sm_80 and sm_90 (no GPU needed); single-process training runs on it
-//! (`device.kind = "cuda"`, see [`super::select`]); the distributed modes do not yet.
+//! every kernel for sm_80 and sm_90 (no GPU needed). With `device.kind = "cuda"` (see
+//! [`super::select`]) single-process training runs on it, and so do the workers of every
+//! distributed mode (`crate::sync::run`); parameter and group servers stay on the host.
 
 pub mod backend;
 pub mod device;
