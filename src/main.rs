@@ -217,6 +217,10 @@ enum BenchCommand {
         /// Run nothing: rebuild the table and plot from each size's `bench.json` in --out.
         #[arg(long)]
         report_only: bool,
+        /// Run nothing: pool each size's `bench.json` from this earlier --out directory
+        /// (repeatable; their seeds are combined) into the table and plot in --out.
+        #[arg(long, value_name = "DIR")]
+        from: Vec<PathBuf>,
         #[arg(long, default_value = "runs/bench-scale")]
         out: PathBuf,
     },
@@ -674,6 +678,7 @@ fn bench(which: BenchCommand) -> anyhow::Result<()> {
             modes,
             overrides,
             report_only,
+            from,
             out,
         } => {
             let configs = if configs.is_empty() {
@@ -681,7 +686,12 @@ fn bench(which: BenchCommand) -> anyhow::Result<()> {
             } else {
                 configs
             };
-            let what = (seeds.as_slice(), modes.as_slice(), report_only);
+            let from = if report_only && from.is_empty() {
+                vec![out.clone()]
+            } else {
+                from
+            };
+            let what = (seeds.as_slice(), modes.as_slice(), from.as_slice());
             bench::scale::scale(&configs, budget_s, what, &overrides, &out).map(|_| ())
         }
     }

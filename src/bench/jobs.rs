@@ -411,7 +411,7 @@ pub fn configured_workers(config: &Path, overrides: &[String]) -> Result<usize> 
 }
 
 /// The row speed-ups are measured against: dense gssp, else the first gssp variant run.
-fn reference_mode(rows: &[BenchRow]) -> Option<String> {
+pub(super) fn reference_mode(rows: &[BenchRow]) -> Option<String> {
     rows.iter()
         .find(|r| r.mode == "gssp")
         .or_else(|| rows.iter().find(|r| r.mode.starts_with("gssp")))
@@ -420,7 +420,8 @@ fn reference_mode(rows: &[BenchRow]) -> Option<String> {
 
 /// One row per mode from several runs of the same modes (one table per run, same order):
 /// the median time to target (a run that never got there counts as slowest; null when the
-/// median run never got there), the mean of the other figures.
+/// median run never got there), the mean of the other figures. A table may itself combine
+/// several seeds: its rows then weigh as many runs as they have seeds.
 pub fn combine_runs(runs: &[Vec<BenchRow>]) -> Result<Vec<BenchRow>> {
     let first = runs.first().context("no runs to combine")?;
     let mut rows = Vec::new();
@@ -433,11 +434,18 @@ pub fn combine_runs(runs: &[Vec<BenchRow>]) -> Result<Vec<BenchRow>> {
                     .with_context(|| format!("runs disagree on mode {}", base.mode))
             })
             .collect::<Result<_>>()?;
+        let weight = |r: &BenchRow| r.seeds.len().max(1) as f64;
         let mean_of = |f: &dyn Fn(&BenchRow) -> f64| {
-            same.iter().map(|r| f(r)).sum::<f64>() / same.len() as f64
+            let total: f64 = same.iter().map(|r| weight(r)).sum();
+            same.iter().map(|r| weight(r) * f(r)).sum::<f64>() / total
         };
         let mean_opt = |f: &dyn Fn(&BenchRow) -> Option<f64>| {
-            mean(&same.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
+            let some: Vec<(f64, f64)> = same
+                .iter()
+                .filter_map(|r| f(r).map(|v| (weight(r), v)))
+                .collect();
+            let total: f64 = some.iter().map(|(w, _)| w).sum();
+            (total > 0.0).then(|| some.iter().map(|(w, v)| w * v).sum::<f64>() / total)
         };
         let times: Vec<Option<f64>> = same
             .iter()
@@ -765,6 +773,18 @@ mod tests {
         assert_eq!(gssp.run_dir, "d1/gssp,d2/gssp,d3/gssp");
         assert_eq!(gssp.exchange_share_of_busy, None);
         assert_eq!(gssp.server_busy_fraction, Some(0.01));
+    }
+
+    #[test]
+    fn combine_runs_weighs_a_combined_table_by_its_seeds() {
+        let mut two = row("asp", 1, Some(20.0), 0.9);
+        two.seeds = vec![1, 2];
+        two.time_to_target_s_runs = vec![Some(20.0), Some(30.0)];
+        let one = row("asp", 3, None, 0.6);
+        let rows = combine_runs(&[vec![two], vec![one]]).unwrap();
+        assert!((rows[0].accuracy_at_budget - 0.8).abs() < 1e-12);
+        assert_eq!(rows[0].seeds, vec![1, 2, 3]);
+        assert_eq!(rows[0].time_to_target_s, Some(30.0));
     }
 
     #[test]
