@@ -108,23 +108,26 @@ impl<B: Backend> Model<B> {
 impl<B: Backend> Model<B> {
     /// The gradients on the host.
     pub fn grads_on_host<'a>(&'a self, stage: &'a mut Vec<f32>) -> &'a [f32] {
-        match B::host_view(self.buffers().1) {
-            Some(host) => host,
-            None => {
-                stage.resize(self.num_params(), 0.0);
-                self.grads_to_host(stage);
-                stage
-            }
-        }
+        self.on_host(self.buffers().1, |m, h| m.grads_to_host(h), stage)
     }
 
     /// The parameters on the host.
     pub fn params_on_host<'a>(&'a self, stage: &'a mut Vec<f32>) -> &'a [f32] {
-        match B::host_view(self.buffers().0) {
+        self.on_host(self.buffers().0, |m, h| m.params_to_host(h), stage)
+    }
+
+    /// `buf` as host memory, or `copy` of it into `stage`.
+    fn on_host<'a>(
+        &'a self,
+        buf: &'a B::Buf,
+        copy: fn(&Self, &mut [f32]),
+        stage: &'a mut Vec<f32>,
+    ) -> &'a [f32] {
+        match B::host_view(buf) {
             Some(host) => host,
             None => {
                 stage.resize(self.num_params(), 0.0);
-                self.params_to_host(stage);
+                copy(self, stage);
                 stage
             }
         }
