@@ -283,9 +283,7 @@ fn run_on<B: Backend>(
                 )?);
             }
             log.flush()?;
-            let mut weights = vec![0.0; step.net.num_params()];
-            step.net.params_to_host(&mut weights);
-            role.final_weights = Some(weights);
+            role.final_weights = Some(step.net.params_host_copy());
         }
         (_, true) => {
             let sc = ctx
@@ -460,8 +458,7 @@ struct ServerModel {
 
 impl ServerModel {
     fn of<B: Backend>(net: &crate::workload::Model<B>) -> ServerModel {
-        let mut weights = vec![0.0; net.num_params()];
-        net.params_to_host(&mut weights);
+        let weights = net.params_host_copy();
         let tensors = net
             .param_specs()
             .iter()

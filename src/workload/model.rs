@@ -150,6 +150,13 @@ impl<B: Backend> Model<B> {
         out
     }
 
+    /// The parameters on the host, copied (a role's start and end, not every step).
+    pub fn params_host_copy(&self) -> Vec<f32> {
+        let mut params = vec![0.0; self.num_params()];
+        self.params_to_host(&mut params);
+        params
+    }
+
     /// The batch-norm state on the host, copied (checkpoints only).
     pub fn state_host_copy(&self) -> Vec<f32> {
         let mut state = vec![0.0; self.num_state()];
