@@ -7,10 +7,11 @@ extern "C" __global__ void gather(float* values, const float* dense, const unsig
     GRID_STRIDE(j, k) values[j] = dense[index[j]];
 }
 
-// dense[index[j]] += factor * values[j] (indices distinct, as top-k gives them).
+// dense[index[j]] += factor * values[j]. Atomic, so that repeated indices all count (top-k
+// gives distinct ones, where the atomics cost nothing extra).
 extern "C" __global__ void scatter_add(float* dense, const unsigned* index, const float* values,
                                        float factor, unsigned long long k) {
-    GRID_STRIDE(j, k) dense[index[j]] += factor * values[j];
+    GRID_STRIDE(j, k) atomicAdd(dense + index[j], factor * values[j]);
 }
 
 // dense[index[j]] = values[j].

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-use crate::backend::cuda::{device, Cuda};
+use crate::backend::cuda::Cuda;
 use crate::backend::{AdamStep, Backend, SgdStep};
 use crate::model::seq2seq::Seq2Seq;
 use crate::model::zoo;
@@ -31,8 +31,11 @@ fn random_values(n: usize, seed: u64) -> Vec<f32> {
 
 /// This process's GPU: the one its launcher's local rank picks.
 fn open_gpu() -> Result<Cuda> {
-    let local = device::local_rank(|v| std::env::var(v).ok());
-    let cuda = Cuda::new(device::gpu_for(local, 1).unwrap_or(0)).context("--device cuda")?;
+    let gpu = match crate::backend::select(crate::config::DeviceKind::Cuda)? {
+        crate::backend::Device::Cuda(gpu) => gpu,
+        crate::backend::Device::Cpu => anyhow::bail!("--device cuda: no GPU was selected"),
+    };
+    let cuda = Cuda::new(gpu).context("--device cuda")?;
     println!("device: {}", cuda.describe());
     Ok(cuda)
 }

@@ -215,8 +215,10 @@ impl Cuda {
             n: d.m as i32,
             k: d.k as i32,
             alpha,
-            lda: (if d.trans_b { d.k } else { d.n }) as i32,
-            ldb: (if d.trans_a { d.m } else { d.k }) as i32,
+            // cuBLAS wants every leading dimension >= 1, also when k is 0 (an empty batch),
+            // where it only scales c by beta.
+            lda: (if d.trans_b { d.k } else { d.n }).max(1) as i32,
+            ldb: (if d.trans_a { d.m } else { d.k }).max(1) as i32,
             beta,
             ldc: d.n as i32,
         };
@@ -238,6 +240,15 @@ impl Cuda {
         n: usize,
         k: usize,
     ) -> (Vec<u32>, Vec<f32>) {
+        // The kernels index in u32 (as the CPU's top-k does) and read n values of each input.
+        assert!(
+            u32::try_from(n).is_ok(),
+            "top-k of {n} values: indices are u32"
+        );
+        assert!(
+            n <= after.len() && before.is_none_or(|b| n <= b.len()),
+            "top-k of {n} values from a shorter buffer"
+        );
         let k = k.min(n);
         if k == 0 {
             return (Vec::new(), Vec::new());
@@ -346,6 +357,11 @@ impl Cuda {
     ) {
         if index.is_empty() {
             return;
+        }
+        assert_eq!(index.len(), values.len(), "scatter_add: indices and values");
+        let bound = dense.len();
+        if let Some(&bad) = index.iter().find(|&&i| i as usize >= bound) {
+            panic!("scatter_add: index {bad} outside a buffer of {bound}");
         }
         let idx = self.upload_u32(index);
         let vals = check(self.inner.stream.clone_htod(values), "upload of values");

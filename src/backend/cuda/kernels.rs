@@ -219,7 +219,16 @@ pub fn cached_ptx(dir: &Path, file: &KernelFile, arch: &str) -> Result<String, K
     }
     let ptx = compile(file, arch)?;
     std::fs::create_dir_all(dir).map_err(cache_err(dir))?;
-    let tmp = dir.join(format!(".{}.{}.tmp", file.name, std::process::id()));
+    // Unique across the nodes of a shared file system too: ranks on two nodes can share a pid.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let host = std::env::var("HOSTNAME").unwrap_or_default();
+    let tmp = dir.join(format!(
+        ".{}.{host}.{}.{nanos}.tmp",
+        file.name,
+        std::process::id()
+    ));
     std::fs::write(&tmp, &ptx).map_err(cache_err(&tmp))?;
     std::fs::rename(&tmp, &path).map_err(cache_err(&path))?;
     Ok(ptx)
