@@ -952,6 +952,18 @@ fn gssp_profile_grouping_sees_through_transient_stragglers() {
     let cost = num(&layout, "profile_cost_s");
     // 5 calibration + 15 timed iterations of about 0.01-0.05 s each.
     assert!(cost > 0.1 && cost < 5.0, "profile_cost_s {cost}");
+    // Profiling counts as training time: a worker's first iteration ends after it.
+    let first = run
+        .rank_csv(2)
+        .col("time_s")
+        .first()
+        .copied()
+        .unwrap_or(0.0);
+    eprintln!("profiling took {cost:.3} s; the first iteration ended at {first:.3} s");
+    assert!(
+        first >= cost,
+        "the first iteration ends at {first} s of training, before profiling's {cost} s"
+    );
 }
 
 #[test]

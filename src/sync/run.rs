@@ -219,11 +219,19 @@ fn run_on<B: Backend>(
         step.resume_at(done);
     }
     let resumed_at = resume.map_or(0.0, |r| r.manifest.time_s);
+    // gssp's profiling is part of its training time: the clock (time budget, time to target,
+    // speed changes) starts when profiling did. A resumed run does not profile; its saved
+    // clock already counts the first run's profiling.
+    let profiling = if resume.is_none() {
+        layout.profile_cost_s.unwrap_or(0.0)
+    } else {
+        0.0
+    };
     let layout_json = serde_json::to_value(&layout).ok();
 
     comm.barrier()?;
     let start = Instant::now()
-        .checked_sub(std::time::Duration::from_secs_f64(resumed_at))
+        .checked_sub(std::time::Duration::from_secs_f64(resumed_at + profiling))
         .context("the checkpoint's training clock lies before this machine's boot")?;
     pacer.start_clock_at(start);
     let ctx = RunContext {
