@@ -16,9 +16,26 @@ use std::sync::{Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+/// Where the real datasets lie: `GSSP_TEST_DATA` (a folder holding mnist/, cifar10/ and
+/// multi30k/, such as a GPU pack's data/ on a node without the repository's neighbours), or
+/// ../shared/data beside the repository.
+fn data_root() -> PathBuf {
+    std::env::var_os("GSSP_TEST_DATA").map_or_else(
+        || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data")),
+        PathBuf::from,
+    )
+}
+
+/// The gssp binary the multi-rank tests start: `GSSP_TEST_BIN` (a prebuilt test binary run
+/// elsewhere, as scripts/gpu-check.sh does from a pack), or the one cargo built.
+pub fn gssp_bin() -> PathBuf {
+    std::env::var_os("GSSP_TEST_BIN")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_gssp")), PathBuf::from)
+}
+
 /// The real MNIST files; tests that use them fail (never skip) when they are absent.
 pub fn mnist_dir() -> PathBuf {
-    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/mnist"));
+    let dir = data_root().join("mnist");
     assert!(
         dir.join("train-images-idx3-ubyte.gz").exists()
             || dir.join("train-images-idx3-ubyte").exists(),
@@ -31,10 +48,7 @@ pub fn mnist_dir() -> PathBuf {
 /// The real CIFAR-10 batches in ../shared/data/cifar10 (data_batch_1 and 1,000 test
 /// images).
 pub fn cifar10_dir() -> PathBuf {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/data/cifar10"
-    ));
+    let dir = data_root().join("cifar10");
     assert!(
         dir.join("data_batch_1.bin").exists(),
         "CIFAR-10 is missing from {} (the tests need the real data)",
@@ -46,10 +60,7 @@ pub fn cifar10_dir() -> PathBuf {
 /// The real Multi30k task-1 text in ../shared/data/multi30k (train, val, test2016; .de and
 /// .en).
 pub fn multi30k_dir() -> PathBuf {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/data/multi30k"
-    ));
+    let dir = data_root().join("multi30k");
     assert!(
         dir.join("train.de").exists() || dir.join("train.de.gz").exists(),
         "Multi30k is missing from {} (the tests need the real data)",
@@ -122,7 +133,7 @@ pub fn spawn_mpirun_env(
 ) -> Running {
     let child = Command::new("mpirun")
         .args(["-n", &ranks.to_string(), "--bind-to", "none"])
-        .arg(env!("CARGO_BIN_EXE_gssp"))
+        .arg(gssp_bin())
         .args(args)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
