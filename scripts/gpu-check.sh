@@ -4,7 +4,8 @@
 # backend, top-k's index set, one training step of lenet5, resnet18 and seq2seq on both
 # backends), the training step of lenet5, resnet18, vgg19 (batch 128) and seq2seq (batch 32)
 # on the CUDA backend and in PyTorch eager on the same GPU, top-k of 11.2 million floats at
-# 1% against a device-to-device copy, the CUDA unit tests (NVRTC compiles every kernel), and
+# 1% against a device-to-device copy, a sparse exchange's selection on the host against the
+# GPU at four model sizes, the CUDA unit tests (NVRTC compiles every kernel), and
 # the distributed modes with their workers on the GPU (tests/mpi_cuda.rs, under mpirun).
 #
 #   ./scripts/gpu-check.sh               # node that builds: packs first (scripts/gpu-pack.sh)
@@ -114,6 +115,11 @@ for m in lenet5 resnet18 vgg19 seq2seq; do
         --batch "$(batch "$m")" --seconds "$SECONDS_PER" --data "$PACK/data/multi30k"
 done
 step topk 60 "${G[@]}" "$PACK/bin/gssp" bench topk --device cuda --n 11200000 --ratio 0.01
+# Where a GPU group server would start to pay: the exchange's selection on the host against
+# the GPU (exchange_device_over_host) at LeNet-5's, 1M, ResNet-18's and VGG-19's sizes.
+for n in 61706 1000000 11200000 20000000; do
+    step "exchange-$n" 60 "${G[@]}" "$PACK/bin/gssp" bench topk --device cuda --n "$n" --ratio 0.015
+done
 
 torch_ok() { "$1" -c 'import numpy, torch; assert torch.cuda.is_available()' > /dev/null 2>&1; }
 if ! torch_ok "$PYTHON"; then

@@ -175,5 +175,47 @@ pub fn topk(n: usize, ratio: f64, reps: usize) -> Result<(f64, f64)> {
         "topk_s: {topk_s:.6}\ncopy_s: {copy_s:.6}\ntopk_over_copy: {:.2}",
         topk_s / copy_s
     );
+    exchange_selection(&cuda, &host, k, time);
     Ok((topk_s, copy_s))
+}
+
+/// What one sparse exchange of a group server with its replica in host memory costs to
+/// select on the host (today's path: [`PeerView::take_sparse`], one fused pass) and on the
+/// GPU with the peer view kept there: upload the weights, select the top-k of weights - view,
+/// copy the k pairs back and count them as sent in the device's view. Their ratio over model
+/// sizes says where a GPU group server starts to pay.
+fn exchange_selection(
+    cuda: &Cuda,
+    weights: &[f32],
+    k: usize,
+    mut time: impl FnMut(&mut dyn FnMut()) -> f64,
+) {
+    use crate::compress::feedback::PeerView;
+    use crate::compress::topk::TopK;
+    let n = weights.len();
+    let start = vec![0.0f32; n];
+    let (mut topk, mut idx, mut vals) = (TopK::new(), Vec::new(), Vec::new());
+    let mut view = PeerView::new(&start);
+    let host_s = time(&mut || {
+        // A fresh view each time would cost a copy of the model; selecting again from the
+        // view the last call left costs the same pass.
+        if view
+            .take_sparse(weights, k, &mut topk, &mut idx, &mut vals)
+            .is_err()
+        {
+            view = PeerView::new(&start);
+        }
+    });
+    let mut d_weights = cuda.alloc(n);
+    let mut d_view = cuda.alloc(n);
+    cuda.upload(&mut d_view, &start);
+    let device_s = time(&mut || {
+        cuda.upload(&mut d_weights, weights);
+        let (idx, vals) = cuda.topk(&d_weights, Some(&d_view), n, k);
+        cuda.scatter_add(&mut d_view, &idx, &vals, 1.0);
+    });
+    println!(
+        "exchange_host_s: {host_s:.6}\nexchange_device_s: {device_s:.6}\nexchange_device_over_host: {:.2}",
+        device_s / host_s
+    );
 }
