@@ -966,6 +966,39 @@ fn gssp_profile_grouping_sees_through_transient_stragglers() {
     );
 }
 
+/// Profiling counts against the time budget: where it takes most of it, the run says so on
+/// rank 0, trains what is left, and ends cleanly with its results.
+#[test]
+fn gssp_profiling_that_eats_the_budget_is_reported_and_the_run_ends_cleanly() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let config = scratch.config("base", &common::base_toml());
+    let out = scratch.out("profile-budget");
+    let sets = [
+        "sync.mode=gssp",
+        "sync.groups=2",
+        "sync.grouping=profile",
+        "sync.profile_iters=10",
+        "heterogeneity.unit_s=0.05",
+        "run.epochs=0",
+        "run.time_budget_s=0.6",
+    ];
+    let args = scratch.train_args(&config, &sets, &out);
+    let job = common::spawn_mpirun(6, &args, &out.display().to_string()).wait(DEADLINE);
+    job.assert_ok("profile-budget");
+    assert!(
+        job.stderr
+            .contains("of run.time_budget_s = 0.6 s, which it counts against"),
+        "no warning about profiling's share of the budget:\n{}",
+        job.stderr
+    );
+    let run = Run { dir: out, ranks: 6 };
+    let cost = num(&run.layout(), "profile_cost_s");
+    assert!(cost >= 0.5, "10 iterations of 0.05 s took {cost} s");
+    // The run's clock, which its summary reports, includes the profiling.
+    assert!(num(&run.summary(), "wall_s") >= cost, "{}", run.summary());
+}
+
 #[test]
 fn heterogeneity_emulation_holds_when_oversubscribed() {
     let _lock = job_lock();

@@ -157,7 +157,14 @@ fn run_on<B: Backend>(
             layout.groups
         );
         if let Some(cost) = layout.profile_cost_s {
-            log::info!("grouping by profile took {cost:.2} s");
+            log::info!("grouping by profile took {cost:.2} s of the training clock");
+            let budget = cfg.run.time_budget_s;
+            if resume.is_none() && budget > 0.0 && cost >= 0.5 * budget {
+                log::warn!(
+                    "profiling took {cost:.2} s, {:.0}% of run.time_budget_s = {budget} s, which it counts against: lower sync.profile_iters or raise the budget",
+                    100.0 * cost / budget
+                );
+            }
         }
         if let Some(choice) = &layout.group_count {
             let each: Vec<String> = choice
