@@ -20,7 +20,6 @@
 # is the CUDA build); failing that, its rows are skipped. Exit status 1 if any step failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
 PACK=${PACK:-gpu-pack}
 OUT=${OUT:-runs/gpu-check}
 BUDGET=${BUDGET:-450}
@@ -162,5 +161,4 @@ echo "== summary"
 cat "$OUT/summary.txt" "$OUT/table.md"
 echo "results in $OUT (the step outputs in $OUT/log.txt)"
 rm -rf "$WORK"
-cd "$ROOT"
 ! grep -q '^FAIL' "$OUT/summary.txt"

@@ -149,6 +149,14 @@ fn run_on<B: Backend>(
         layout.profile_cost_s = formed.profile_cost_s;
         layout.group_count = formed.group_count;
     }
+    // gssp's profiling is part of its training time: the clock (time budget, time to target,
+    // speed changes) starts when profiling did. A resumed run does not profile; its saved
+    // clock already counts the first run's profiling.
+    let profiling = if resume.is_none() {
+        layout.profile_cost_s.unwrap_or(0.0)
+    } else {
+        0.0
+    };
     let (group, is_server) = layout.role(rank);
     if rank == 0 {
         log::info!(
@@ -159,7 +167,7 @@ fn run_on<B: Backend>(
         if let Some(cost) = layout.profile_cost_s {
             log::info!("grouping by profile took {cost:.2} s of the training clock");
             let budget = cfg.run.time_budget_s;
-            if resume.is_none() && budget > 0.0 && cost >= 0.5 * budget {
+            if budget > 0.0 && profiling >= 0.5 * budget {
                 log::warn!(
                     "profiling took {cost:.2} s, {:.0}% of run.time_budget_s = {budget} s, which it counts against: lower sync.profile_iters or raise the budget",
                     100.0 * cost / budget
@@ -226,14 +234,6 @@ fn run_on<B: Backend>(
         step.resume_at(done);
     }
     let resumed_at = resume.map_or(0.0, |r| r.manifest.time_s);
-    // gssp's profiling is part of its training time: the clock (time budget, time to target,
-    // speed changes) starts when profiling did. A resumed run does not profile; its saved
-    // clock already counts the first run's profiling.
-    let profiling = if resume.is_none() {
-        layout.profile_cost_s.unwrap_or(0.0)
-    } else {
-        0.0
-    };
     let layout_json = serde_json::to_value(&layout).ok();
 
     comm.barrier()?;
