@@ -1,5 +1,5 @@
 //! The CUDA backend against the CPU backend: every operation on random inputs, top-k's
-//! index set, and one training step of lenet5, resnet18 and seq2seq from the same weights
+//! index set, a group server's exchange selected on the GPU, and one training step of lenet5, resnet18 and seq2seq from the same weights
 //! and batch. They run where a GPU is present (scripts/gpu-check.sh) and are skipped with
 //! the reason elsewhere (CI has no GPU).
 //!
@@ -12,12 +12,13 @@
 use std::ops::Range;
 
 use gssp::backend::cpu::Cpu;
-use gssp::backend::cuda::Cuda;
+use gssp::backend::cuda::{Cuda, CudaMirror};
 use gssp::backend::{
     AdamStep, Backend, BatchNormDims, BatchNormMode, Conv2dDims, EmbeddingDims, LinearDims,
     LstmDims, LstmSpan, SgdStep, Span, Window2d,
 };
 use gssp::compress::topk::{Difference, TopK};
+use gssp::compress::PeerView;
 use gssp::data::bucket::TextBatch;
 use gssp::data::multi30k::EncodedPairs;
 use gssp::model::seq2seq::{Seq2Seq, Seq2SeqConfig};
@@ -616,6 +617,46 @@ fn topk_returns_the_cpu_index_set_with_exact_ties() {
     g.scatter_add(&mut dense, &[3, 50, 99], &[1.0, 2.0, 3.0], 0.5);
     let host = down(&g, &dense, 100);
     assert_eq!((host[3], host[50], host[99], host[4]), (1.5, 2.0, 2.5, 1.0));
+}
+
+/// A group server's sparse exchanges selected on the GPU (`CudaMirror`, the peer view
+/// mirrored there) send exactly what the host's selection sends, exchange after exchange,
+/// with other groups' updates arriving in between.
+#[test]
+fn a_peer_view_mirrored_on_the_gpu_sends_what_the_host_sends() {
+    let n = 300_007;
+    let initial = random(n, 50);
+    let mut updates = random(4 * n, 51).into_iter();
+    let (mut w_host, mut w_gpu) = (initial.clone(), initial.clone());
+    let (mut host, mut mirrored) = (PeerView::new(&initial), PeerView::new(&initial));
+    let Some(g) = gpu("peer view mirror") else {
+        return;
+    };
+    let mut device = CudaMirror::new(g);
+    mirrored.mirror_on(&mut device);
+    let mut topk = TopK::new();
+    let (mut idx_h, mut vals_h, mut idx_g, mut vals_g) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for exchange in 0..12 {
+        // The group's own pushes, then a peer's sparse update.
+        for (i, u) in (0..n).step_by(7).zip(updates.by_ref()) {
+            w_host[i] += 0.01 * u;
+            w_gpu[i] += 0.01 * u;
+        }
+        for (j, u) in (0..2000).zip(updates.by_ref()) {
+            let i = (j * 149 + exchange * 13) % n;
+            host.receive(&mut w_host, i, 0.02 * u);
+            mirrored.receive(&mut w_gpu, i, 0.02 * u);
+        }
+        let k = 1 + exchange * 1500;
+        host.take_sparse(&w_host, k, &mut topk, &mut idx_h, &mut vals_h)
+            .expect("finite");
+        mirrored
+            .take_sparse_on(&mut device, &w_gpu, k, &mut idx_g, &mut vals_g)
+            .expect("finite");
+        assert_eq!(idx_g, idx_h, "exchange {exchange}: indices");
+        assert_eq!(vals_g, vals_h, "exchange {exchange}: values");
+    }
 }
 
 #[test]

@@ -107,3 +107,57 @@ fn allreduce_on_the_gpu_follows_the_cpu() {
         );
     }
 }
+
+/// gssp group servers selecting their sparse exchanges on the GPU
+/// (`device.exchange_select = "cuda"`, the peer view mirrored there) while the workers
+/// compute on the CPU: where a GPU is present the run trains and loses nothing (every
+/// replica is the start plus every group's sent updates); elsewhere every rank stops
+/// within seconds, naming the key and what is missing.
+#[test]
+fn group_servers_select_on_the_gpu_or_stop_every_rank_saying_why() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let config = scratch.config("lenet5", &lenet5_toml());
+    let sets = [
+        "sync.mode=gssp",
+        "sync.groups=2",
+        "compression.kind=topk",
+        "compression.ratio=0.05",
+        "device.exchange_select=cuda",
+        "run.epochs=1.0",
+    ];
+    let out = scratch.out("exchange-select");
+    let args = scratch.train_args(&config, &sets, &out);
+    let job =
+        common::spawn_mpirun(4, &args, &out.display().to_string()).wait(Duration::from_secs(180));
+    match gpu_missing("group_servers_select_on_the_gpu") {
+        Some(why) => {
+            assert_eq!(job.code, Some(2), "stderr:\n{}", job.stderr);
+            assert!(
+                job.stderr
+                    .contains("device.exchange_select: \"cuda\" cannot run here")
+                    && job.stderr.contains(why.as_str()),
+                "the key and the reason are not named:\n{}",
+                job.stderr
+            );
+            // The group servers (ranks 0 and 1) are the ranks that need a GPU here.
+            let messages = job.stderr.matches("device.exchange_select").count();
+            assert!(
+                (1..=2).contains(&messages)
+                    && !job.stderr.contains("rank 2:")
+                    && !job.stderr.contains("rank 3:"),
+                "a message from each server that failed, none from the workers:\n{}",
+                job.stderr
+            );
+            assert!(job.elapsed < Duration::from_secs(20), "{job:?}");
+        }
+        None => {
+            job.assert_ok("exchange-select");
+            let summary = common::Run { dir: out, ranks: 4 }.summary();
+            let accuracy = common::num(&summary, "final_test_accuracy");
+            assert!(accuracy > 0.85, "accuracy {accuracy} after one epoch");
+            let lost = common::num(&summary, "replica_max_error");
+            assert!(lost < 1e-3, "replica error {lost}");
+        }
+    }
+}

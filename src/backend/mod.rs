@@ -53,15 +53,17 @@ pub fn select(kind: DeviceKind) -> anyhow::Result<Device> {
             });
             Ok(Device::Cpu)
         }
-        DeviceKind::Cuda => {
-            if let Some(why) = cuda_missing() {
-                anyhow::bail!(
-                    "device.kind: \"cuda\" cannot run here: {why}; use \"cpu\" or \"auto\""
-                );
-            }
-            cuda_device()
-        }
+        DeviceKind::Cuda => gpu_for("device.kind"),
     }
+}
+
+/// This rank's GPU for the config key `key`, set to `"cuda"`; or an error naming the key
+/// and what is missing: the driver, a GPU, or the `cuda` feature.
+pub fn gpu_for(key: &str) -> anyhow::Result<Device> {
+    if let Some(why) = cuda_missing() {
+        anyhow::bail!("{key}: \"cuda\" cannot run here: {why}; use \"cpu\" or \"auto\"");
+    }
+    cuda_device(key)
 }
 
 /// Why this node and build cannot use CUDA, or `None` where they can.
@@ -73,17 +75,17 @@ fn cuda_missing() -> Option<String> {
 }
 
 #[cfg(feature = "cuda")]
-fn cuda_device() -> anyhow::Result<Device> {
+fn cuda_device(key: &str) -> anyhow::Result<Device> {
     let gpus = cudarc::driver::CudaContext::device_count()
-        .map_err(|e| anyhow::anyhow!("device.kind: the CUDA driver failed: {e:?}"))?;
+        .map_err(|e| anyhow::anyhow!("{key}: the CUDA driver failed: {e:?}"))?;
     let local = cuda::device::local_rank(|v| std::env::var(v).ok());
     let gpu = cuda::device::gpu_for(local, gpus.max(0) as usize)
-        .ok_or_else(|| anyhow::anyhow!("device.kind: the CUDA driver sees no GPU"))?;
+        .ok_or_else(|| anyhow::anyhow!("{key}: the CUDA driver sees no GPU"))?;
     Ok(Device::Cuda(gpu))
 }
 
 #[cfg(not(feature = "cuda"))]
-fn cuda_device() -> anyhow::Result<Device> {
+fn cuda_device(_key: &str) -> anyhow::Result<Device> {
     unreachable!("cuda_missing() refuses CUDA in a build without the `cuda` feature")
 }
 

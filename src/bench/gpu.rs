@@ -181,20 +181,22 @@ pub fn topk(n: usize, ratio: f64, reps: usize) -> Result<(f64, f64)> {
 
 /// What one sparse exchange of a group server with its replica in host memory costs to
 /// select on the host (today's path: [`PeerView::take_sparse`], one fused pass) and on the
-/// GPU with the peer view kept there: upload the weights, select the top-k of weights - view,
-/// copy the k pairs back and count them as sent in the device's view. Their ratio over model
-/// sizes says where a GPU group server starts to pay.
+/// GPU with the peer view mirrored there ([`PeerView::take_sparse_on`] with a
+/// [`CudaMirror`], what `device.exchange_select = "cuda"` runs: the last take's k entries
+/// set on the device, the weights uploaded, the top-k of weights - view selected there and
+/// the k pairs copied back). Their ratio over model sizes says where a GPU group server
+/// starts to pay.
 fn exchange_selection(
     cuda: &Cuda,
     weights: &[f32],
     k: usize,
     mut time: impl FnMut(&mut dyn FnMut()) -> f64,
 ) {
+    use crate::backend::cuda::CudaMirror;
     use crate::compress::feedback::PeerView;
     use crate::compress::topk::TopK;
     let n = weights.len();
     let (mut topk, mut idx, mut vals) = (TopK::new(), Vec::new(), Vec::new());
-    // Both views start at zero (`alloc` zeroes the device's).
     let mut view = PeerView::new(&vec![0.0; n]);
     let host_s = time(&mut || {
         // Selecting again from the view the last call left costs the same pass as from a
@@ -202,12 +204,12 @@ fn exchange_selection(
         let taken = view.take_sparse(weights, k, &mut topk, &mut idx, &mut vals);
         assert!(taken.is_ok(), "random values are finite");
     });
-    let mut d_weights = cuda.alloc(n);
-    let mut d_view = cuda.alloc(n);
+    let mut mirrored = PeerView::new(&vec![0.0; n]);
+    let mut device = CudaMirror::new(cuda.clone());
+    mirrored.mirror_on(&mut device);
     let device_s = time(&mut || {
-        cuda.upload(&mut d_weights, weights);
-        let (idx, vals) = cuda.topk(&d_weights, Some(&d_view), n, k);
-        cuda.scatter_add(&mut d_view, &idx, &vals, 1.0);
+        let taken = mirrored.take_sparse_on(&mut device, weights, k, &mut idx, &mut vals);
+        assert!(taken.is_ok(), "random values are finite");
     });
     println!(
         "exchange_host_s: {host_s:.6}\nexchange_device_s: {device_s:.6}\nexchange_device_over_host: {:.2}",

@@ -7,7 +7,12 @@
 //! the view once, selecting the top-k of their difference on the fly, and writes only the k
 //! sent entries. Received updates go into both the weights and the view, so they never look
 //! like the group's own change.
+//!
+//! The view can also be mirrored on a device ([`MirrorDevice`]), where the sparse take's
+//! pass over the whole model then runs; the host copy stays the one every other operation
+//! reads, and the view records which entries changed since the mirror last matched it.
 
+use super::mirror::MirrorDevice;
 use super::topk::{Difference, TopK};
 use super::{find_non_finite, CompressError};
 
@@ -15,6 +20,17 @@ use super::{find_non_finite, CompressError};
 #[derive(Debug, Clone, PartialEq)]
 pub struct PeerView {
     view: Vec<f32>,
+    /// Entries changed since a device mirror last matched the view (`None`: not mirrored).
+    changes: Option<Changes>,
+}
+
+/// What changed in a mirrored view since its mirror last matched it.
+#[derive(Debug, Clone, PartialEq)]
+enum Changes {
+    /// These entries (unsorted, maybe repeated).
+    Entries(Vec<u32>),
+    /// Too much to track entry by entry (a dense or low-rank change): reload it all.
+    All,
 }
 
 impl PeerView {
@@ -22,7 +38,81 @@ impl PeerView {
     pub fn new(initial: &[f32]) -> Self {
         Self {
             view: initial.to_vec(),
+            changes: None,
         }
+    }
+
+    /// Mirrors the view on `device` from now on: loads it there; later changes are
+    /// recorded and carried over by the next [`PeerView::take_sparse_on`].
+    pub fn mirror_on(&mut self, device: &mut dyn MirrorDevice) {
+        device.load(&self.view);
+        self.changes = Some(Changes::Entries(Vec::new()));
+    }
+
+    fn changed(&mut self, index: usize) {
+        if let Some(Changes::Entries(entries)) = &mut self.changes {
+            entries.push(index as u32);
+        }
+    }
+
+    fn changed_all(&mut self) {
+        if self.changes.is_some() {
+            self.changes = Some(Changes::All);
+        }
+    }
+
+    /// Brings `device`'s mirror up to the view: the changed entries get the host's values
+    /// (set, not added, so the mirror stays bit for bit the host's view); past a quarter of
+    /// the model, one whole copy is cheaper.
+    fn sync(&mut self, device: &mut dyn MirrorDevice) {
+        match &mut self.changes {
+            Some(Changes::Entries(entries)) if entries.len() <= self.view.len() / 4 => {
+                entries.sort_unstable();
+                entries.dedup();
+                let values: Vec<f32> = entries.iter().map(|&i| self.view[i as usize]).collect();
+                device.set(entries, &values);
+                entries.clear();
+            }
+            _ => {
+                device.load(&self.view);
+                self.changes = Some(Changes::Entries(Vec::new()));
+            }
+        }
+    }
+
+    /// [`PeerView::take_sparse`] with the selection's pass on `device`, where the view is
+    /// mirrored ([`PeerView::mirror_on`]): the same indices and values, since the device
+    /// selects from the same differences with the same tie rule. Only the k pairs come
+    /// back; the view is updated on the host and the mirror at the next take.
+    pub fn take_sparse_on(
+        &mut self,
+        device: &mut dyn MirrorDevice,
+        weights: &[f32],
+        k: usize,
+        idx: &mut Vec<u32>,
+        vals: &mut Vec<f32>,
+    ) -> Result<(), CompressError> {
+        self.check_len(weights.len())?;
+        idx.clear();
+        vals.clear();
+        if k == 0 {
+            return Ok(());
+        }
+        self.sync(device);
+        device.select(weights, k, idx, vals);
+        if let Some((j, value)) = find_non_finite(vals) {
+            let index = idx[j] as usize;
+            idx.clear();
+            vals.clear();
+            return Err(CompressError::NonFinite { index, value });
+        }
+        for (&i, &v) in idx.iter().zip(vals.iter()) {
+            self.view[i as usize] += v;
+        }
+        if let Some(Changes::Entries(entries)) = &mut self.changes {
+            entries.extend_from_slice(idx);
+        }
+        Ok(())
     }
 
     fn check_len(&self, got: usize) -> Result<(), CompressError> {
@@ -34,6 +124,11 @@ impl PeerView {
                 got,
             })
         }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn view_for_tests(&self) -> &[f32] {
+        &self.view
     }
 
     /// The unsent change at every index (`weights - view`).
@@ -75,6 +170,9 @@ impl PeerView {
         for (&i, &v) in idx.iter().zip(vals.iter()) {
             self.view[i as usize] += v;
         }
+        if let Some(Changes::Entries(entries)) = &mut self.changes {
+            entries.extend_from_slice(idx);
+        }
         Ok(())
     }
 
@@ -95,6 +193,7 @@ impl PeerView {
         for (v, d) in self.view.iter_mut().zip(vals.iter()) {
             *v += d;
         }
+        self.changed_all();
         Ok(())
     }
 
@@ -117,6 +216,7 @@ impl PeerView {
         {
             *v += d;
         }
+        self.changed_all();
     }
 
     /// Adds another group's update `values`, starting at `offset`, to the weights and to
@@ -130,6 +230,7 @@ impl PeerView {
             *w += x;
             *v += x;
         }
+        self.changed_all();
     }
 
     /// Adds another group's update `value` at `index` to the weights and to the view.
@@ -137,6 +238,7 @@ impl PeerView {
     pub fn receive(&mut self, weights: &mut [f32], index: usize, value: f32) {
         weights[index] += value;
         self.view[index] += value;
+        self.changed(index);
     }
 
     /// Adds a dense inbox of other groups' updates to the weights and the view, and zeroes
@@ -153,6 +255,7 @@ impl PeerView {
             *v += *x;
             *x = 0.0;
         }
+        self.changed_all();
         Ok(())
     }
 }

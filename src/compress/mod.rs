@@ -1,5 +1,5 @@
 //! Update compression between group servers: exact top-k selection ([`topk`]), low-rank
-//! PowerSGD ([`powersgd`]), error feedback ([`feedback`]) and the per-group upload ratio of
+//! PowerSGD ([`powersgd`]), error feedback ([`feedback`]), the device its selection may run on ([`mirror`]) and the per-group upload ratio of
 //! GDTopK ([`ratio`]).
 //!
 //! Everything here is pure: the inter-group exchange in [`crate::sync::gssp`] sends the
@@ -7,11 +7,13 @@
 //! `comm`.
 
 pub mod feedback;
+pub mod mirror;
 pub mod powersgd;
 pub mod ratio;
 pub mod topk;
 
 pub use feedback::PeerView;
+pub use mirror::{HostMirror, MirrorDevice};
 pub use ratio::{k_for_ratio, RatioError, RatioSettings, SpeedMeter};
 pub use topk::{sum_pass, topk_vs_sum_bench, TopK};
 

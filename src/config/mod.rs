@@ -472,10 +472,44 @@ pub enum DeviceKind {
     Auto,
 }
 
+/// Where a gssp group server selects its sparse exchanges' top-k
+/// ([`crate::compress::mirror`]).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExchangeSelect {
+    /// On the host.
+    Cpu,
+    /// On the server's GPU, the peer view mirrored there.
+    Cuda,
+    /// On the GPU with `device.kind = "cuda"` and a model of at least
+    /// [`EXCHANGE_SELECT_GPU_PARAMS`] parameters; else on the host.
+    Auto,
+}
+
+/// The model size from which `device.exchange_select = "auto"` selects on the GPU: an
+/// estimate (a host pass reads weights and view, about 8 bytes per parameter; the GPU pays
+/// one 4-byte upload per parameter plus some twenty launches and two small copies, about
+/// 0.1 ms), to be replaced by `gssp bench topk --device cuda`'s measured crossover.
+pub const EXCHANGE_SELECT_GPU_PARAMS: usize = 1_000_000;
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct DeviceConfig {
     pub kind: DeviceKind,
+    pub exchange_select: ExchangeSelect,
+}
+
+impl DeviceConfig {
+    /// Whether a gssp group server of a model of `params` parameters selects on its GPU.
+    pub fn exchange_on_gpu(&self, params: usize) -> bool {
+        match self.exchange_select {
+            ExchangeSelect::Cpu => false,
+            ExchangeSelect::Cuda => true,
+            ExchangeSelect::Auto => {
+                self.kind == DeviceKind::Cuda && params >= EXCHANGE_SELECT_GPU_PARAMS
+            }
+        }
+    }
 }
 
 /// The cluster's figures for the timing cost model ([`crate::costmodel`]): what
@@ -608,6 +642,7 @@ impl Default for DeviceConfig {
     fn default() -> Self {
         Self {
             kind: DeviceKind::Auto,
+            exchange_select: ExchangeSelect::Auto,
         }
     }
 }
@@ -753,6 +788,7 @@ display_as_config_name!(
     CompressionKind,
     RatioPolicy,
     DeviceKind,
+    ExchangeSelect,
     Augment,
 );
 
@@ -840,6 +876,11 @@ mod tests {
         ]);
         check(&[RatioPolicy::Uniform, RatioPolicy::Speed]);
         check(&[DeviceKind::Cpu, DeviceKind::Cuda, DeviceKind::Auto]);
+        check(&[
+            ExchangeSelect::Cpu,
+            ExchangeSelect::Cuda,
+            ExchangeSelect::Auto,
+        ]);
     }
 
     #[test]

@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 use std::fmt::Display;
 
 use super::{
-    CompressionKind, Config, ConfigError, DataConfig, DatasetKind, Grouping, SparseTransport,
-    SyncMode,
+    CompressionKind, Config, ConfigError, DataConfig, DatasetKind, ExchangeSelect, Grouping,
+    SparseTransport, SyncMode,
 };
 use crate::data::MAX_CLASSES;
 
@@ -113,6 +113,13 @@ impl Config {
             0.0,
         )?;
         self.validate_compression()?;
+        ensure(
+            self.device.exchange_select != ExchangeSelect::Cuda
+                || (s.mode == SyncMode::Gssp && self.compression.kind == CompressionKind::Topk),
+            "device.exchange_select",
+            "\"cpu\" or \"auto\" unless sync.mode = \"gssp\" with compression.kind = \"topk\" (only a gssp group server's top-k selects on a GPU)",
+            "\"cuda\"",
+        )?;
         self.validate_heterogeneity()
     }
 
@@ -574,6 +581,8 @@ mod tests {
             (&["compression.rank=0"], "compression.rank: must be in 1..=65536, got 0"),
             (&["compression.rank=70000"], "compression.rank: must be in 1..=65536, got 70000"),
             (&["compression.kind=powersgd", "sync.sparse_transport=accumulate"], "sync.sparse_transport: must be \"mailbox\" with compression.kind = \"powersgd\" (low-rank factors travel as mailbox messages), got \"accumulate\""),
+            (&["device.exchange_select=cuda"], "device.exchange_select: must be \"cpu\" or \"auto\" unless sync.mode = \"gssp\" with compression.kind = \"topk\" (only a gssp group server's top-k selects on a GPU), got \"cuda\""),
+            (&["sync.mode=gssp", "compression.kind=dense", "device.exchange_select=cuda"], "device.exchange_select: must be \"cpu\" or \"auto\" unless sync.mode = \"gssp\" with compression.kind = \"topk\" (only a gssp group server's top-k selects on a GPU), got \"cuda\""),
             (&["heterogeneity.slowdown=[1, 0.5]"], "heterogeneity.slowdown[1]: must be >= 1, got 0.5"),
             (&["heterogeneity.slowdown=[inf]"], "heterogeneity.slowdown[0]: must be a finite number, got inf"),
             (&["heterogeneity.tiers=[{factor=0.9, workers=1}]"], "heterogeneity.tiers[0].factor: must be >= 1, got 0.9"),

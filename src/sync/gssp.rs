@@ -45,6 +45,7 @@ use crate::compress::feedback::PeerView;
 use crate::compress::powersgd::{rank_for_ratio, reconstruct, LowRankPlan, PowerSgd, TensorShape};
 use crate::compress::ratio::{k_for_ratio, RatioSettings, SpeedMeter};
 use crate::compress::topk::TopK;
+use crate::compress::MirrorDevice;
 use crate::config::{CompressionKind, Config, SparseTransport};
 use crate::metrics::{EvalRow, Snapshots};
 use crate::sync::mailbox::{
@@ -182,6 +183,9 @@ pub struct GroupExchange<'c> {
     ratio: RatioSettings,
     /// The replica as the peers know it; the weights minus it is the unsent change.
     view: PeerView,
+    /// Where the view is mirrored and sparse exchanges select (`device.exchange_select`);
+    /// `None`: on the host.
+    mirror: Option<Box<dyn MirrorDevice>>,
     /// powersgd: the low-rank compressor (`None` for dense and top-k).
     low_rank: Option<LowRank>,
     /// This server's exchanges so far (named in errors).
@@ -287,6 +291,7 @@ impl<'c> GroupExchange<'c> {
             drain_on_arrival: cfg.sync.drain_on_arrival,
             ratio: RatioSettings::from_config(c),
             view: PeerView::new(initial),
+            mirror: None,
             low_rank,
             exchanges: 0,
             topk: TopK::new(),
@@ -315,6 +320,12 @@ impl<'c> GroupExchange<'c> {
             initial: initial.to_vec(),
             phases: ExchangePhases::default(),
         })
+    }
+
+    /// Selects sparse exchanges on `device` from now on, the peer view mirrored there.
+    pub fn select_on(&mut self, mut device: Box<dyn MirrorDevice>) {
+        self.view.mirror_on(device.as_mut());
+        self.mirror = Some(device);
     }
 
     pub fn bytes_sent(&self) -> u64 {
@@ -680,7 +691,13 @@ impl Exchange for GroupExchange<'_> {
                 }
                 _ => {
                     let (topk, idx, vals) = (&mut self.topk, &mut self.idx, &mut self.vals);
-                    self.view.take_sparse(ps.weights(), k, topk, idx, vals)
+                    match &mut self.mirror {
+                        Some(device) => {
+                            self.view
+                                .take_sparse_on(device.as_mut(), ps.weights(), k, idx, vals)
+                        }
+                        None => self.view.take_sparse(ps.weights(), k, topk, idx, vals),
+                    }
                 }
             },
         };

@@ -10,7 +10,8 @@ use crate::checkpoint::{Resume, Schedule};
 use crate::comm::p2p::{ServerLink, WorkerLink};
 use crate::comm::{Collectives, Comm, SubComm};
 use crate::compress::powersgd::TensorShape;
-use crate::config::{Config, Staleness, SyncMode};
+use crate::compress::MirrorDevice;
+use crate::config::{CompressionKind, Config, Staleness, SyncMode};
 use crate::costmodel::CostModel;
 use crate::grouping;
 use crate::hetero::{Pacer, CALIBRATION_ITERATIONS};
@@ -42,7 +43,8 @@ enum RankBackend {
 /// rank of allreduce and localsgd) do so on their GPU, copying the gradient out and the
 /// weights in once per iteration (each rank's own GPU: local rank modulo the node's GPUs).
 /// Parameter and group servers keep their replica in host memory, where MPI sends and
-/// receives it, and run their optimizer there.
+/// receives it, and run their optimizer there; a gssp group server may select its sparse
+/// exchanges on its GPU (`device.exchange_select`, [`crate::compress::mirror`]).
 pub fn run(
     comm: &Comm,
     cfg: &Config,
@@ -62,14 +64,47 @@ pub fn run(
         crate::backend::Device::Cuda(_) => Ok(RankBackend::Cpu),
     };
     let backend = comm.fatal_on_all(backend.map_err(|e| format!("{e:#}")))?;
+    let mirror = exchange_mirror(cfg, comm.rank()).map_err(|e| format!("{e:#}"));
+    let mirror = comm.fatal_on_all(mirror)?;
     match backend {
-        RankBackend::Cpu => run_on(crate::backend::cpu::Cpu, comm, cfg, run, resume),
+        RankBackend::Cpu => run_on(crate::backend::cpu::Cpu, comm, cfg, run, resume, mirror),
         #[cfg(feature = "cuda")]
         RankBackend::Cuda(cuda) => {
             log::info!("rank {}: device {}", comm.rank(), cuda.describe());
-            run_on(cuda, comm, cfg, run, resume)
+            run_on(cuda, comm, cfg, run, resume, mirror)
         }
     }
+}
+
+/// Where group server `rank` selects its sparse exchanges (`device.exchange_select`): its
+/// GPU, the peer view mirrored there, or `None` for the host (every other rank and mode).
+fn exchange_mirror(cfg: &Config, rank: usize) -> Result<Option<Box<dyn MirrorDevice>>> {
+    let sparse_gssp =
+        cfg.sync.mode == SyncMode::Gssp && cfg.compression.kind == CompressionKind::Topk;
+    if rank >= cfg.num_servers() || !sparse_gssp {
+        return Ok(None);
+    }
+    let params = crate::plan::model_params(cfg).map_err(anyhow::Error::msg)?;
+    if !cfg.device.exchange_on_gpu(params) {
+        return Ok(None);
+    }
+    gpu_mirror(rank)
+}
+
+#[cfg(feature = "cuda")]
+fn gpu_mirror(rank: usize) -> Result<Option<Box<dyn MirrorDevice>>> {
+    use crate::backend::{cuda, gpu_for, Device};
+    let Device::Cuda(gpu) = gpu_for("device.exchange_select")? else {
+        anyhow::bail!("device.exchange_select: no GPU for rank {rank}");
+    };
+    let gpu = cuda::Cuda::new(gpu)?;
+    log::info!("rank {rank}: sparse exchanges select on {}", gpu.describe());
+    Ok(Some(Box::new(cuda::CudaMirror::new(gpu))))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn gpu_mirror(_rank: usize) -> Result<Option<Box<dyn MirrorDevice>>> {
+    crate::backend::gpu_for("device.exchange_select").map(|_| None)
 }
 
 /// [`run`], this rank computing on `be`.
@@ -79,6 +114,7 @@ fn run_on<B: Backend>(
     cfg: &Config,
     run: &RunDir,
     resume: Option<&Resume>,
+    mirror: Option<Box<dyn MirrorDevice>>,
 ) -> Result<Option<Summary>> {
     let rank = comm.rank();
     // Every rank loads the data (workers train on it; servers need its size and the test
@@ -314,7 +350,7 @@ fn run_on<B: Backend>(
                 schedule: schedule(),
             };
             let model = ServerModel::of(&step.net);
-            role = serve_group(&ctx, group, model, &mut snapshots, &mut saver)?;
+            role = serve_group(&ctx, group, model, mirror, &mut snapshots, &mut saver)?;
             if rank == 0 && !role.regroups.is_empty() {
                 run.write_json("regroups.json", &role.regroups)?;
             }
@@ -489,6 +525,7 @@ fn serve_group(
     ctx: &RunContext<'_>,
     group: usize,
     model: ServerModel,
+    mirror: Option<Box<dyn MirrorDevice>>,
     snapshots: &mut Snapshots,
     saver: &mut Saver<'_, SubComm>,
 ) -> Result<RoleOutcome> {
@@ -570,6 +607,9 @@ fn serve_group(
             .server_comm
             .context("group server without the servers' communicator")?;
         let mut ex = gssp::GroupExchange::new(sc, cfg, ps.weights(), &tensors)?;
+        if let Some(device) = mirror {
+            ex.select_on(device);
+        }
         if let Some(m) = &resumed {
             ex.resume(&m.group_pushes, m.speed).with_context(|| {
                 ctx.resume

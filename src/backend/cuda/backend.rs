@@ -27,6 +27,7 @@ use crate::backend::{
     AdamStep, Backend, BatchNormDims, BatchNormMode, Conv2dDims, EmbeddingDims, GemmDims,
     LinearDims, LstmDims, LstmSpan, SgdStep, Span, Window2d, XentStats,
 };
+use crate::compress::MirrorDevice;
 
 /// Threads per block: the block reductions in kernels/common.cuh assume it.
 const BLOCK: u32 = 256;
@@ -347,6 +348,30 @@ impl Cuda {
         (self.download_vec(&index, k), self.download_vec(&value, k))
     }
 
+    /// `dense[index[j]] = values[j]` (distinct indices): entries copied to the device.
+    pub fn scatter_set(&self, dense: &mut CudaSlice<f32>, index: &[u32], values: &[f32]) {
+        if index.is_empty() {
+            return;
+        }
+        assert_eq!(index.len(), values.len(), "scatter_set: indices and values");
+        let bound = dense.len();
+        if let Some(&bad) = index.iter().find(|&&i| i as usize >= bound) {
+            panic!("scatter_set: index {bad} outside a buffer of {bound}");
+        }
+        let idx = self.upload_u32(index);
+        let vals = check(self.inner.stream.clone_htod(values), "upload of values");
+        let k = index.len() as u64;
+        launch!(
+            self,
+            "scatter_set",
+            elements(index.len()),
+            dense,
+            &idx,
+            &vals,
+            &k
+        );
+    }
+
     /// `dense[index[j]] += factor * values[j]`: a sparse update applied on the device.
     pub fn scatter_add(
         &self,
@@ -376,6 +401,54 @@ impl Cuda {
             &factor,
             &k
         );
+    }
+}
+
+/// A group server's peer view mirrored on the GPU ([`MirrorDevice`]): the view, and room
+/// for the weights uploaded per exchange, both sized by the first `load`. Selection is
+/// [`Cuda::topk`] of `weights - view`; only the k pairs come back, and changed entries go
+/// up as (index, value) pairs.
+pub struct CudaMirror {
+    cuda: Cuda,
+    weights: CudaSlice<f32>,
+    view: CudaSlice<f32>,
+    n: usize,
+}
+
+impl CudaMirror {
+    pub fn new(cuda: Cuda) -> CudaMirror {
+        let (weights, view) = (cuda.zeros(0), cuda.zeros(0));
+        CudaMirror {
+            cuda,
+            weights,
+            view,
+            n: 0,
+        }
+    }
+}
+
+impl MirrorDevice for CudaMirror {
+    fn load(&mut self, view: &[f32]) {
+        if view.len() != self.n {
+            self.n = view.len();
+            self.weights = self.cuda.zeros(self.n);
+            self.view = self.cuda.zeros(self.n);
+        }
+        self.cuda.upload(&mut self.view, view);
+    }
+
+    fn set(&mut self, index: &[u32], values: &[f32]) {
+        self.cuda.scatter_set(&mut self.view, index, values);
+    }
+
+    fn select(&mut self, weights: &[f32], k: usize, idx: &mut Vec<u32>, vals: &mut Vec<f32>) {
+        assert_eq!(
+            weights.len(),
+            self.n,
+            "CudaMirror: weights and the loaded view"
+        );
+        self.cuda.upload(&mut self.weights, weights);
+        (*idx, *vals) = self.cuda.topk(&self.weights, Some(&self.view), self.n, k);
     }
 }
 

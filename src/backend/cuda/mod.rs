@@ -10,10 +10,12 @@
 //! optimizers, top-k and the sparse gather/scatter, with cuBLAS for the GEMMs. CI compiles
 //! every kernel for sm_80 and sm_90 (no GPU needed). With `device.kind = "cuda"` (see
 //! [`super::select`]) single-process training runs on it, and so do the workers of every
-//! distributed mode (`crate::sync::run`); parameter and group servers stay on the host.
+//! distributed mode (`crate::sync::run`); parameter and group servers keep their replicas on
+//! the host, and a gssp group server may select its sparse exchanges on its GPU
+//! ([`CudaMirror`], `device.exchange_select`).
 
 pub mod backend;
 pub mod device;
 pub mod kernels;
 
-pub use backend::Cuda;
+pub use backend::{Cuda, CudaMirror};
