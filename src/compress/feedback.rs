@@ -100,6 +100,16 @@ impl PeerView {
         }
         self.sync(device);
         device.select(weights, k, idx, vals);
+        self.count_taken(idx, vals)
+    }
+
+    /// Counts the selected pairs as sent; refuses them all (clearing both) if a value is a
+    /// NaN or infinity.
+    fn count_taken(
+        &mut self,
+        idx: &mut Vec<u32>,
+        vals: &mut Vec<f32>,
+    ) -> Result<(), CompressError> {
         if let Some((j, value)) = find_non_finite(vals) {
             let index = idx[j] as usize;
             idx.clear();
@@ -161,19 +171,7 @@ impl PeerView {
             idx.iter()
                 .map(|&i| weights[i as usize] - self.view[i as usize]),
         );
-        if let Some((j, value)) = find_non_finite(vals) {
-            let index = idx[j] as usize;
-            idx.clear();
-            vals.clear();
-            return Err(CompressError::NonFinite { index, value });
-        }
-        for (&i, &v) in idx.iter().zip(vals.iter()) {
-            self.view[i as usize] += v;
-        }
-        if let Some(Changes::Entries(entries)) = &mut self.changes {
-            entries.extend_from_slice(idx);
-        }
-        Ok(())
+        self.count_taken(idx, vals)
     }
 
     /// Takes the whole unsent change into `vals` (dense exchange and the final flush) and

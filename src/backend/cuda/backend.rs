@@ -348,19 +348,30 @@ impl Cuda {
         (self.download_vec(&index, k), self.download_vec(&value, k))
     }
 
+    /// Uploads the (index, value) pairs of a sparse update of a buffer of `bound` values,
+    /// checking them first; returns them and their count.
+    fn upload_pairs(
+        &self,
+        what: &str,
+        bound: usize,
+        index: &[u32],
+        values: &[f32],
+    ) -> (CudaSlice<u32>, CudaSlice<f32>, u64) {
+        assert_eq!(index.len(), values.len(), "{what}: indices and values");
+        if let Some(&bad) = index.iter().find(|&&i| i as usize >= bound) {
+            panic!("{what}: index {bad} outside a buffer of {bound}");
+        }
+        let idx = self.upload_u32(index);
+        let vals = check(self.inner.stream.clone_htod(values), "upload of values");
+        (idx, vals, index.len() as u64)
+    }
+
     /// `dense[index[j]] = values[j]` (distinct indices): entries copied to the device.
     pub fn scatter_set(&self, dense: &mut CudaSlice<f32>, index: &[u32], values: &[f32]) {
         if index.is_empty() {
             return;
         }
-        assert_eq!(index.len(), values.len(), "scatter_set: indices and values");
-        let bound = dense.len();
-        if let Some(&bad) = index.iter().find(|&&i| i as usize >= bound) {
-            panic!("scatter_set: index {bad} outside a buffer of {bound}");
-        }
-        let idx = self.upload_u32(index);
-        let vals = check(self.inner.stream.clone_htod(values), "upload of values");
-        let k = index.len() as u64;
+        let (idx, vals, k) = self.upload_pairs("scatter_set", dense.len(), index, values);
         launch!(
             self,
             "scatter_set",
@@ -383,14 +394,7 @@ impl Cuda {
         if index.is_empty() {
             return;
         }
-        assert_eq!(index.len(), values.len(), "scatter_add: indices and values");
-        let bound = dense.len();
-        if let Some(&bad) = index.iter().find(|&&i| i as usize >= bound) {
-            panic!("scatter_add: index {bad} outside a buffer of {bound}");
-        }
-        let idx = self.upload_u32(index);
-        let vals = check(self.inner.stream.clone_htod(values), "upload of values");
-        let k = index.len() as u64;
+        let (idx, vals, k) = self.upload_pairs("scatter_add", dense.len(), index, values);
         launch!(
             self,
             "scatter_add",
