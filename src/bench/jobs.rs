@@ -410,6 +410,14 @@ pub fn configured_workers(config: &Path, overrides: &[String]) -> Result<usize> 
     Ok(workers)
 }
 
+/// Group server ranks of `config`'s gssp (with `overrides`): its `sync.groups`, or
+/// `sync.max_groups` where that is "auto".
+pub fn gssp_servers(config: &Path, overrides: &[String]) -> Result<usize> {
+    let mut with_gssp = overrides.to_vec();
+    with_gssp.push("sync.mode=gssp".to_string());
+    Ok(crate::config::Config::load(config, &with_gssp)?.num_servers())
+}
+
 /// The row speed-ups are measured against: dense gssp, else the first gssp variant run.
 pub(super) fn reference_mode(rows: &[BenchRow]) -> Option<String> {
     rows.iter()
@@ -522,10 +530,11 @@ fn write_report(rows: &[BenchRow], baseline: Option<&str>, out: &Path) -> Result
 }
 
 /// The variants of `bench paper` for `workers` workers: every baseline at its own tuned
-/// schedule, gssp at the config's.
-fn paper_variants(workers: usize) -> Vec<Variant> {
-    let (one_server, four_servers) = (workers + 1, workers + 4);
-    let gssp = ["sync.mode=gssp", "sync.groups=4"];
+/// schedule, gssp at the config's, with its `gssp_servers` group server ranks (the
+/// config's `sync.groups`, or `sync.max_groups` where it is "auto").
+fn paper_variants(workers: usize, gssp_servers: usize) -> Vec<Variant> {
+    let (one_server, group_servers) = (workers + 1, workers + gssp_servers);
+    let gssp = ["sync.mode=gssp"];
     // Every baseline runs at the schedule that trained it fastest, pinned here so that a
     // scenario config's own optimiser settings (those of its gssp) never reach them: the
     // synchronous modes and local SGD at momentum 0.9, lr 0.05 (bsp took 42-44 s to 98% at
@@ -584,30 +593,20 @@ fn paper_variants(workers: usize) -> Vec<Variant> {
             workers,
             &["sync.mode=localsgd", "sync.local_steps=2"],
         ),
-        Variant::new(
-            "gssp",
-            four_servers,
-            &[gssp[0], gssp[1], "compression.kind=dense"],
-        ),
+        Variant::new("gssp", group_servers, &[gssp[0], "compression.kind=dense"]),
         Variant::new(
             "gssp-topk",
-            four_servers,
+            group_servers,
             &[
                 gssp[0],
-                gssp[1],
                 "compression.kind=topk",
                 "compression.policy=uniform",
             ],
         ),
         Variant::new(
             "gssp-gdtopk",
-            four_servers,
-            &[
-                gssp[0],
-                gssp[1],
-                "compression.kind=topk",
-                "compression.policy=speed",
-            ],
+            group_servers,
+            &[gssp[0], "compression.kind=topk", "compression.policy=speed"],
         ),
     ]
 }
@@ -623,7 +622,7 @@ fn paper_once(
     let mut all_common = vec![budget, "run.epochs=0".to_string()];
     all_common.extend(common.iter().cloned());
     let workers = configured_workers(config, &all_common)?;
-    let variants = paper_variants(workers);
+    let variants = paper_variants(workers, gssp_servers(config, &all_common)?);
     let names: Vec<&str> = variants.iter().map(|v| v.name.as_str()).collect();
     if let Some(bad) = modes.iter().find(|m| !names.contains(&m.as_str())) {
         anyhow::bail!(
@@ -681,7 +680,7 @@ mod tests {
         };
         let paper = "configs/paper_lenet5_mnist.toml";
         let transient = "configs/paper_lenet5_mnist_transient.toml";
-        for v in paper_variants(16) {
+        for v in paper_variants(16, 4) {
             let (base, scenario) = (optim(paper, &v), optim(transient, &v));
             if v.name.starts_with("gssp") {
                 assert_eq!(scenario, (0.0, 0.5, 2.0), "{}", v.name);
@@ -695,13 +694,35 @@ mod tests {
             }
         }
         let dc = |name: &str| {
-            let v = paper_variants(16)
+            let v = paper_variants(16, 4)
                 .into_iter()
                 .find(|v| v.name == name)
                 .unwrap();
             optim(transient, &v).2
         };
         assert_eq!((dc("asp"), dc("asp-dc"), dc("ssp")), (0.0, 2.0, 0.0));
+    }
+
+    /// gssp runs with the config's group count, or "auto" with `sync.max_groups` server
+    /// ranks: a `--set sync.groups=...` reaches it.
+    #[test]
+    fn gssp_variants_take_the_configured_group_count() {
+        let paper = Path::new("configs/paper_lenet5_mnist.toml");
+        let gssp_ranks = |sets: &[&str]| {
+            let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+            let servers = gssp_servers(paper, &sets).unwrap();
+            let variants = paper_variants(16, servers);
+            let v = variants.iter().find(|v| v.name == "gssp-gdtopk").unwrap();
+            let all: Vec<String> = sets.iter().chain(&v.overrides).cloned().collect();
+            let cfg = crate::config::Config::load(paper, &all).unwrap();
+            cfg.validate_for_world(v.ranks).unwrap();
+            (v.ranks, cfg.sync.groups)
+        };
+        use crate::config::Groups;
+        assert_eq!(gssp_ranks(&[]), (20, Groups::Count(4)));
+        assert_eq!(gssp_ranks(&["sync.groups=2"]), (18, Groups::Count(2)));
+        let (ranks, groups) = gssp_ranks(&["sync.groups=auto", "sync.max_groups=6"]);
+        assert_eq!((ranks, groups), (22, Groups::Auto));
     }
 
     fn row(mode: &str, seed: u64, t: Option<f64>, acc: f64) -> BenchRow {
