@@ -752,7 +752,7 @@ fn rank_sets(groups: &[&[u64]]) -> BTreeSet<BTreeSet<u64>> {
 }
 
 /// A worker of the fast group that becomes 4x slower mid-run (rank 3, at 2 s) is moved to
-/// the slow group at the first meeting whose window saw it slow, and nobody else moves.
+/// the slow group once two meetings in a row saw it slow, and nobody else moves.
 /// Across the regroup each server keeps its workers within its bound (staleness 0:
 /// clock_spread <= 1), every worker iteration is applied by some server, and with top-k
 /// every update still reaches every replica.
@@ -769,7 +769,7 @@ fn gssp_regroups_a_worker_that_slows_mid_run() {
             "sync.staleness=0",
             "sync.regroup_every_s=1.5",
             "run.epochs=0",
-            "run.time_budget_s=8",
+            "run.time_budget_s=9.5",
             "heterogeneity.tiers=[{factor=1.0,workers=4},{factor=4.0,workers=4}]",
             "heterogeneity.unit_s=0.01",
             "heterogeneity.changes=[{at_s=2.0, worker=1, factor=4.0}]",
@@ -786,7 +786,9 @@ fn gssp_regroups_a_worker_that_slows_mid_run() {
     let moved: Vec<_> = history.iter().filter(|e| e.1).collect();
     assert_eq!(moved.len(), 1, "exactly one regroup: {history:?}");
     let (t, _, groups) = moved[0];
-    assert!(*t > 2.0 && *t < 6.5, "regrouped at {t} s");
+    // Meetings every 1.5 s: the window ending at 4.5 s is the first all slow, and the
+    // meeting at 6 s confirms it (the one at 3 s may see a majority of slow iterations too).
+    assert!(*t > 4.0 && *t < 8.0, "regrouped at {t} s");
     assert_eq!(groups, &after);
     for (t_e, _, g) in &history {
         assert_eq!(g, if t_e < t { &before } else { &after }, "{history:?}");
@@ -807,7 +809,7 @@ fn gssp_regroups_a_worker_that_slows_mid_run() {
     );
     // The moved worker kept training at its new server to the end.
     let last = run.rank_csv(3).last("time_s");
-    assert!(last > 7.0, "rank 3 logged its last iteration at {last} s");
+    assert!(last > 8.5, "rank 3 logged its last iteration at {last} s");
     let summary = run.summary();
     let err = num(&summary, "replica_max_error");
     assert!(err <= 1e-4, "replica_max_error {err}");
@@ -855,8 +857,10 @@ fn gssp_auto_group_count_follows_the_tiers() {
 }
 
 /// Equal workers with slow spells (5x on a fifth of their iterations) are never moved:
-/// each window's medians see through the spells, and the hysteresis ignores what noise is
-/// left.
+/// each window's medians see through the spells, the hysteresis ignores what noise is left,
+/// and a window whose median fell on a streak of spells is not confirmed by the next. With a
+/// 20 ms unit a 1 s window holds 16-30 iterations of a worker, short enough for such streaks
+/// (without the confirmation this test failed 2 runs of 3, a worker moved alone).
 #[test]
 fn gssp_regroup_leaves_equal_workers_with_slow_spells_alone() {
     let _lock = job_lock();
@@ -870,7 +874,7 @@ fn gssp_regroup_leaves_equal_workers_with_slow_spells_alone() {
             "sync.regroup_every_s=1",
             "run.epochs=0",
             "run.time_budget_s=6",
-            "heterogeneity.unit_s=0.01",
+            "heterogeneity.unit_s=0.02",
             "heterogeneity.straggler_prob=0.2",
             "heterogeneity.straggler_factor=5.0",
         ],

@@ -8,7 +8,7 @@ use anyhow::Result;
 
 use crate::comm::p2p::ServerLink;
 use crate::costmodel::CostModel;
-use crate::regroup::{plan, Decision, Move, RegroupEvent, SpeedWindow};
+use crate::regroup::{plan, Confirmation, Decision, Move, RegroupEvent, SpeedWindow};
 use crate::sync::layout::Layout;
 use crate::sync::ps::ParamServer;
 use crate::sync::server::Exchange;
@@ -35,6 +35,8 @@ pub struct Regrouper {
     /// Slots of each group, as all servers agreed at the last meeting.
     groups: Vec<Vec<usize>>,
     window: SpeedWindow,
+    /// Whether the last meeting called for a regroup (one must be called for twice).
+    confirmation: Confirmation,
     /// Slots that leave this server at their next push, and the server rank they go to.
     leaving: Vec<Option<usize>>,
     /// Every meeting, as rank 0 writes it to `regroups.json`.
@@ -66,6 +68,7 @@ impl Regrouper {
             me,
             servers: layout.servers.clone(),
             window: SpeedWindow::new(slots.len()),
+            confirmation: Confirmation::default(),
             leaving: vec![None; slots.len()],
             slots,
             groups,
@@ -136,14 +139,17 @@ impl Regrouper {
         let moving = (0..n).find(|&w| rows.iter().any(|r| r.get(ROW_WORDS * w + 3) == Some(&1.0)));
         let decision = match moving {
             Some(w) => Err(format!("worker rank {} is still moving", self.slots[w])),
-            None => Ok(plan(
+            None => Ok(self.confirmation.confirm(plan(
                 &self.model,
                 &self.groups,
                 &times,
                 &spreads,
                 self.min_gain,
-            )),
+            ))),
         };
+        if decision.is_err() {
+            self.confirmation = Confirmation::default();
+        }
         let mut event = RegroupEvent {
             time_s,
             regrouped: false,
@@ -179,6 +185,18 @@ impl Regrouper {
                     "the best groups would gain {:.1}%, not more than {:.0}%",
                     100.0 * (candidate_rate / rate - 1.0),
                     100.0 * self.min_gain
+                ));
+                Vec::new()
+            }
+            Ok(Decision::Unconfirmed {
+                rate,
+                candidate_rate,
+            }) => {
+                event.predicted_rate = rate;
+                event.candidate_rate = candidate_rate;
+                event.kept_because = Some(format!(
+                    "the best groups would gain {:.1}%; waiting for the next point to confirm it",
+                    100.0 * (candidate_rate / rate - 1.0)
                 ));
                 Vec::new()
             }
