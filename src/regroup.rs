@@ -123,25 +123,23 @@ pub struct Confirmation {
 
 impl Confirmation {
     pub fn confirm(&mut self, decision: Decision) -> Decision {
-        let was = std::mem::replace(
-            &mut self.called_for,
-            matches!(decision, Decision::Regroup { .. }),
-        );
         match decision {
             Decision::Regroup {
                 rate,
                 candidate_rate,
                 ..
-            } if !was => Decision::Unconfirmed {
-                rate,
-                candidate_rate,
-            },
-            Decision::Regroup { .. } => {
-                // Carried out: the next call starts afresh.
-                self.called_for = false;
-                decision
+            } if !self.called_for => {
+                self.called_for = true;
+                Decision::Unconfirmed {
+                    rate,
+                    candidate_rate,
+                }
             }
-            other => other,
+            // Anything else, a confirmed regroup included, leaves nothing called for.
+            other => {
+                self.called_for = false;
+                other
+            }
         }
     }
 }

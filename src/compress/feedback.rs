@@ -161,16 +161,7 @@ impl PeerView {
         vals: &mut Vec<f32>,
     ) -> Result<(), CompressError> {
         self.check_len(weights.len())?;
-        let unsent = Difference {
-            after: weights,
-            before: &self.view,
-        };
-        topk.select_from(&unsent, k, idx);
-        vals.clear();
-        vals.extend(
-            idx.iter()
-                .map(|&i| weights[i as usize] - self.view[i as usize]),
-        );
+        select_unsent(topk, weights, &self.view, k, idx, vals);
         self.count_taken(idx, vals)
     }
 
@@ -256,6 +247,25 @@ impl PeerView {
         self.changed_all();
         Ok(())
     }
+}
+
+/// The `k` largest `|weights - view|`: their indices (ascending) into `idx` and their
+/// differences into `vals`.
+pub(super) fn select_unsent(
+    topk: &mut TopK,
+    weights: &[f32],
+    view: &[f32],
+    k: usize,
+    idx: &mut Vec<u32>,
+    vals: &mut Vec<f32>,
+) {
+    let unsent = Difference {
+        after: weights,
+        before: view,
+    };
+    topk.select_from(&unsent, k, idx);
+    vals.clear();
+    vals.extend(idx.iter().map(|&i| weights[i as usize] - view[i as usize]));
 }
 
 #[cfg(test)]

@@ -175,27 +175,26 @@ impl Regrouper {
                 ));
                 Vec::new()
             }
-            Ok(Decision::Keep {
-                rate,
-                candidate_rate,
-            }) => {
+            Ok(
+                d @ (Decision::Keep {
+                    rate,
+                    candidate_rate,
+                }
+                | Decision::Unconfirmed {
+                    rate,
+                    candidate_rate,
+                }),
+            ) => {
                 event.predicted_rate = rate;
                 event.candidate_rate = candidate_rate;
+                let why = match d {
+                    Decision::Keep { .. } => {
+                        format!(", not more than {:.0}%", 100.0 * self.min_gain)
+                    }
+                    _ => "; waiting for the next point to confirm it".to_string(),
+                };
                 event.kept_because = Some(format!(
-                    "the best groups would gain {:.1}%, not more than {:.0}%",
-                    100.0 * (candidate_rate / rate - 1.0),
-                    100.0 * self.min_gain
-                ));
-                Vec::new()
-            }
-            Ok(Decision::Unconfirmed {
-                rate,
-                candidate_rate,
-            }) => {
-                event.predicted_rate = rate;
-                event.candidate_rate = candidate_rate;
-                event.kept_because = Some(format!(
-                    "the best groups would gain {:.1}%; waiting for the next point to confirm it",
+                    "the best groups would gain {:.1}%{why}",
                     100.0 * (candidate_rate / rate - 1.0)
                 ));
                 Vec::new()
