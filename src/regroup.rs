@@ -17,9 +17,18 @@
 //!    whatever the bound, unless its server saturates) by more than `min_gain` (default
 //!    [`MIN_GAIN`]). Noise between equal workers moves nothing; a worker that became 4x
 //!    slower in a fast group does move.
-//! 4. Candidate groups are matched to the current servers by largest overlap, so only the
-//!    workers that must move do.
-//! 5. Persistence ([`Confirmation`]): a regroup happens only when two regroup points in a
+//! 4. Even sizes: when the candidate is not faster but more even in size (largest minus
+//!    smallest group), the current groups are evened out to its spread by moving workers
+//!    one at a time from a largest group to a smallest (`even_out`), and taken if their
+//!    predicted throughput stays within the same `min_gain` band (a loss that small counts
+//!    as noise too). A worker moved into a group of its own during a long slow spell would
+//!    otherwise be stranded there once it recovers: 5/5/5/1 equal workers predict the
+//!    throughput of 4/4/4/4, but the lone worker's replica learns the other 15 workers'
+//!    updates only through the exchange. Groups already as even as the candidate never
+//!    trigger it, so it cannot oscillate.
+//! 5. Faster candidate groups are matched to the current servers by largest overlap, so
+//!    only the workers that must move do.
+//! 6. Persistence ([`Confirmation`]): a regroup happens only when two regroup points in a
 //!    row call for one. A short window holds few iterations of a worker, and with random
 //!    slow spells their median is now and then a spell's (with spells on a fifth of the
 //!    iterations, about 1% of the windows of 16 iterations); a real change shows at the
@@ -103,14 +112,47 @@ pub enum Decision {
     /// The best partition would not gain enough: nothing moves.
     Keep { rate: f64, candidate_rate: f64 },
     /// A regroup called for at this point only: it waits for the next one to confirm it.
-    Unconfirmed { rate: f64, candidate_rate: f64 },
+    Unconfirmed {
+        rate: f64,
+        candidate_rate: f64,
+        reason: Reason,
+    },
     /// New groups (same group count, matched to the current servers) and who moves.
     Regroup {
         groups: Vec<Vec<usize>>,
         moves: Vec<Move>,
         rate: f64,
         candidate_rate: f64,
+        reason: Reason,
     },
+}
+
+/// Why a regroup was called for (module docs, items 3 and 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The candidate predicts more than `min_gain` more throughput.
+    Faster,
+    /// The candidate predicts about the same throughput with more even group sizes.
+    EvenSizes,
+}
+
+impl Reason {
+    /// What a log or `regroups.json` says of it, with the predicted rates before and after.
+    pub fn describe(self, rate: f64, candidate_rate: f64) -> String {
+        let change = 100.0 * (candidate_rate / rate - 1.0);
+        match self {
+            Reason::Faster => format!("faster: the best groups gain {change:.1}%"),
+            Reason::EvenSizes => {
+                format!("even sizes: the best groups are more even, at {change:+.1}% throughput")
+            }
+        }
+    }
+}
+
+/// Largest minus smallest group size.
+fn size_imbalance(groups: &[Vec<usize>]) -> usize {
+    let sizes = groups.iter().map(Vec::len);
+    sizes.clone().max().unwrap_or(0) - sizes.min().unwrap_or(0)
 }
 
 /// Whether the last regroup point called for a regroup: a [`Decision::Regroup`] passes
@@ -127,12 +169,14 @@ impl Confirmation {
             Decision::Regroup {
                 rate,
                 candidate_rate,
+                reason,
                 ..
             } if !self.called_for => {
                 self.called_for = true;
                 Decision::Unconfirmed {
                     rate,
                     candidate_rate,
+                    reason,
                 }
             }
             // Anything else, a confirmed regroup included, leaves nothing called for.
@@ -167,13 +211,25 @@ pub fn plan(
         }
     };
     let candidate_rate = model.rate(&candidate, times);
-    if candidate_rate <= rate * (1.0 + min_gain) {
-        return Decision::Keep {
-            rate,
+    let (groups, candidate_rate, reason) = if candidate_rate > rate * (1.0 + min_gain) {
+        (
+            match_to_current(current, candidate),
             candidate_rate,
-        };
-    }
-    let groups = match_to_current(current, candidate);
+            Reason::Faster,
+        )
+    } else {
+        let evened = even_out(current, times, size_imbalance(&candidate));
+        let evened_rate = model.rate(&evened, times);
+        if size_imbalance(&evened) >= size_imbalance(current)
+            || evened_rate < rate * (1.0 - min_gain)
+        {
+            return Decision::Keep {
+                rate,
+                candidate_rate,
+            };
+        }
+        (evened, evened_rate, Reason::EvenSizes)
+    };
     let mut moves = Vec::new();
     for (to, g) in groups.iter().enumerate() {
         for &w in g {
@@ -194,7 +250,38 @@ pub fn plan(
         moves,
         rate,
         candidate_rate,
+        reason,
     }
+}
+
+/// `current` with workers moved one at a time from a largest group to a smallest one until
+/// sizes differ by at most `target` (the best partition's own spread of sizes; at least 1,
+/// which any sizes can reach). Each move takes, from any largest group, the worker whose
+/// time is closest to the receiving group's median, so the fewest workers move and each
+/// joins the group nearest its speed. Speed-sorting from scratch, as the best partition
+/// does, would reshuffle equal workers by their noise.
+fn even_out(current: &[Vec<usize>], times: &[f64], target: usize) -> Vec<Vec<usize>> {
+    let mut groups = current.to_vec();
+    while size_imbalance(&groups) > target.max(1) {
+        let Some(to) = (0..groups.len()).min_by_key(|&g| groups[g].len()) else {
+            break;
+        };
+        let largest = groups.iter().map(Vec::len).max().unwrap_or(0);
+        let receiving: Vec<f64> = groups[to].iter().map(|&w| times[w]).collect();
+        let pace = crate::grouping::persistent_time(&receiving);
+        let distance = |w: usize| (times[w] - pace).abs();
+        let Some((from, pos)) = (0..groups.len())
+            .filter(|&g| groups[g].len() == largest)
+            .flat_map(|g| (0..groups[g].len()).map(move |i| (g, i)))
+            .min_by(|&(g, i), &(h, j)| distance(groups[g][i]).total_cmp(&distance(groups[h][j])))
+        else {
+            break;
+        };
+        let w = groups[from].remove(pos);
+        groups[to].push(w);
+        groups[to].sort_unstable();
+    }
+    groups
 }
 
 /// `candidate`'s groups reordered so that group i shares as many workers as possible with
@@ -234,6 +321,9 @@ pub struct RegroupEvent {
     /// Why not, when nothing moved.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kept_because: Option<String>,
+    /// Why, when workers moved: "faster" or "even sizes".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regrouped_because: Option<String>,
     /// World ranks of the workers, the order of the next two lists.
     pub worker_ranks: Vec<usize>,
     /// Each worker's median seconds per iteration in the window (null: too few).
@@ -311,6 +401,7 @@ mod tests {
             moves,
             rate,
             candidate_rate,
+            reason,
         } = plan(&model(), &current, &times, &[0.0; 8], MIN_GAIN)
         else {
             panic!("expected a regroup");
@@ -325,6 +416,65 @@ mod tests {
             }]
         );
         assert!(candidate_rate > rate * 1.2, "{rate} -> {candidate_rate}");
+        assert_eq!(reason, Reason::Faster);
+    }
+
+    /// A worker moved into a group of its own during a long spell, now as fast as the rest:
+    /// the groups are evened out again, moving one worker from each of the larger groups.
+    #[test]
+    fn a_recovered_worker_alone_in_a_group_is_joined_again() {
+        // Sixteen equal workers (3% noise); worker 0 alone, the rest in groups of five.
+        let times: Vec<f64> = (0..16)
+            .map(|w| 0.1 * (1.0 + 0.03 * ((w * 7 % 5) as f64 - 2.0) / 2.0))
+            .collect();
+        let current = vec![
+            vec![0],
+            vec![1, 2, 3, 4, 5],
+            vec![6, 7, 8, 9, 10],
+            vec![11, 12, 13, 14, 15],
+        ];
+        let Decision::Regroup {
+            groups,
+            moves,
+            reason,
+            ..
+        } = plan(&model(), &current, &times, &[0.002; 16], MIN_GAIN)
+        else {
+            panic!("expected a regroup");
+        };
+        assert_eq!(reason, Reason::EvenSizes);
+        assert!(groups.iter().all(|g| g.len() == 4), "{groups:?}");
+        assert!(
+            groups[0].contains(&0),
+            "worker 0 keeps its server: {groups:?}"
+        );
+        assert_eq!(moves.len(), 3, "{moves:?}");
+        assert!(moves.iter().all(|m| m.to == 0), "{moves:?}");
+        // Once even, the same speeds move nobody.
+        let d = plan(&model(), &groups, &times, &[0.002; 16], MIN_GAIN);
+        assert!(matches!(d, Decision::Keep { .. }), "{d:?}");
+    }
+
+    /// Of two equally large groups, the one whose speed matches gives the worker: the fast
+    /// pair is evened out from the fast group of four, not from the slow one.
+    #[test]
+    fn evening_out_moves_workers_between_groups_of_their_speed() {
+        let times = [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 4.0, 4.0, 4.0, 4.0, 4.0, 4.0];
+        let current = vec![vec![0, 1, 2, 3], vec![6, 7, 8, 9], vec![4, 5], vec![10, 11]];
+        let evened = even_out(&current, &times, 1);
+        assert_eq!(evened.iter().map(Vec::len).collect::<Vec<_>>(), [3; 4]);
+        assert!(evened[2].iter().all(|&w| times[w] == 1.0), "{evened:?}");
+        assert!(evened[3].iter().all(|&w| times[w] == 4.0), "{evened:?}");
+    }
+
+    /// Uneven groups of different speeds are what they should be: one slow worker stays
+    /// alone rather than pacing a group of fast ones.
+    #[test]
+    fn a_slow_worker_alone_is_not_evened_out() {
+        let times = [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 4.0];
+        let current = vec![vec![0, 1, 2, 3, 4, 5, 6], vec![7]];
+        let d = plan(&model(), &current, &times, &[0.0; 8], MIN_GAIN);
+        assert!(matches!(d, Decision::Keep { .. }), "{d:?}");
     }
 
     /// A regroup passes only when called for at two points in a row: a one-window streak

@@ -154,6 +154,7 @@ impl Regrouper {
             time_s,
             regrouped: false,
             kept_because: None,
+            regrouped_because: None,
             worker_ranks: self.slots.clone(),
             seconds_per_iteration: times.iter().map(|t| t.is_finite().then_some(*t)).collect(),
             iterations: (0..n).map(|w| value(w, 2).max(0.0) as usize).collect(),
@@ -175,27 +176,29 @@ impl Regrouper {
                 ));
                 Vec::new()
             }
-            Ok(
-                d @ (Decision::Keep {
-                    rate,
-                    candidate_rate,
-                }
-                | Decision::Unconfirmed {
-                    rate,
-                    candidate_rate,
-                }),
-            ) => {
+            Ok(Decision::Keep {
+                rate,
+                candidate_rate,
+            }) => {
                 event.predicted_rate = rate;
                 event.candidate_rate = candidate_rate;
-                let why = match d {
-                    Decision::Keep { .. } => {
-                        format!(", not more than {:.0}%", 100.0 * self.min_gain)
-                    }
-                    _ => "; waiting for the next point to confirm it".to_string(),
-                };
                 event.kept_because = Some(format!(
-                    "the best groups would gain {:.1}%{why}",
-                    100.0 * (candidate_rate / rate - 1.0)
+                    "the best groups would gain {:.1}%, not more than {:.0}%",
+                    100.0 * (candidate_rate / rate - 1.0),
+                    100.0 * self.min_gain
+                ));
+                Vec::new()
+            }
+            Ok(Decision::Unconfirmed {
+                rate,
+                candidate_rate,
+                reason,
+            }) => {
+                event.predicted_rate = rate;
+                event.candidate_rate = candidate_rate;
+                event.kept_because = Some(format!(
+                    "{}; waiting for the next point to confirm it",
+                    reason.describe(rate, candidate_rate)
                 ));
                 Vec::new()
             }
@@ -204,10 +207,12 @@ impl Regrouper {
                 moves,
                 rate,
                 candidate_rate,
+                reason,
             }) => {
                 event.predicted_rate = rate;
                 event.candidate_rate = candidate_rate;
                 event.regrouped = true;
+                event.regrouped_because = Some(reason.describe(rate, candidate_rate));
                 self.groups = groups;
                 moves
             }
