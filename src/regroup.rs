@@ -156,7 +156,7 @@ fn size_imbalance(groups: &[Vec<usize>]) -> usize {
 }
 
 /// Whether the last regroup point called for a regroup: a [`Decision::Regroup`] passes
-/// only when the point before called for one too (module docs, item 5). Every server keeps
+/// only when the point before called for one too (module docs, item 6). Every server keeps
 /// one and feeds it the same pooled decisions, so they agree.
 #[derive(Debug, Clone, Default)]
 pub struct Confirmation {
@@ -268,7 +268,7 @@ fn even_out(current: &[Vec<usize>], times: &[f64], target: usize) -> Vec<Vec<usi
         };
         let largest = groups.iter().map(Vec::len).max().unwrap_or(0);
         let receiving: Vec<f64> = groups[to].iter().map(|&w| times[w]).collect();
-        let pace = crate::grouping::persistent_time(&receiving);
+        let pace = persistent_time(&receiving);
         let distance = |w: usize| (times[w] - pace).abs();
         let Some((from, pos)) = (0..groups.len())
             .filter(|&g| groups[g].len() == largest)

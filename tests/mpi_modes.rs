@@ -747,6 +747,28 @@ fn group_sets(v: &serde_json::Value) -> BTreeSet<BTreeSet<u64>> {
         .collect()
 }
 
+/// For the regroup jobs (servers ranks 0 and 1, workers 2-9, staleness 0): each server kept
+/// its workers within the bound (clock_spread <= 1), every worker iteration was applied by
+/// some server, and every update reached every replica.
+fn assert_regroup_kept_bound_and_lost_nothing(run: &Run) {
+    for server in [0, 1] {
+        let spread = run.rank_csv(server).col("clock_spread");
+        let max = spread.iter().copied().fold(0.0, f64::max);
+        assert!(max <= 1.0, "server {server}: clock_spread reached {max}");
+    }
+    let pushes: u64 = [0, 1]
+        .iter()
+        .map(|&s| run.rank_csv(s).last("pushes") as u64)
+        .sum();
+    let its: u64 = iterations(run, &[2, 3, 4, 5, 6, 7, 8, 9]).iter().sum();
+    assert_eq!(
+        pushes, its,
+        "servers applied {pushes}, workers logged {its}"
+    );
+    let err = num(&run.summary(), "replica_max_error");
+    assert!(err <= 1e-4, "replica_max_error {err}");
+}
+
 fn rank_sets(groups: &[&[u64]]) -> BTreeSet<BTreeSet<u64>> {
     groups.iter().map(|g| g.iter().copied().collect()).collect()
 }
@@ -793,26 +815,11 @@ fn gssp_regroups_a_worker_that_slows_mid_run() {
     for (t_e, _, g) in &history {
         assert_eq!(g, if t_e < t { &before } else { &after }, "{history:?}");
     }
-    for server in [0, 1] {
-        let spread = run.rank_csv(server).col("clock_spread");
-        let max = spread.iter().copied().fold(0.0, f64::max);
-        assert!(max <= 1.0, "server {server}: clock_spread reached {max}");
-    }
-    let pushes: u64 = [0, 1]
-        .iter()
-        .map(|&s| run.rank_csv(s).last("pushes") as u64)
-        .sum();
-    let its: u64 = iterations(&run, &[2, 3, 4, 5, 6, 7, 8, 9]).iter().sum();
-    assert_eq!(
-        pushes, its,
-        "servers applied {pushes}, workers logged {its}"
-    );
+    assert_regroup_kept_bound_and_lost_nothing(&run);
     // The moved worker kept training at its new server to the end.
     let last = run.rank_csv(3).last("time_s");
     assert!(last > 8.5, "rank 3 logged its last iteration at {last} s");
     let summary = run.summary();
-    let err = num(&summary, "replica_max_error");
-    assert!(err <= 1e-4, "replica_max_error {err}");
     assert!(num(&summary, "final_test_accuracy") > 0.8, "{summary}");
 }
 
@@ -879,22 +886,7 @@ fn gssp_evens_out_the_groups_after_a_straggler_recovers() {
     let sizes: Vec<usize> = group_sets(back).iter().map(BTreeSet::len).collect();
     assert_eq!(sizes, [4, 4], "{back}");
     assert_eq!(back["moves"].as_array().map(Vec::len), Some(3), "{back}");
-    for server in [0, 1] {
-        let spread = run.rank_csv(server).col("clock_spread");
-        let max = spread.iter().copied().fold(0.0, f64::max);
-        assert!(max <= 1.0, "server {server}: clock_spread reached {max}");
-    }
-    let pushes: u64 = [0, 1]
-        .iter()
-        .map(|&s| run.rank_csv(s).last("pushes") as u64)
-        .sum();
-    let its: u64 = iterations(&run, &[2, 3, 4, 5, 6, 7, 8, 9]).iter().sum();
-    assert_eq!(
-        pushes, its,
-        "servers applied {pushes}, workers logged {its}"
-    );
-    let err = num(&run.summary(), "replica_max_error");
-    assert!(err <= 1e-4, "replica_max_error {err}");
+    assert_regroup_kept_bound_and_lost_nothing(&run);
 }
 
 /// `sync.groups = "auto"` on two clear tiers (1x and 4x, four workers each) chooses two
