@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every figure of docs/benchmarks.md but the three-seed seq2seq ones (scripts/seq2seq-vs-pytorch.sh,
 # scripts/seq2seq-four-tier.sh) and PowerSGD against GDTopK (scripts/powersgd-vs-gdtopk.sh),
-# one after the other (about 355 minutes on 2 cores, 55 of them the two transient and
-# speed-change scenarios and 175 the three-seed scale study; the configs bench includes both
+# one after the other (about 365 minutes on 2 cores, 65 of them the transient, speed-change
+# and recovering-straggler scenarios and 175 the three-seed scale study; the configs bench includes both
 # seq2seq configs).
 # Run on an otherwise idle machine: the figures are wall-clock times.
 set -euo pipefail
@@ -25,6 +25,12 @@ for scenario in transient speed_change; do
         --modes allreduce,bsp,asp,ssp,asp-dc,localsgd,gssp-gdtopk --out runs/bench-$scenario \
         | tee runs/bench-$scenario.txt
 done
+# A straggler that recovers: the transient scenario plus worker 3 5x slower from 3 s to 13 s,
+# regroup meetings every 2.5 s (docs/benchmarks.md, "a straggler that recovers").
+"$bin" bench paper --config configs/paper_lenet5_mnist_transient.toml \
+    --set 'heterogeneity.changes=[{at_s=3.0,worker=3,factor=5.0},{at_s=13.0,worker=3,factor=1.0}]' \
+    --set sync.regroup_every_s=2.5 --budget-s 60 --seeds 1,2,3 --modes gssp-gdtopk,asp-dc \
+    --out runs/bench-recovery | tee runs/bench-recovery.txt
 # The scale study (8-64 workers, every mode, 3 seeds; about 55 minutes a seed) and the
 # simulator against it (latency and burst spacing are this machine's fitted figures;
 # docs/scaling.md).
