@@ -723,7 +723,7 @@ fn plan(
     }
     let opts = PlanOptions {
         ssp_staleness,
-        gssp_staleness: cfg.sync.staleness.bound().unwrap_or(0),
+        gssp_staleness: cfg.sync.staleness,
         local_steps: cfg.sync.local_steps,
         group_counts: group_counts.unwrap_or_else(|| (1..=cfg.sync.max_groups).collect()),
         horizon_s: seconds,

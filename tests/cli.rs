@@ -250,6 +250,22 @@ fn plan_predicts_every_mode_and_recommends_a_group_per_tier() {
     let rate = |i: usize| rows[i]["images_per_s"].as_f64().unwrap();
     // Four groups free the fast tiers from the slowest: about twice bsp's rate.
     assert!(rate(9) > 1.8 * rate(0), "{} vs {}", rate(9), rate(0));
+    assert_eq!(rows[9]["bounds"], serde_json::json!([0, 0, 0, 0]));
+
+    // `sync.staleness = "auto"` with 5x spells: each group the bound a run would pick.
+    let transient = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/configs/paper_lenet5_mnist_transient.toml"
+    );
+    let o = gssp()
+        .args(["plan", "--config", transient, "--json", "--groups", "4"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let plan: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let gssp_row = &plan["predictions"][6];
+    assert_eq!(gssp_row["servers"], 4, "{gssp_row}");
+    assert_eq!(gssp_row["bounds"], serde_json::json!([4, 4, 4, 4]));
 
     // Scaled to 1,000 workers, the table names them.
     let o = gssp()

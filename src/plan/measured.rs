@@ -24,7 +24,9 @@ pub struct MeasuredRun {
     pub params: usize,
     /// Workers (indices into `times`) of each server; empty for collective modes.
     pub groups: Vec<Vec<usize>>,
-    pub staleness: Option<usize>,
+    /// SSP bound of each server, as in `groups` (layout.json's; `"auto"` gives each group
+    /// its own); empty for collective modes.
+    pub staleness: Vec<usize>,
     pub local_steps: usize,
     pub delay_compensation: bool,
     pub exchange_bytes: f64,
@@ -54,6 +56,8 @@ struct Summary {
 struct Layout {
     servers: Vec<usize>,
     groups: Vec<Vec<usize>>,
+    #[serde(default)]
+    staleness: Vec<usize>,
 }
 
 fn read<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
@@ -97,6 +101,11 @@ impl MeasuredRun {
                 .map(|g| g.iter().map(|&r| index(r)).collect())
                 .collect()
         };
+        let staleness = if layout.staleness.len() == groups.len() {
+            layout.staleness.clone()
+        } else {
+            vec![cfg.sync.staleness.bound().unwrap_or(0); groups.len()]
+        };
         let times = workers
             .iter()
             .map(|r| worker_seconds_per_iteration(&dir.join(format!("rank-{r}.csv"))))
@@ -113,7 +122,7 @@ impl MeasuredRun {
             batch: cfg.optim.batch_size,
             params,
             groups,
-            staleness: cfg.sync.staleness.bound(),
+            staleness,
             local_steps: cfg.sync.local_steps,
             delay_compensation: cfg.optim.delay_compensation > 0.0,
             exchange_bytes: cost.exchange_bytes,
@@ -261,17 +270,21 @@ pub fn check(run: &MeasuredRun, machine: &Machine) -> Check {
         SyncMode::Allreduce => collective::simulate(1, &work, &cost, horizon, 1),
         SyncMode::Localsgd => collective::simulate(run.local_steps, &work, &cost, horizon, 1),
         _ => {
-            let scheme = ps::PsScheme {
-                groups: if run.groups.is_empty() {
-                    vec![(0..n).collect()]
-                } else {
-                    run.groups.clone()
-                },
-                bound: match run.mode {
+            let groups = if run.groups.is_empty() {
+                vec![(0..n).collect()]
+            } else {
+                run.groups.clone()
+            };
+            let bounds = (0..groups.len())
+                .map(|g| match run.mode {
                     SyncMode::Asp => None,
                     SyncMode::Bsp => Some(0),
-                    _ => run.staleness,
-                },
+                    _ => Some(run.staleness.get(g).copied().unwrap_or(0)),
+                })
+                .collect();
+            let scheme = ps::PsScheme {
+                groups,
+                bounds,
                 round: run.mode == SyncMode::Bsp,
                 extra_apply_passes: if run.delay_compensation { 1.0 } else { 0.0 },
             };
@@ -299,7 +312,7 @@ mod tests {
             batch: 8,
             params: 1000,
             groups: vec![vec![0, 1], vec![2, 3]],
-            staleness: Some(0),
+            staleness: vec![0, 0],
             local_steps: 8,
             delay_compensation: false,
             exchange_bytes: 80.0,

@@ -34,6 +34,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
+use crate::config::Staleness;
 use crate::costmodel::{groups_for, CostModel, AUTO_GROUPS_TOLERANCE};
 use crate::grouping::GroupingError;
 pub use workload::Workload;
@@ -156,6 +157,9 @@ pub struct Prediction {
     pub bytes_per_s: f64,
     /// gssp: the busiest group server's exchange bytes per second.
     pub exchange_bytes_per_s: Option<f64>,
+    /// gssp: each group's SSP bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bounds: Option<Vec<usize>>,
 }
 
 impl Prediction {
@@ -176,6 +180,7 @@ impl Prediction {
             bytes_per_s: max(&o.server_bytes_per_s),
             exchange_bytes_per_s: (!o.exchange_bytes_per_s.is_empty())
                 .then(|| max(&o.exchange_bytes_per_s)),
+            bounds: None,
         }
     }
 }
@@ -185,8 +190,10 @@ impl Prediction {
 pub struct PlanOptions {
     /// ssp's bound (the paper's baseline: 3).
     pub ssp_staleness: usize,
-    /// The bound inside every gssp group.
-    pub gssp_staleness: usize,
+    /// The bound inside every gssp group, or `"auto"`: each group's from the rule a run
+    /// uses ([`crate::grouping::auto_staleness`]), with every worker that has transient
+    /// stragglers taken to show one spell while profiled.
+    pub gssp_staleness: Staleness,
     /// Local SGD's steps between averages.
     pub local_steps: usize,
     /// gssp is simulated with each of these group counts (those above the worker count
@@ -223,23 +230,23 @@ pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Pla
     let n = work.times.len();
     let horizon_s = horizon(work, opts);
     let all = vec![(0..n).collect::<Vec<_>>()];
-    let ps = |groups: Vec<Vec<usize>>, bound, round, extra| {
+    let ps = |groups: Vec<Vec<usize>>, bounds, round, extra| {
         let scheme = ps::PsScheme {
             groups,
-            bound,
+            bounds,
             round,
             extra_apply_passes: extra,
         };
         ps::simulate(&scheme, work, cost, horizon_s, opts.seed)
     };
     let mut predictions = vec![
-        Prediction::from_outcome("bsp", Some(1), &ps(all.clone(), Some(0), true, 0.0)),
-        Prediction::from_outcome("asp", Some(1), &ps(all.clone(), None, false, 0.0)),
-        Prediction::from_outcome("asp-dc", Some(1), &ps(all.clone(), None, false, 1.0)),
+        Prediction::from_outcome("bsp", Some(1), &ps(all.clone(), vec![Some(0)], true, 0.0)),
+        Prediction::from_outcome("asp", Some(1), &ps(all.clone(), vec![None], false, 0.0)),
+        Prediction::from_outcome("asp-dc", Some(1), &ps(all.clone(), vec![None], false, 1.0)),
         Prediction::from_outcome(
             "ssp",
             Some(1),
-            &ps(all.clone(), Some(opts.ssp_staleness), false, 0.0),
+            &ps(all.clone(), vec![Some(opts.ssp_staleness)], false, 0.0),
         ),
         Prediction::from_outcome(
             "allreduce",
@@ -256,8 +263,16 @@ pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Pla
     let mut gssp = Vec::new();
     for &g in opts.group_counts.iter().filter(|&&g| (1..=n).contains(&g)) {
         let groups = groups_for(&work.times, &spreads, g)?;
-        let o = ps(groups, Some(opts.gssp_staleness), false, 0.0);
-        gssp.push(Prediction::from_outcome("gssp", Some(g), &o));
+        let bounds = gssp_bounds(work, &groups, opts.gssp_staleness);
+        let o = ps(
+            groups,
+            bounds.iter().map(|&b| Some(b)).collect(),
+            false,
+            0.0,
+        );
+        let mut row = Prediction::from_outcome("gssp", Some(g), &o);
+        row.bounds = Some(bounds);
+        gssp.push(row);
     }
     let best = gssp.iter().map(|p| p.images_per_s).fold(0.0, f64::max);
     let recommended_groups = gssp
@@ -273,6 +288,24 @@ pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Pla
         predictions,
         recommended_groups,
     })
+}
+
+/// Each gssp group's SSP bound under `staleness`. For `"auto"`, the run's rule on the
+/// simulated workers: a worker's slowest profiled iteration is a transient straggler's
+/// (`straggler_factor` times its own) where stragglers occur, else its own.
+fn gssp_bounds(work: &Workload, groups: &[Vec<usize>], staleness: Staleness) -> Vec<usize> {
+    match staleness {
+        Staleness::Bound(s) => vec![s; groups.len()],
+        Staleness::Auto => {
+            let spell = if work.straggler_prob > 0.0 {
+                work.straggler_factor.max(1.0)
+            } else {
+                1.0
+            };
+            let worst: Vec<f64> = work.times.iter().map(|t| t * spell).collect();
+            crate::grouping::auto_staleness(&work.times, &worst, groups)
+        }
+    }
 }
 
 /// The plan as a Markdown table, one row per mode and gssp group count.
@@ -304,10 +337,19 @@ pub fn render(plan: &Plan) -> String {
         ));
     }
     t.push_str(&format!(
-        "\ngssp: {} group(s) recommended (the fewest within {:.0}% of the fastest gssp row)\n",
+        "\ngssp: {} group(s) recommended (the fewest within {:.0}% of the fastest gssp row)",
         plan.recommended_groups,
         100.0 * AUTO_GROUPS_TOLERANCE
     ));
+    let recommended = plan
+        .predictions
+        .iter()
+        .find(|p| p.mode == "gssp" && p.servers == Some(plan.recommended_groups));
+    if let Some(bounds) = recommended.and_then(|p| p.bounds.as_ref()) {
+        let list: Vec<String> = bounds.iter().map(usize::to_string).collect();
+        t.push_str(&format!(", staleness bound per group {}", list.join(", ")));
+    }
+    t.push('\n');
     t
 }
 
@@ -362,7 +404,7 @@ mod tests {
     fn opts() -> PlanOptions {
         PlanOptions {
             ssp_staleness: 3,
-            gssp_staleness: 0,
+            gssp_staleness: Staleness::Bound(0),
             local_steps: 4,
             group_counts: vec![1, 2, 3, 4],
             horizon_s: Some(20.0),
@@ -416,6 +458,34 @@ mod tests {
         // Local SGD waits once every 4 steps, as long as bsp per step.
         let local = row(&plan, "localsgd", None);
         assert!((local.max_wait_fraction - 0.75).abs() < 0.02, "{local:?}");
+    }
+
+    #[test]
+    fn auto_staleness_follows_the_run_rule_and_rides_out_transient_spells() {
+        // Equal workers with 5x spells: "auto" gives each group the bound a run's profile
+        // would (a spell is 4 iterations late, less the jitter allowance: 4), and that
+        // bound waits far less than s = 0; without spells it is 0.
+        let c = cost(1_000, 1e-5);
+        let spells = Workload {
+            straggler_prob: 0.1,
+            straggler_factor: 5.0,
+            ..work(vec![0.01; 8])
+        };
+        let mut o = opts();
+        o.group_counts = vec![2];
+        let fixed = plan(&spells, &c, &o).unwrap();
+        o.gssp_staleness = Staleness::Auto;
+        let auto = plan(&spells, &c, &o).unwrap();
+        let (fixed, auto) = (row(&fixed, "gssp", Some(2)), row(&auto, "gssp", Some(2)));
+        assert_eq!(fixed.bounds, Some(vec![0, 0]));
+        assert_eq!(auto.bounds, Some(vec![4, 4]));
+        assert!(
+            auto.mean_wait_fraction < 0.6 * fixed.mean_wait_fraction,
+            "{auto:?} against {fixed:?}"
+        );
+        assert!(auto.staleness_max.unwrap() > fixed.staleness_max.unwrap());
+        let steady = plan(&work(vec![0.01; 8]), &c, &o).unwrap();
+        assert_eq!(row(&steady, "gssp", Some(2)).bounds, Some(vec![0, 0]));
     }
 
     #[test]
@@ -503,7 +573,7 @@ mod tests {
         let round = 0.1 + 3.0 * burst;
         let lockstep = ps::PsScheme {
             groups: vec![(0..4).collect()],
-            bound: Some(0),
+            bounds: vec![Some(0)],
             round: false,
             extra_apply_passes: 0.0,
         };
@@ -518,7 +588,7 @@ mod tests {
         }
         // One worker at a time (asp) is never part of a burst.
         let asp = ps::PsScheme {
-            bound: None,
+            bounds: vec![None],
             ..lockstep
         };
         let asp = ps::simulate(&asp, &work, &free, 100.0, 1);

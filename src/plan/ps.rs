@@ -13,8 +13,9 @@ use crate::costmodel::CostModel;
 pub struct PsScheme {
     /// Workers (indices into the workload) of each server.
     pub groups: Vec<Vec<usize>>,
-    /// SSP bound of every server (`None`: asp).
-    pub bound: Option<usize>,
+    /// SSP bound of each server, one per entry of `groups` (`None`: asp); gssp's
+    /// `staleness = "auto"` gives each group its own.
+    pub bounds: Vec<Option<usize>>,
     /// bsp: pushes are summed and applied once per round, as `Apply::Round` does.
     pub round: bool,
     /// Extra passes over the parameters per applied push (DC-ASGD's correction: 1).
@@ -141,7 +142,11 @@ pub fn simulate(
                 members: members.clone(),
                 clock: FastClock::new(
                     members.len(),
-                    if scheme.round { Some(0) } else { scheme.bound },
+                    if scheme.round {
+                        Some(0)
+                    } else {
+                        scheme.bounds[s]
+                    },
                 ),
                 free_at: 0.0,
                 busy_s: 0.0,
