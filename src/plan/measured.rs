@@ -31,8 +31,15 @@ pub struct MeasuredRun {
     pub delay_compensation: bool,
     pub exchange_bytes: f64,
     pub exchange_every: usize,
-    /// Each worker's measured seconds per iteration outside waits (compute and push).
+    /// Each worker's measured seconds per iteration outside waits (compute and push): the
+    /// mean, or with transient stragglers the median, which sees through the spells.
     pub times: Vec<f64>,
+    /// Transient stragglers of the run's emulation (`[heterogeneity]`): each iteration's
+    /// probability of a spell and its slowdown (0 and 1: none).
+    #[serde(default)]
+    pub straggler_prob: f64,
+    #[serde(default = "no_slowdown")]
+    pub straggler_factor: f64,
     /// Measured server busy seconds per push (mean over servers), when there are servers.
     pub server_s_per_push: Option<f64>,
     pub wall_s: f64,
@@ -42,6 +49,10 @@ pub struct MeasuredRun {
 
 fn one() -> usize {
     1
+}
+
+fn no_slowdown() -> f64 {
+    1.0
 }
 
 #[derive(Deserialize)]
@@ -68,8 +79,10 @@ fn read<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
         .with_context(|| format!("{}: not the expected JSON", path.display()))
 }
 
-/// Mean seconds per iteration outside waits in a worker's `rank-<r>.csv`.
-fn worker_seconds_per_iteration(path: &Path) -> anyhow::Result<f64> {
+/// Seconds per iteration outside waits in a worker's `rank-<r>.csv`: the mean, or the
+/// median where the run had transient stragglers (`median`), whose spells the simulator
+/// draws itself.
+fn worker_seconds_per_iteration(path: &Path, median: bool) -> anyhow::Result<f64> {
     use anyhow::{bail, Context};
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -81,7 +94,12 @@ fn worker_seconds_per_iteration(path: &Path) -> anyhow::Result<f64> {
     if rows.is_empty() {
         bail!("{}: no iterations", path.display());
     }
-    Ok(rows.iter().map(|r| r.compute_s + r.comm_s).sum::<f64>() / rows.len() as f64)
+    let times: Vec<f64> = rows.iter().map(|r| r.compute_s + r.comm_s).collect();
+    Ok(if median {
+        crate::grouping::persistent_time(&times)
+    } else {
+        times.iter().sum::<f64>() / times.len() as f64
+    })
 }
 
 impl MeasuredRun {
@@ -101,6 +119,8 @@ impl MeasuredRun {
                 .map(|g| g.iter().map(|&r| index(r)).collect())
                 .collect()
         };
+        let h = &cfg.heterogeneity;
+        let spells = h.straggler_prob > 0.0 && h.straggler_factor > 1.0;
         let staleness = if layout.staleness.len() == groups.len() {
             layout.staleness.clone()
         } else {
@@ -108,7 +128,7 @@ impl MeasuredRun {
         };
         let times = workers
             .iter()
-            .map(|r| worker_seconds_per_iteration(&dir.join(format!("rank-{r}.csv"))))
+            .map(|r| worker_seconds_per_iteration(&dir.join(format!("rank-{r}.csv")), spells))
             .collect::<anyhow::Result<Vec<f64>>>()?;
         let params = super::model_params(&cfg).map_err(|e| anyhow::anyhow!(e))?;
         let cost = CostModel::new(&cfg, params);
@@ -128,6 +148,8 @@ impl MeasuredRun {
             exchange_bytes: cost.exchange_bytes,
             exchange_every: cost.exchange_every,
             times,
+            straggler_prob: if spells { h.straggler_prob } else { 0.0 },
+            straggler_factor: if spells { h.straggler_factor } else { 1.0 },
             server_s_per_push: summary.server_busy_ms_per_push.as_deref().and_then(|v| {
                 (!v.is_empty()).then(|| 1e-3 * v.iter().sum::<f64>() / v.len() as f64)
             }),
@@ -149,7 +171,9 @@ impl MeasuredRun {
                 && r.mode == first.mode
                 && r.groups == first.groups
                 && r.times.len() == first.times.len()
-                && r.staleness == first.staleness;
+                && r.staleness == first.staleness
+                && r.straggler_prob == first.straggler_prob
+                && r.straggler_factor == first.straggler_factor;
             if !same {
                 anyhow::bail!(
                     "{} and {} differ in more than their seed (mode, groups or workers)",
@@ -238,8 +262,8 @@ pub fn check(run: &MeasuredRun, machine: &Machine) -> Check {
     let n = run.times.len();
     let work = Workload {
         times: run.times.clone(),
-        straggler_prob: 0.0,
-        straggler_factor: 1.0,
+        straggler_prob: run.straggler_prob,
+        straggler_factor: run.straggler_factor,
         batch: run.batch,
         burst_s: machine.burst_s,
     };
@@ -318,6 +342,8 @@ mod tests {
             exchange_bytes: 80.0,
             exchange_every: 4,
             times,
+            straggler_prob: 0.0,
+            straggler_factor: 1.0,
             server_s_per_push: Some(1e-4 * seed_images / 100.0),
             wall_s: 60.0,
             images_per_s: seed_images,
@@ -355,6 +381,43 @@ mod tests {
                 .map(|m| (m.name.as_str(), m.seeds))
                 .collect::<Vec<_>>(),
             [("4-workers/gssp", 2), ("8-workers/gssp", 1)]
+        );
+    }
+
+    #[test]
+    fn a_run_with_slow_spells_is_simulated_with_them_at_its_own_bounds() {
+        // Two groups of two equal workers with 5x spells: at bound 0 each spell stalls its
+        // partner; the run's bound of 4 rides most of them out; without the spells nobody
+        // waits. The simulation must tell the three apart.
+        let machine = Machine {
+            latency_s: 1e-5,
+            bytes_per_s: 1e10,
+            burst_s: 0.0,
+        };
+        let mut spells = run(100.0, vec![0.01; 4]);
+        spells.straggler_prob = 0.2;
+        spells.straggler_factor = 5.0;
+        let wait = |r: &MeasuredRun| check(r, &machine).predicted_wait_fraction;
+        let steady = MeasuredRun {
+            straggler_prob: 0.0,
+            straggler_factor: 1.0,
+            ..spells.clone()
+        };
+        let ridden = MeasuredRun {
+            staleness: vec![4, 4],
+            ..spells.clone()
+        };
+        assert!(wait(&steady) < 0.05, "{}", wait(&steady));
+        assert!(wait(&spells) > 0.2, "{}", wait(&spells));
+        assert!(
+            wait(&ridden) < 0.6 * wait(&spells),
+            "{} against {}",
+            wait(&ridden),
+            wait(&spells)
+        );
+        assert!(
+            MeasuredRun::mean(&[spells.clone(), steady]).is_err(),
+            "runs with and without spells are different setups"
         );
     }
 }
