@@ -176,7 +176,7 @@ impl MeasuredRun {
                 && r.straggler_factor == first.straggler_factor;
             if !same {
                 anyhow::bail!(
-                    "{} and {} differ in more than their seed (mode, groups or workers)",
+                    "{} and {} differ in more than their seed (mode, groups, bounds, spells or workers)",
                     first.name,
                     r.name
                 );
