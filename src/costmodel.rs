@@ -60,7 +60,12 @@ impl CostModel {
         CostModel {
             params,
             latency_s: latency_us * 1e-6,
-            bytes_per_s: bandwidth_gbps * 1e9 / 8.0,
+            // An emulated link is the network the run sees.
+            bytes_per_s: match cfg.heterogeneity.link_gbps {
+                g if g > 0.0 => g.min(bandwidth_gbps),
+                _ => bandwidth_gbps,
+            } * 1e9
+                / 8.0,
             apply_s_per_param: apply_ns_per_param * 1e-9,
             exchange_bytes,
             exchange_every: cfg.sync.inter_group_every.max(1),

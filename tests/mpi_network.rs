@@ -77,3 +77,91 @@ fn gssp_over_tcp_only_loses_nothing_and_trains() {
     let acc = num(&s, "final_test_accuracy");
     assert!(acc > 0.75, "final_test_accuracy {acc}");
 }
+
+/// Parameters of the base config's MLP (784-32-10).
+const MLP_PARAMS: f64 = (784 * 32 + 32 + 32 * 10 + 10) as f64;
+
+#[test]
+fn an_emulated_link_holds_every_message_for_its_transfer() {
+    // 0.1 Gbit/s: the MLP's 101.8 kB weights take 8.1 ms, far above what shared memory
+    // takes, so each check below fails if that path is not charged to the link.
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let rate = 0.1e9 / 8.0;
+    let weights_s = 4.0 * MLP_PARAMS / rate;
+    let gssp = scratch.train_ok(
+        "link-gssp",
+        6,
+        &[
+            "sync.mode=gssp",
+            "sync.groups=2",
+            "sync.grouping=static",
+            "sync.static_groups=[[2,3],[4,5]]",
+            "compression.kind=dense",
+            "sync.inter_group_every=1",
+            "heterogeneity.link_gbps=0.1",
+            "run.time_budget_s=4",
+        ],
+        Duration::from_secs(300),
+    );
+    // A worker's push holds it for its bytes (comm_s); a server's reply holds it for the
+    // weights (send_s) and can go out no faster than the link carries them.
+    for rank in 2..6 {
+        let log = gssp.rank_csv(rank);
+        for (comm, sent) in log.col("comm_s").iter().zip(log.col("bytes_sent")) {
+            assert!(
+                *comm >= 0.95 * sent / rate,
+                "rank {rank}: a push of {sent} bytes took {comm} s"
+            );
+        }
+    }
+    for server in 0..2 {
+        let log = gssp.rank_csv(server);
+        // Every reply but the two workers' last, the payload-free stop.
+        let send = log.col("send_s");
+        let short = send.iter().filter(|&&s| s < 0.95 * weights_s).count();
+        assert!(
+            short <= 2,
+            "server {server}: {short} replies shorter than {weights_s} s: {send:?}"
+        );
+        let pushes = log.last("pushes");
+        let wall = log.last("time_s");
+        assert!(
+            pushes * weights_s <= 1.05 * wall,
+            "server {server}: {pushes} replies of {weights_s} s in {wall} s"
+        );
+        // Each dense exchange puts the whole model into the one peer's mailbox.
+        let exchange = log.col("exchange_s");
+        let longest = exchange.iter().cloned().fold(0.0, f64::max);
+        assert!(
+            longest >= 0.95 * weights_s,
+            "server {server}: no exchange took a put's {weights_s} s (longest {longest})"
+        );
+    }
+    let error = num(&gssp.summary(), "replica_max_error");
+    assert!(
+        error < 1e-5,
+        "replica_max_error {error}: an update was lost"
+    );
+
+    // allreduce: each rank carries a ring allreduce's share of the gradient, 2 (n-1)/n.
+    let ring = scratch.train_ok(
+        "link-allreduce",
+        2,
+        &[
+            "sync.mode=allreduce",
+            "heterogeneity.link_gbps=0.1",
+            "run.time_budget_s=3",
+        ],
+        Duration::from_secs(300),
+    );
+    // (The allreduce's call, transfer included, is its wait_s.)
+    for rank in 0..2 {
+        let call = ring.rank_csv(rank).col("wait_s");
+        assert!(!call.is_empty(), "rank {rank}: no iterations");
+        assert!(
+            call.iter().all(|&c| c >= 0.95 * weights_s),
+            "rank {rank}: an allreduce shorter than {weights_s} s: {call:?}"
+        );
+    }
+}

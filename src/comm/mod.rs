@@ -10,12 +10,16 @@
 //! * [`Collectives`]: collectives shared by both (import the trait to call them).
 //! * [`p2p`]: parameter-server messaging (nonblocking, reused buffers).
 //! * [`rma`]: one-sided windows (passive target, indexed accumulate).
+//! * [`emulate_link`]: every message above charged to an emulated network link.
 //!
 //! Handles are reference counted: a [`SubComm`] stays valid while a link made from it lives.
 //! Objects that outlive the [`Comm`] skip their MPI clean-up (MPI is finalized by then).
 
+mod emulation;
 pub mod p2p;
 pub mod rma;
+
+pub use emulation::emulate_link;
 
 use mpi::ffi;
 use std::cell::RefCell;
@@ -328,6 +332,7 @@ pub trait Collectives: HasHandle {
     fn allreduce_sum_f32_in_place(&self, data: &mut [f32]) -> Result<(), CommError> {
         let h = self.handle();
         let count = c_count("allreduce_sum_f32_in_place", data.len())?;
+        emulation::hold_allreduce(4 * data.len() as u64, h.size);
         let mut scratch = h.scratch.borrow_mut();
         if scratch.len() < data.len() {
             scratch.resize(data.len(), 0.0);

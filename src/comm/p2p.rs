@@ -348,6 +348,7 @@ impl WorkerLink {
         self.send_buf[2] = loss;
         self.send_buf[HEADER_WORDS..HEADER_WORDS + grad.len()].copy_from_slice(grad);
         let words = HEADER_WORDS + grad.len();
+        super::emulation::hold_send(bytes_of(words));
         // SAFETY: send_buf is owned by self, never resized, and not written again before
         // send_req completes (push waits first; Drop leaks it if still pending).
         unsafe {
@@ -408,6 +409,7 @@ impl WorkerLink {
                 capacity: out.len(),
             });
         }
+        super::emulation::hold_receive(bytes_of(words));
         self.stats.bytes_received += bytes_of(words);
         self.stats.messages_received += 1;
         let version = get_u64(&self.recv_buf[0..2]);
@@ -586,9 +588,10 @@ impl ServerLink {
                 &mut received,
             )
         })?;
+        let words = received_words(&received)?;
+        super::emulation::hold_receive(bytes_of(words));
         let receive_s = mpi::time() - t0;
         let receive_cpu_s = thread_cpu_s() - cpu0;
-        let words = received_words(&received)?;
         let _ = payload_len(words, source)?;
         self.stats.bytes_received += bytes_of(words);
         self.stats.messages_received += 1;
@@ -687,6 +690,7 @@ impl ServerLink {
         for &w in workers {
             self.write_header(w, version, false, staleness(w));
             let dt = self.message_type(w, p, weights.len())?;
+            super::emulation::hold_send(bytes_of(HEADER_WORDS + weights.len()));
             // SAFETY: the header and payload p are owned by self, never resized or moved
             // (their heap buffers stay put), and not written while a send reads them: a
             // worker's header is rewritten only after its send completed (waited above),

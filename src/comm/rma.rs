@@ -327,6 +327,14 @@ impl<T: Element> Drop for Window<T> {
 /// The operations, checked and started; completing them is the caller's job (an epoch's
 /// unlock or a batch's flush), and so is keeping the origin buffers untouched until then.
 impl<T: Element> Window<T> {
+    /// Charges `bytes` sent to `target` to the emulated link, unless the target is this
+    /// rank (nothing crosses a network then).
+    fn charge(&self, target: c_int, bytes: usize) {
+        if usize::try_from(target).ok() != Some(self.comm.rank) {
+            super::emulation::hold_send(bytes as u64);
+        }
+    }
+
     /// `MPI_Accumulate(SUM)` of `values` into `target`'s elements at the scatter's indices.
     ///
     /// # Safety
@@ -353,6 +361,8 @@ impl<T: Element> Window<T> {
             return Ok(());
         };
         let count = c_count("accumulate_scattered", values.len())?;
+        // Each value travels with its 4-byte index.
+        self.charge(target, values.len() * (std::mem::size_of::<T>() + 4));
         // dt addresses only elements < len at the target (checked by `scatter`).
         check(
             "MPI_Accumulate",
@@ -386,6 +396,7 @@ impl<T: Element> Window<T> {
             return Ok(());
         }
         let count = c_count("accumulate_sum", values.len())?;
+        self.charge(target, std::mem::size_of_val(values));
         check(
             "MPI_Accumulate",
             ffi::MPI_Accumulate(
@@ -417,6 +428,7 @@ impl<T: Element> Window<T> {
             return Ok(());
         }
         let count = c_count("put", values.len())?;
+        self.charge(target, std::mem::size_of_val(values));
         check(
             "MPI_Put",
             ffi::MPI_Put(

@@ -453,6 +453,11 @@ pub struct HeterogeneityConfig {
     /// Speed changes during the run, in ascending `at_s` order: a node that becomes slow
     /// (or recovers) mid-run.
     pub changes: Vec<SpeedChange>,
+    /// Emulated network link of every rank, Gbit/s (0 = none: the node's own transport).
+    /// Each message holds its sender for its transfer and queues at a busy receiver
+    /// ([`crate::hetero::EmulatedLink`]), so one node can stand in for a cluster whose
+    /// network is slow against its compute.
+    pub link_gbps: f64,
 }
 
 /// From `at_s` seconds after training starts (the run's clock, the CSV `time_s`), worker
@@ -634,6 +639,7 @@ impl Default for HeterogeneityConfig {
             straggler_prob: 0.0,
             straggler_factor: 1.0,
             changes: Vec::new(),
+            link_gbps: 0.0,
         }
     }
 }

@@ -235,6 +235,7 @@ impl Config {
             h.straggler_prob,
         )?;
         at_least("heterogeneity.straggler_factor", h.straggler_factor, 1.0)?;
+        at_least("heterogeneity.link_gbps", h.link_gbps, 0.0)?;
         for (i, c) in h.changes.iter().enumerate() {
             at_least(&format!("heterogeneity.changes[{i}].at_s"), c.at_s, 0.0)?;
             at_least(&format!("heterogeneity.changes[{i}].factor"), c.factor, 1.0)?;
@@ -590,6 +591,7 @@ mod tests {
             (&["heterogeneity.slowdown=[1]", "heterogeneity.tiers=[{factor=2, workers=1}]"], "heterogeneity.tiers: must be empty when heterogeneity.slowdown is set (use one or the other), got 1 tiers"),
             (&["heterogeneity.unit_s=-1"], "heterogeneity.unit_s: must be >= 0, got -1"),
             (&["heterogeneity.straggler_prob=1.5"], "heterogeneity.straggler_prob: must be in [0, 1], got 1.5"),
+            (&["heterogeneity.link_gbps=-1"], "heterogeneity.link_gbps: must be >= 0, got -1"),
             (&["heterogeneity.straggler_factor=0.5"], "heterogeneity.straggler_factor: must be >= 1, got 0.5"),
             (&["heterogeneity.changes=[{at_s=-1, worker=0, factor=2}]"], "heterogeneity.changes[0].at_s: must be >= 0, got -1"),
             (&["heterogeneity.changes=[{at_s=1, worker=0, factor=0.5}]"], "heterogeneity.changes[0].factor: must be >= 1, got 0.5"),

@@ -52,6 +52,7 @@ pub fn run(
     resume: Option<&Resume>,
 ) -> Result<Option<Summary>> {
     crate::backend::cpu::set_threads(cfg.run.threads);
+    crate::comm::emulate_link(cfg.heterogeneity.link_gbps);
     let device = comm.fatal_on_all(crate::backend::select(cfg.device.kind))?;
     let backend: Result<RankBackend> = match device {
         crate::backend::Device::Cpu => Ok(RankBackend::Cpu),
