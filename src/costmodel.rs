@@ -51,6 +51,13 @@ impl CostModel {
             bandwidth_gbps,
             apply_ns_per_param,
         } = cfg.cluster;
+        // An emulated link is the network the run sees.
+        let link = cfg.heterogeneity.link_gbps;
+        let network_gbps = if link > 0.0 {
+            link.min(bandwidth_gbps)
+        } else {
+            bandwidth_gbps
+        };
         let c = &cfg.compression;
         let exchange_bytes = match c.kind {
             CompressionKind::Dense => 4.0 * params as f64,
@@ -60,12 +67,7 @@ impl CostModel {
         CostModel {
             params,
             latency_s: latency_us * 1e-6,
-            // An emulated link is the network the run sees.
-            bytes_per_s: match cfg.heterogeneity.link_gbps {
-                g if g > 0.0 => g.min(bandwidth_gbps),
-                _ => bandwidth_gbps,
-            } * 1e9
-                / 8.0,
+            bytes_per_s: network_gbps * 1e9 / 8.0,
             apply_s_per_param: apply_ns_per_param * 1e-9,
             exchange_bytes,
             exchange_every: cfg.sync.inter_group_every.max(1),

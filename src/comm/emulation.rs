@@ -20,12 +20,12 @@ pub fn emulate_link(gbps: f64) {
     *LINK.lock().unwrap_or_else(|e| e.into_inner()) = link;
 }
 
-/// Applies `hold` to the link, if one is emulated, and sleeps for what it returns.
-fn hold(hold: impl FnOnce(&mut EmulatedLink, f64) -> f64) {
+/// Applies `rule` to the link, if one is emulated, and sleeps for what it returns.
+fn hold(rule: impl FnOnce(&mut EmulatedLink, f64) -> f64) {
     let seconds = {
         let mut guard = LINK.lock().unwrap_or_else(|e| e.into_inner());
         match guard.as_mut() {
-            Some((start, link)) => hold(link, start.elapsed().as_secs_f64()),
+            Some((start, link)) => rule(link, start.elapsed().as_secs_f64()),
             None => return,
         }
     };
