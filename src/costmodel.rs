@@ -92,6 +92,11 @@ impl CostModel {
         bytes / self.bytes_per_s
     }
 
+    /// Seconds one reply (the whole model, 4 bytes a value) takes on a server's link.
+    pub fn weights_s(&self) -> f64 {
+        self.transfer_s(4.0 * self.params as f64)
+    }
+
     /// Seconds a group server works per push with `groups` groups: the gradient in, its
     /// apply, the weights out, and its share of an exchange.
     pub fn server_s_per_push(&self, groups: usize) -> f64 {

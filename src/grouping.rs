@@ -196,22 +196,37 @@ pub const AUTO_STALENESS_MAX: usize = 8;
 ///
 /// A worker held up for d seconds stalls its group unless the others may run d / t of
 /// their own iterations (t seconds each) ahead of it, and the bound is how far ahead they
-/// may run. So each group gets the longest delay any of its workers showed while profiled
-/// (its slowest iteration minus its median, `worst[w] - times[w]`), counted in the group's
-/// fastest median iterations, less [`AUTO_JITTER`], rounded up, at most
-/// [`AUTO_STALENESS_MAX`]: `s_g = ceil(max_w (worst_w - t_w) / min_w t_w - AUTO_JITTER)`.
-/// Steady workers get 0 (pure BSP inside the group, the freshest gradients); workers with
-/// slow spells get a bound that rides them out. `groups` hold worker indices into `times`
-/// and `worst`.
-pub fn auto_staleness(times: &[f64], worst: &[f64], groups: &[Vec<usize>]) -> Vec<usize> {
+/// may run. Two delays hold a worker up:
+/// - the longest any of the group's workers showed while profiled (its slowest iteration
+///   minus its median, `worst[w] - times[w]`), a slow spell;
+/// - the release burst: a group released together gets its n replies one after another on
+///   its server's link, so the last starts `(n - 1) * reply_s` after the first (`reply_s`,
+///   one reply's transfer, from the cost model's network; on a 0.5 Gbit/s link LeNet-5's
+///   four replies left the last worker 12 ms behind in a 30 ms iteration, and at bound 0
+///   that lag recurs every round).
+///
+/// The group gets the larger, counted in its fastest median iterations, less
+/// [`AUTO_JITTER`], rounded up, at most [`AUTO_STALENESS_MAX`]:
+/// `s_g = ceil(max(max_w (worst_w - t_w), (n_g - 1) reply_s) / min_w t_w - AUTO_JITTER)`.
+/// Steady workers on a fast network get 0 (pure BSP inside the group, the freshest
+/// gradients); workers with slow spells, or a link slow against their iterations, get a
+/// bound that rides the delay out. `groups` hold worker indices into `times` and `worst`.
+pub fn auto_staleness(
+    times: &[f64],
+    worst: &[f64],
+    groups: &[Vec<usize>],
+    reply_s: f64,
+) -> Vec<usize> {
     groups
         .iter()
         .map(|g| {
             let fastest = g.iter().map(|&w| times[w]).fold(f64::INFINITY, f64::min);
-            let delay = g
+            let spell = g
                 .iter()
                 .map(|&w| (worst[w] - times[w]).max(0.0))
                 .fold(0.0, f64::max);
+            let burst = g.len().saturating_sub(1) as f64 * reply_s.max(0.0);
+            let delay = spell.max(burst);
             if fastest.is_nan() || fastest <= 0.0 || !delay.is_finite() {
                 return AUTO_STALENESS_MAX;
             }
@@ -349,20 +364,40 @@ mod tests {
         let worst = [0.12, 0.11, 0.5, 0.1, 0.2, 0.65, 1.01];
         let groups = vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6]];
         assert_eq!(
-            auto_staleness(&times, &worst, &groups),
+            auto_staleness(&times, &worst, &groups, 0.0),
             vec![0, 4, 1, AUTO_STALENESS_MAX]
         );
     }
 
     #[test]
+    fn auto_staleness_rides_out_a_release_burst_on_a_slow_link() {
+        // Four steady 30 ms workers; each reply takes 4 ms (LeNet-5 at 0.5 Gbit/s): the last
+        // of a released group starts 12 ms late, 0.4 iteration -> 1. Steady 120 ms workers
+        // lag 0.1 iteration -> 0, as does a fast network; a slow spell longer than the
+        // burst decides.
+        let steady = [0.03, 0.03, 0.03, 0.03, 0.12, 0.12, 0.12, 0.12];
+        let groups = vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]];
+        assert_eq!(auto_staleness(&steady, &steady, &groups, 0.004), vec![1, 0]);
+        assert_eq!(
+            auto_staleness(&steady, &steady, &groups, 2.5e-5),
+            vec![0, 0]
+        );
+        let mut spells = steady;
+        spells[1] = 0.15;
+        assert_eq!(auto_staleness(&steady, &spells, &groups, 0.004), vec![4, 0]);
+        // A worker alone waits for nobody's reply but its own.
+        assert_eq!(auto_staleness(&[0.03], &[0.03], &[vec![0]], 0.1), vec![0]);
+    }
+
+    #[test]
     fn auto_staleness_rounds_up_past_the_jitter_allowance() {
         // 0.3 of an iteration late: beyond the 0.25 jitter allowance, so one iteration.
-        assert_eq!(auto_staleness(&[1.0], &[1.3], &[vec![0]]), vec![1]);
+        assert_eq!(auto_staleness(&[1.0], &[1.3], &[vec![0]], 0.0), vec![1]);
         // Exactly the allowance: none.
-        assert_eq!(auto_staleness(&[1.0], &[1.25], &[vec![0]]), vec![0]);
+        assert_eq!(auto_staleness(&[1.0], &[1.25], &[vec![0]], 0.0), vec![0]);
         // A worker that was never slower than its median (worst = median): none.
         assert_eq!(
-            auto_staleness(&[0.5, 0.5], &[0.5, 0.5], &[vec![0, 1]]),
+            auto_staleness(&[0.5, 0.5], &[0.5, 0.5], &[vec![0, 1]], 0.0),
             vec![0]
         );
     }
@@ -371,11 +406,11 @@ mod tests {
     fn auto_staleness_of_degenerate_profiles_is_the_cap() {
         // A zero-time worker (nothing to count in) or a non-finite sample: the cap, not a panic.
         assert_eq!(
-            auto_staleness(&[0.0], &[0.1], &[vec![0]]),
+            auto_staleness(&[0.0], &[0.1], &[vec![0]], 0.0),
             vec![AUTO_STALENESS_MAX]
         );
         assert_eq!(
-            auto_staleness(&[0.1], &[f64::INFINITY], &[vec![0]]),
+            auto_staleness(&[0.1], &[f64::INFINITY], &[vec![0]], 0.0),
             vec![AUTO_STALENESS_MAX]
         );
     }

@@ -63,6 +63,10 @@ pub struct BenchRow {
     /// `time_to_target_s` is their median, a run that never got there counting as slowest,
     /// and the other figures are means.
     pub time_to_target_s_runs: Vec<Option<f64>>,
+    /// Runs of this row that diverged (a non-finite gradient or loss stopped them): their
+    /// time to target counts as never, and the other figures are the means of the rest.
+    #[serde(default)]
+    pub diverged_runs: usize,
     pub run_dir: String,
 }
 
@@ -182,15 +186,22 @@ pub fn run_all(
         let dir = out.join(&v.name);
         let overrides: Vec<String> = common.iter().chain(&v.overrides).cloned().collect();
         let t = Instant::now();
-        launch(&Job {
+        let launched = launch(&Job {
             name: &v.name,
             config,
             ranks: Some(v.ranks),
             overrides: &overrides,
             dir: &dir,
             timeout_s: job_timeout_s,
-        })?;
-        let row = read_row(&v.name, v.ranks, &dir)?;
+        });
+        let row = match launched {
+            Ok(()) => read_row(&v.name, v.ranks, &dir)?,
+            Err(e) if diverged(&dir) => {
+                eprintln!("bench: {} diverged: {e:#}", v.name);
+                diverged_row(&v.name, v.ranks, config, &overrides, &dir)?
+            }
+            Err(e) => return Err(e),
+        };
         eprintln!(
             "bench: {} done in {:.0} s: time to target {}, accuracy {:.2}%",
             v.name,
@@ -218,6 +229,65 @@ fn ompi_info_text() -> String {
 fn one_sided_components(chosen: Option<&str>, ompi_info: &str) -> Option<&'static str> {
     let has_pt2pt = ompi_info.lines().any(|l| l.contains("MCA osc: pt2pt"));
     (chosen.is_none() && has_pt2pt).then_some("sm,pt2pt")
+}
+
+/// Whether the run in `dir` stopped because its training diverged: a server names a
+/// non-finite push (`sync::server`) before it aborts the job.
+fn diverged(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("mpirun.log"))
+        .is_ok_and(|log| log.contains("pushed a non-finite"))
+}
+
+/// The row of a run that diverged: its seed, and the time it reached the target before
+/// that if it did (from its `eval.csv`); no other figure exists.
+fn diverged_row(
+    name: &str,
+    ranks: usize,
+    config: &Path,
+    overrides: &[String],
+    dir: &Path,
+) -> Result<BenchRow> {
+    let cfg = crate::config::Config::load(config, overrides)
+        .with_context(|| format!("{}", config.display()))?;
+    let evals = std::fs::read_to_string(dir.join("eval.csv")).unwrap_or_default();
+    let reached = time_reaching(&evals, cfg.run.target_accuracy);
+    Ok(BenchRow {
+        mode: name.into(),
+        ranks,
+        time_to_target_s: reached,
+        accuracy_at_budget: 0.0,
+        final_test_loss: 0.0,
+        mean_wait_fraction: 0.0,
+        bytes_inter_group: 0,
+        bytes_sent: 0,
+        wall_s: 0.0,
+        images_per_s: 0.0,
+        epochs: 0.0,
+        exchange_share_of_busy: None,
+        max_exchange_share_of_busy: None,
+        exchange_share_of_busy_cpu: None,
+        server_busy_fraction: None,
+        mean_push_staleness: None,
+        replica_max_error: None,
+        gssp_speedup: None,
+        seeds: vec![cfg.run.seed],
+        time_to_target_s_runs: vec![reached],
+        diverged_runs: 1,
+        run_dir: dir.display().to_string(),
+    })
+}
+
+/// The first `time_s` of an `eval.csv` whose `test_accuracy` reaches `target`.
+fn time_reaching(eval_csv: &str, target: f64) -> Option<f64> {
+    let mut lines = eval_csv.lines();
+    let header: Vec<&str> = lines.next()?.split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name);
+    let (t, acc) = (col("time_s")?, col("test_accuracy")?);
+    lines.find_map(|line| {
+        let fields: Vec<&str> = line.split(',').collect();
+        let number = |i: usize| fields.get(i)?.trim().parse::<f64>().ok();
+        (number(acc)? >= target).then(|| number(t)).flatten()
+    })
 }
 
 fn read_row(name: &str, ranks: usize, dir: &Path) -> Result<BenchRow> {
@@ -248,6 +318,7 @@ fn read_row(name: &str, ranks: usize, dir: &Path) -> Result<BenchRow> {
         gssp_speedup: None,
         seeds: vec![s.seed],
         time_to_target_s_runs: vec![s.time_to_target_s],
+        diverged_runs: 0,
         run_dir: dir.display().to_string(),
     })
 }
@@ -292,6 +363,14 @@ pub fn finish_table(rows: &mut [BenchRow], reference: Option<&str>, out: &Path) 
                 (Some(_), Some(x)) => format!("{x:.2}"),
                 (Some(_), None) => "-".into(),
             }
+        );
+    }
+    for r in rows.iter().filter(|r| r.diverged_runs > 0) {
+        println!(
+            "{}: {} of {} run(s) diverged (a non-finite push stopped them); their time to target counts as never unless reached before",
+            r.mode,
+            r.diverged_runs,
+            r.seeds.len()
         );
     }
     for r in rows.iter() {
@@ -442,7 +521,16 @@ pub fn combine_runs(runs: &[Vec<BenchRow>]) -> Result<Vec<BenchRow>> {
                     .with_context(|| format!("runs disagree on mode {}", base.mode))
             })
             .collect::<Result<_>>()?;
-        let weight = |r: &BenchRow| r.seeds.len().max(1) as f64;
+        // A diverged run has no figures but its time; when every run diverged, the zeros.
+        let finished = |r: &BenchRow| r.seeds.len().saturating_sub(r.diverged_runs) as f64;
+        let any_finished = same.iter().any(|r| finished(r) > 0.0);
+        let weight = |r: &BenchRow| {
+            if any_finished {
+                finished(r)
+            } else {
+                r.seeds.len().max(1) as f64
+            }
+        };
         let mean_of = |f: &dyn Fn(&BenchRow) -> f64| {
             let total: f64 = same.iter().map(|r| weight(r)).sum();
             same.iter().map(|r| weight(r) * f(r)).sum::<f64>() / total
@@ -483,6 +571,7 @@ pub fn combine_runs(runs: &[Vec<BenchRow>]) -> Result<Vec<BenchRow>> {
             gssp_speedup: None,
             seeds: same.iter().flat_map(|r| r.seeds.clone()).collect(),
             time_to_target_s_runs: times,
+            diverged_runs: same.iter().map(|r| r.diverged_runs).sum(),
             run_dir: same
                 .iter()
                 .map(|r| r.run_dir.as_str())
@@ -747,8 +836,57 @@ mod tests {
             gssp_speedup: None,
             seeds: vec![seed],
             time_to_target_s_runs: vec![t],
+            diverged_runs: 0,
             run_dir: format!("d{seed}/{mode}"),
         }
+    }
+
+    #[test]
+    fn a_diverged_run_counts_as_never_and_leaves_the_means_to_the_others() {
+        let mut bad = row("asp-dc", 3, None, 0.0);
+        bad.diverged_runs = 1;
+        bad.images_per_s = 0.0;
+        let runs = vec![
+            vec![row("asp-dc", 1, Some(30.0), 0.98)],
+            vec![row("asp-dc", 2, Some(40.0), 0.96)],
+            vec![bad],
+        ];
+        let r = &combine_runs(&runs).unwrap()[0];
+        assert_eq!(r.diverged_runs, 1);
+        assert_eq!(r.seeds, vec![1, 2, 3]);
+        assert_eq!(r.time_to_target_s_runs, vec![Some(30.0), Some(40.0), None]);
+        assert_eq!(r.time_to_target_s, Some(40.0));
+        assert!((r.accuracy_at_budget - 0.97).abs() < 1e-12);
+        assert!((r.images_per_s - 1000.0).abs() < 1e-9);
+        // Every run diverged: nothing else to average.
+        let mut all = row("asp", 1, None, 0.0);
+        all.diverged_runs = 1;
+        let r = &combine_runs(&[vec![all]]).unwrap()[0];
+        assert_eq!((r.diverged_runs, r.time_to_target_s), (1, None));
+    }
+
+    #[test]
+    fn a_diverged_run_is_told_by_its_log_and_timed_by_its_evaluations() {
+        let dir = std::env::temp_dir().join(format!("gssp-diverged-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("mpirun.log"), "error: rank 0: mpirun exited").unwrap();
+        assert!(!diverged(&dir));
+        std::fs::write(
+            dir.join("mpirun.log"),
+            "Error: rank 0: worker 10 (rank 11) pushed a non-finite gradient (entry 2797 is NaN)",
+        )
+        .unwrap();
+        assert!(diverged(&dir));
+        assert!(!diverged(&dir.join("absent")));
+        std::fs::remove_dir_all(&dir).unwrap();
+        let evals = "time_s,epoch,iteration,test_loss,test_accuracy\n\
+                     3.0,0.1,10,0.5,0.90\n\
+                     6.0,0.2,20,0.1,0.981\n\
+                     9.0,0.3,30,NaN,0.098\n";
+        assert_eq!(time_reaching(evals, 0.98), Some(6.0));
+        assert_eq!(time_reaching(evals, 0.99), None);
+        assert_eq!(time_reaching("", 0.98), None);
+        assert_eq!(time_reaching("time_s,loss\n1.0,0.3\n", 0.98), None);
     }
 
     #[test]

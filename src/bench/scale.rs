@@ -292,6 +292,7 @@ mod tests {
             gssp_speedup: None,
             seeds: vec![1],
             time_to_target_s_runs: vec![t],
+            diverged_runs: 0,
             run_dir: String::new(),
         };
         let sizes = [

@@ -16,6 +16,7 @@
 //! Objects that outlive the [`Comm`] skip their MPI clean-up (MPI is finalized by then).
 
 mod emulation;
+mod idle;
 pub mod p2p;
 pub mod rma;
 
@@ -454,6 +455,13 @@ impl Comm {
         })?;
         // SAFETY: reading an extern constant.
         let handle = CommHandle::new(unsafe { ffi::RSMPI_COMM_WORLD }, false)?;
+        let sleeps = idle::choose_from_env().map_err(|detail| CommError::Invalid {
+            what: "GSSP_IDLE_WAIT",
+            detail,
+        })?;
+        if sleeps && handle.rank == 0 {
+            log::info!("more ranks than cores on this node: waiting ranks sleep between polls");
+        }
         Ok(Comm {
             handle,
             _universe: universe,

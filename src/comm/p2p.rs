@@ -184,10 +184,21 @@ fn wait(req: &mut ffi::MPI_Request, waited: &mut f64) -> Result<ffi::MPI_Status,
     let mut status = empty_status();
     if is_active(*req) {
         let t0 = mpi::time();
-        // SAFETY: req is a request handle owned by the caller; status is a valid out-pointer.
-        let rc = unsafe { ffi::MPI_Wait(req, &mut status) };
-        *waited += mpi::time() - t0;
-        check("MPI_Wait", rc)?;
+        if super::idle::sleeping() {
+            loop {
+                if let Some(done) = test(req)? {
+                    status = done;
+                    break;
+                }
+                super::idle::pause();
+            }
+            *waited += mpi::time() - t0;
+        } else {
+            // SAFETY: req is a request handle owned by the caller; status is a valid out-pointer.
+            let rc = unsafe { ffi::MPI_Wait(req, &mut status) };
+            *waited += mpi::time() - t0;
+            check("MPI_Wait", rc)?;
+        }
     }
     Ok(status)
 }
@@ -633,8 +644,9 @@ impl ServerLink {
         self.receive(message, &status).map(Some)
     }
 
-    /// Blocks until a push arrives (`MPI_Mprobe`, the time counted as waiting) and receives it;
-    /// `None` when every worker is retired.
+    /// Blocks until a push arrives (`MPI_Mprobe`, or polls of `MPI_Improbe` where waits
+    /// sleep, [`super::idle`]; the time counted as waiting) and receives it; `None` when every
+    /// worker is retired.
     pub fn wait_push(&mut self) -> Result<Option<PushRef<'_>>, CommError> {
         if self.active == 0 {
             return Ok(None);
@@ -643,15 +655,36 @@ impl ServerLink {
         let mut message = unsafe { ffi::RSMPI_MESSAGE_NULL };
         let mut status = empty_status();
         let t0 = mpi::time();
-        // SAFETY: the communicator is alive (held by self); out-pointers are valid.
-        let rc = unsafe {
-            ffi::MPI_Mprobe(
-                ffi::RSMPI_ANY_SOURCE,
-                TAG_PUSH,
-                self.comm.raw,
-                &mut message,
-                &mut status,
-            )
+        let rc = if super::idle::sleeping() {
+            loop {
+                let mut flag: c_int = 0;
+                // SAFETY: the communicator is alive (held by self); out-pointers are valid.
+                let rc = unsafe {
+                    ffi::MPI_Improbe(
+                        ffi::RSMPI_ANY_SOURCE,
+                        TAG_PUSH,
+                        self.comm.raw,
+                        &mut flag,
+                        &mut message,
+                        &mut status,
+                    )
+                };
+                if rc != ffi::MPI_SUCCESS as c_int || flag != 0 {
+                    break rc;
+                }
+                super::idle::pause();
+            }
+        } else {
+            // SAFETY: the communicator is alive (held by self); out-pointers are valid.
+            unsafe {
+                ffi::MPI_Mprobe(
+                    ffi::RSMPI_ANY_SOURCE,
+                    TAG_PUSH,
+                    self.comm.raw,
+                    &mut message,
+                    &mut status,
+                )
+            }
         };
         self.stats.wait_seconds += mpi::time() - t0;
         check("MPI_Mprobe", rc)?;

@@ -263,7 +263,7 @@ pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Pla
     let mut gssp = Vec::new();
     for &g in opts.group_counts.iter().filter(|&&g| (1..=n).contains(&g)) {
         let groups = groups_for(&work.times, &spreads, g)?;
-        let bounds = gssp_bounds(work, &groups, opts.gssp_staleness);
+        let bounds = gssp_bounds(work, &groups, opts.gssp_staleness, cost.weights_s());
         let o = ps(
             groups,
             bounds.iter().map(|&b| Some(b)).collect(),
@@ -292,8 +292,14 @@ pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Pla
 
 /// Each gssp group's SSP bound under `staleness`. For `"auto"`, the run's rule on the
 /// simulated workers: a worker's slowest profiled iteration is a transient straggler's
-/// (`straggler_factor` times its own) where stragglers occur, else its own.
-fn gssp_bounds(work: &Workload, groups: &[Vec<usize>], staleness: Staleness) -> Vec<usize> {
+/// (`straggler_factor` times its own) where stragglers occur, else its own; a reply takes
+/// `reply_s`.
+fn gssp_bounds(
+    work: &Workload,
+    groups: &[Vec<usize>],
+    staleness: Staleness,
+    reply_s: f64,
+) -> Vec<usize> {
     match staleness {
         Staleness::Bound(s) => vec![s; groups.len()],
         Staleness::Auto => {
@@ -303,7 +309,7 @@ fn gssp_bounds(work: &Workload, groups: &[Vec<usize>], staleness: Staleness) -> 
                 1.0
             };
             let worst: Vec<f64> = work.times.iter().map(|t| t * spell).collect();
-            crate::grouping::auto_staleness(&work.times, &worst, groups)
+            crate::grouping::auto_staleness(&work.times, &worst, groups, reply_s)
         }
     }
 }

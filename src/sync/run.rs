@@ -175,7 +175,7 @@ fn run_on<B: Backend>(
                     .iter()
                     .map(|g| g.iter().map(index).collect())
                     .collect();
-                grouping::auto_staleness(times, worst, &groups)
+                grouping::auto_staleness(times, worst, &groups, model.weights_s())
             }
             (s, _, _) => vec![s.bound().unwrap_or(0); formed.groups.len()],
         };
