@@ -607,10 +607,20 @@ pub fn median_time(times: &[Option<f64>]) -> Option<f64> {
 /// `gssp report` over the runs of `rows` into `out/report` (speed-ups against `baseline`,
 /// else the first run).
 fn write_report(rows: &[BenchRow], baseline: Option<&str>, out: &Path) -> Result<()> {
+    // A diverged run left no summary to report.
+    let runs: Vec<PathBuf> = rows
+        .iter()
+        .filter(|r| r.diverged_runs == 0)
+        .map(|r| PathBuf::from(&r.run_dir))
+        .collect();
+    if runs.is_empty() {
+        return Ok(());
+    }
+    let reported = |mode: &str| rows.iter().any(|r| r.mode == mode && r.diverged_runs == 0);
     let path = crate::report::run(&crate::report::Options {
-        runs: rows.iter().map(|r| PathBuf::from(&r.run_dir)).collect(),
+        runs,
         out: out.join("report"),
-        baseline: baseline.map(String::from),
+        baseline: baseline.filter(|b| reported(b)).map(String::from),
         window: None,
         budget_s: None,
     })?;
