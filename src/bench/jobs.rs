@@ -279,15 +279,11 @@ fn diverged_row(
 
 /// The first `time_s` of an `eval.csv` whose `test_accuracy` reaches `target`.
 fn time_reaching(eval_csv: &str, target: f64) -> Option<f64> {
-    let mut lines = eval_csv.lines();
-    let header: Vec<&str> = lines.next()?.split(',').collect();
-    let col = |name: &str| header.iter().position(|h| *h == name);
-    let (t, acc) = (col("time_s")?, col("test_accuracy")?);
-    lines.find_map(|line| {
-        let fields: Vec<&str> = line.split(',').collect();
-        let number = |i: usize| fields.get(i)?.trim().parse::<f64>().ok();
-        (number(acc)? >= target).then(|| number(t)).flatten()
-    })
+    crate::report::read::parse_evals(eval_csv)
+        .ok()?
+        .into_iter()
+        .find(|e| e.test_accuracy >= target)
+        .map(|e| e.time_s)
 }
 
 fn read_row(name: &str, ranks: usize, dir: &Path) -> Result<BenchRow> {

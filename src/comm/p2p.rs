@@ -623,6 +623,52 @@ impl ServerLink {
         if self.active == 0 {
             return Ok(None);
         }
+        match self.probe_push()? {
+            Some((message, status)) => self.receive(message, &status).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Blocks until a push arrives (`MPI_Mprobe`, or polls of `MPI_Improbe` where waits
+    /// sleep, [`super::idle`]; the time counted as waiting) and receives it; `None` when every
+    /// worker is retired.
+    pub fn wait_push(&mut self) -> Result<Option<PushRef<'_>>, CommError> {
+        if self.active == 0 {
+            return Ok(None);
+        }
+        let t0 = mpi::time();
+        let probed = if super::idle::sleeping() {
+            loop {
+                match self.probe_push() {
+                    Ok(None) => super::idle::pause(),
+                    done => break done,
+                }
+            }
+        } else {
+            // SAFETY: reading an extern constant.
+            let mut message = unsafe { ffi::RSMPI_MESSAGE_NULL };
+            let mut status = empty_status();
+            // SAFETY: the communicator is alive (held by self); out-pointers are valid.
+            let rc = unsafe {
+                ffi::MPI_Mprobe(
+                    ffi::RSMPI_ANY_SOURCE,
+                    TAG_PUSH,
+                    self.comm.raw,
+                    &mut message,
+                    &mut status,
+                )
+            };
+            check("MPI_Mprobe", rc).map(|()| Some((message, status)))
+        };
+        self.stats.wait_seconds += mpi::time() - t0;
+        match probed? {
+            Some((message, status)) => self.receive(message, &status).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The next push that has arrived, matched but not yet received (`MPI_Improbe`).
+    fn probe_push(&self) -> Result<Option<(ffi::MPI_Message, ffi::MPI_Status)>, CommError> {
         let mut flag: c_int = 0;
         // SAFETY: reading an extern constant.
         let mut message = unsafe { ffi::RSMPI_MESSAGE_NULL };
@@ -638,57 +684,7 @@ impl ServerLink {
                 &mut status,
             )
         })?;
-        if flag == 0 {
-            return Ok(None);
-        }
-        self.receive(message, &status).map(Some)
-    }
-
-    /// Blocks until a push arrives (`MPI_Mprobe`, or polls of `MPI_Improbe` where waits
-    /// sleep, [`super::idle`]; the time counted as waiting) and receives it; `None` when every
-    /// worker is retired.
-    pub fn wait_push(&mut self) -> Result<Option<PushRef<'_>>, CommError> {
-        if self.active == 0 {
-            return Ok(None);
-        }
-        // SAFETY: reading an extern constant.
-        let mut message = unsafe { ffi::RSMPI_MESSAGE_NULL };
-        let mut status = empty_status();
-        let t0 = mpi::time();
-        let rc = if super::idle::sleeping() {
-            loop {
-                let mut flag: c_int = 0;
-                // SAFETY: the communicator is alive (held by self); out-pointers are valid.
-                let rc = unsafe {
-                    ffi::MPI_Improbe(
-                        ffi::RSMPI_ANY_SOURCE,
-                        TAG_PUSH,
-                        self.comm.raw,
-                        &mut flag,
-                        &mut message,
-                        &mut status,
-                    )
-                };
-                if rc != ffi::MPI_SUCCESS as c_int || flag != 0 {
-                    break rc;
-                }
-                super::idle::pause();
-            }
-        } else {
-            // SAFETY: the communicator is alive (held by self); out-pointers are valid.
-            unsafe {
-                ffi::MPI_Mprobe(
-                    ffi::RSMPI_ANY_SOURCE,
-                    TAG_PUSH,
-                    self.comm.raw,
-                    &mut message,
-                    &mut status,
-                )
-            }
-        };
-        self.stats.wait_seconds += mpi::time() - t0;
-        check("MPI_Mprobe", rc)?;
-        self.receive(message, &status).map(Some)
+        Ok((flag != 0).then_some((message, status)))
     }
 
     /// Sends Weights{version, staleness, weights} to every worker index in `workers`, with
