@@ -747,11 +747,11 @@ fn validate_plan(
     save: Option<&Path>,
 ) -> anyhow::Result<()> {
     use gssp::plan::measured::{check, MeasuredRun};
-    let measured = MeasuredRun::means(
-        runs.iter()
-            .map(|d| MeasuredRun::from_dir(d))
-            .collect::<anyhow::Result<Vec<_>>>()?,
-    )?;
+    let each = runs
+        .iter()
+        .map(|d| MeasuredRun::from_dir(d))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let measured = MeasuredRun::means(each.clone())?;
     println!(
         "| run | seeds | images/s measured | predicted | error | wait measured | predicted | error |"
     );
@@ -771,7 +771,9 @@ fn validate_plan(
         );
     }
     if let Some(path) = save {
-        let fixture = serde_json::json!({ "machine": machine, "runs": measured });
+        // Every seed's run, not the means: the test averages them as above, and the
+        // spread between seeds stays on record.
+        let fixture = serde_json::json!({ "machine": machine, "runs": each });
         std::fs::write(path, serde_json::to_string_pretty(&fixture)? + "\n")
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
         println!("fixture: {}", path.display());

@@ -483,3 +483,71 @@ fn full_disk_is_a_clear_error_and_leaves_no_half_written_model() {
             .unwrap_or("")
     );
 }
+
+/// `gssp bench configs` records a config whose run diverges as FAILED with its error and
+/// still runs the next one; the command fails at the end, naming the failed config.
+#[test]
+fn bench_configs_records_a_diverged_run_and_goes_on() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let base = base_toml().replace("epochs = 5.0", "epochs = 0.5\ntarget_accuracy = 0.5");
+    let diverges = scratch.config(
+        "a_diverges",
+        &format!(
+            "# ranks: 3\n{}\n[sync]\nmode = \"asp\"\n",
+            base.replace("lr = 0.1", "lr = 1e6")
+        ),
+    );
+    let fine = scratch.config("b_fine", &base);
+    let out = scratch.out("configs");
+    let o = std::process::Command::new(common::gssp_bin())
+        .env("RUST_LOG", "warn")
+        .args(["bench", "configs"])
+        .arg(&diverges)
+        .arg(&fine)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("start gssp bench configs");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "a failed config must fail the check");
+    assert!(
+        stderr.contains("failed or missed their target accuracy")
+            && stderr.contains("a_diverges.toml")
+            && !stderr.contains("b_fine.toml"),
+        "{stderr}"
+    );
+    let text = std::fs::read_to_string(out.join("configs.json")).expect("configs.json written");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+    assert_eq!(rows.len(), 2, "both configs checked: {text}");
+    let error = rows[0]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("non-finite"),
+        "the divergence is named: {text}"
+    );
+    assert_eq!(rows[0]["passed"], false);
+    assert!(rows[0]["final_test_accuracy"].is_null(), "{text}");
+    assert_eq!(rows[1]["passed"], true, "{text}");
+    assert!(rows[1]["error"].is_null(), "{text}");
+}
+
+/// A bad config among several stops `gssp bench configs` before anything runs.
+#[test]
+fn bench_configs_checks_every_file_before_running() {
+    let scratch = Scratch::new();
+    let fine = scratch.config("fine", &base_toml());
+    let bad = scratch.config("bad", &base_toml().replace("lr = 0.1", "lr = -1.0"));
+    let out = scratch.out("configs");
+    let o = std::process::Command::new(common::gssp_bin())
+        .args(["bench", "configs"])
+        .arg(&fine)
+        .arg(&bad)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("start gssp bench configs");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(stderr.contains("optim.lr: must be > 0"), "{stderr}");
+    assert!(!out.join("fine").exists(), "ran before checking: {stderr}");
+}

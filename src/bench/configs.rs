@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::jobs::{launch, Job};
+use super::jobs::{divergence, launch, Job};
 use crate::config::Config;
 
 /// The comment lines before the first non-comment, non-blank line.
@@ -50,13 +50,35 @@ pub struct ConfigCheck {
     pub ranks: usize,
     pub mode: String,
     pub target_accuracy: f64,
-    pub final_test_accuracy: f64,
+    /// `None` when the run failed before its final evaluation.
+    pub final_test_accuracy: Option<f64>,
     /// The last evaluation before the final model's (snapshot or periodic evaluation).
     pub last_snapshot_accuracy: Option<f64>,
     pub time_to_target_s: Option<f64>,
-    pub wall_s: f64,
+    pub wall_s: Option<f64>,
     pub passed: bool,
+    /// Why the run failed (a diverged or dead job), `None` when it finished.
+    pub error: Option<String>,
     pub run_dir: String,
+}
+
+impl ConfigCheck {
+    /// The row of a run with no summary: failed, with what its evaluations show.
+    fn unfinished(p: &Planned, target: f64, eval_csv: &str, dir: &Path) -> ConfigCheck {
+        ConfigCheck {
+            config: p.path.display().to_string(),
+            ranks: p.ranks.unwrap_or(1),
+            mode: p.cfg.sync.mode.to_string(),
+            target_accuracy: target,
+            final_test_accuracy: None,
+            last_snapshot_accuracy: last_snapshot_accuracy(eval_csv),
+            time_to_target_s: None,
+            wall_s: None,
+            passed: false,
+            error: None,
+            run_dir: dir.display().to_string(),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -78,58 +100,99 @@ fn last_snapshot_accuracy(eval_csv: &str) -> Option<f64> {
     row.split(',').nth(col)?.parse().ok()
 }
 
+/// A config ready to run: its file, parsed settings, `# ranks` and run directory name.
+struct Planned<'a> {
+    path: &'a Path,
+    cfg: Config,
+    ranks: Option<usize>,
+    stem: &'a str,
+}
+
+/// Reads and validates `path` before anything runs, so a bad file stops the check at once.
+fn plan(path: &Path) -> Result<Planned<'_>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let ranks = declared_ranks(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let cfg = Config::load(path, &[])?;
+    cfg.validate_for_world(ranks.unwrap_or(1))
+        .with_context(|| format!("{}", path.display()))?;
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .with_context(|| format!("{}: config file without a name", path.display()))?;
+    Ok(Planned {
+        path,
+        cfg,
+        ranks,
+        stem,
+    })
+}
+
+/// Runs one planned config into `dir` and reads its summary.
+fn run_one(p: &Planned, dir: &Path) -> Result<SummaryIn> {
+    launch(&Job {
+        name: p.stem,
+        config: p.path,
+        ranks: p.ranks,
+        overrides: &[],
+        dir,
+        timeout_s: 3600,
+    })?;
+    let summary_path = dir.join("summary.json");
+    serde_json::from_str(
+        &std::fs::read_to_string(&summary_path)
+            .with_context(|| format!("cannot read {}", summary_path.display()))?,
+    )
+    .with_context(|| format!("{}", summary_path.display()))
+}
+
 /// Runs each of `configs` into `out/<file stem>` and checks it; prints a table, writes
-/// `out/configs.json`, and fails if any config missed its target.
+/// `out/configs.json`, and fails if any config missed its target. Every file is read and
+/// validated first; a run that fails (diverges, dies, times out) is recorded with its error
+/// and the others still run.
 pub fn check_all(configs: &[PathBuf], out: &Path) -> Result<Vec<ConfigCheck>> {
     if configs.is_empty() {
         anyhow::bail!("no configs to check");
     }
+    let planned = configs
+        .iter()
+        .map(|p| plan(p))
+        .collect::<Result<Vec<_>>>()?;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut checks = Vec::new();
-    for path in configs {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        let ranks =
-            declared_ranks(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        let cfg = Config::load(path, &[])?;
-        let stem = path
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .context("config file without a name")?;
-        let dir = out.join(stem);
-        launch(&Job {
-            name: stem,
-            config: path,
-            ranks,
-            overrides: &[],
-            dir: &dir,
-            timeout_s: 3600,
-        })?;
-        let summary_path = dir.join("summary.json");
-        let s: SummaryIn = serde_json::from_str(
-            &std::fs::read_to_string(&summary_path)
-                .with_context(|| format!("cannot read {}", summary_path.display()))?,
-        )
-        .with_context(|| format!("{}", summary_path.display()))?;
+    for p in &planned {
+        let dir = out.join(p.stem);
+        let outcome = run_one(p, &dir);
         let eval = std::fs::read_to_string(dir.join("eval.csv")).unwrap_or_default();
-        let check = ConfigCheck {
-            config: path.display().to_string(),
-            ranks: ranks.unwrap_or(1),
-            mode: cfg.sync.mode.to_string(),
-            target_accuracy: cfg.run.target_accuracy,
-            final_test_accuracy: s.final_test_accuracy,
-            last_snapshot_accuracy: last_snapshot_accuracy(&eval),
-            time_to_target_s: s.time_to_target_s,
-            wall_s: s.wall_s,
-            passed: s.final_test_accuracy >= cfg.run.target_accuracy,
-            run_dir: dir.display().to_string(),
+        let target = p.cfg.run.target_accuracy;
+        let check = match outcome {
+            Ok(s) => ConfigCheck {
+                final_test_accuracy: Some(s.final_test_accuracy),
+                time_to_target_s: s.time_to_target_s,
+                wall_s: Some(s.wall_s),
+                passed: s.final_test_accuracy >= target,
+                error: None,
+                ..ConfigCheck::unfinished(p, target, &eval, &dir)
+            },
+            Err(e) => ConfigCheck {
+                error: Some(match divergence(&dir) {
+                    Some(line) => format!("diverged: {line}"),
+                    None => format!("{e:#}"),
+                }),
+                ..ConfigCheck::unfinished(p, target, &eval, &dir)
+            },
         };
-        eprintln!(
-            "bench: {stem}: final {:.2}% against target {:.2}%: {}",
-            100.0 * check.final_test_accuracy,
-            100.0 * check.target_accuracy,
-            if check.passed { "ok" } else { "MISSED" }
-        );
+        match (&check.error, check.final_test_accuracy) {
+            (Some(e), _) => eprintln!("bench: {}: FAILED: {e}", p.stem),
+            (None, Some(acc)) => eprintln!(
+                "bench: {}: final {:.2}% against target {:.2}%: {}",
+                p.stem,
+                100.0 * acc,
+                100.0 * target,
+                if check.passed { "ok" } else { "MISSED" }
+            ),
+            (None, None) => {}
+        }
         checks.push(check);
     }
     println!(
@@ -138,7 +201,7 @@ pub fn check_all(configs: &[PathBuf], out: &Path) -> Result<Vec<ConfigCheck>> {
     );
     for c in &checks {
         println!(
-            "{:<28} {:>5} {:<9} {:>6.2}% {:>7.2}% {:>9} {:>9} {:>7}",
+            "{:<28} {:>5} {:<9} {:>6.2}% {:>8} {:>9} {:>9} {:>7}",
             Path::new(&c.config)
                 .file_name()
                 .map(|f| f.to_string_lossy().into_owned())
@@ -146,14 +209,20 @@ pub fn check_all(configs: &[PathBuf], out: &Path) -> Result<Vec<ConfigCheck>> {
             c.ranks,
             c.mode,
             100.0 * c.target_accuracy,
-            100.0 * c.final_test_accuracy,
+            c.final_test_accuracy
+                .map(|a| format!("{:.2}%", 100.0 * a))
+                .unwrap_or_else(|| "-".into()),
             c.last_snapshot_accuracy
                 .map(|a| format!("{:.2}%", 100.0 * a))
                 .unwrap_or_else(|| "-".into()),
             c.time_to_target_s
                 .map(|t| format!("{t:.1}"))
                 .unwrap_or_else(|| "never".into()),
-            if c.passed { "ok" } else { "MISSED" }
+            match (c.passed, &c.error) {
+                (true, _) => "ok",
+                (false, None) => "MISSED",
+                (false, Some(_)) => "FAILED",
+            }
         );
     }
     let path = out.join("configs.json");
@@ -166,7 +235,10 @@ pub fn check_all(configs: &[PathBuf], out: &Path) -> Result<Vec<ConfigCheck>> {
         .map(|c| c.config.as_str())
         .collect();
     if !missed.is_empty() {
-        anyhow::bail!("missed their target accuracy: {}", missed.join(", "));
+        anyhow::bail!(
+            "failed or missed their target accuracy: {}",
+            missed.join(", ")
+        );
     }
     Ok(checks)
 }

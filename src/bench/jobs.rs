@@ -234,8 +234,15 @@ fn one_sided_components(chosen: Option<&str>, ompi_info: &str) -> Option<&'stati
 /// Whether the run in `dir` stopped because its training diverged: a server names a
 /// non-finite push (`sync::server`) before it aborts the job.
 fn diverged(dir: &Path) -> bool {
-    std::fs::read_to_string(dir.join("mpirun.log"))
-        .is_ok_and(|log| log.contains("pushed a non-finite"))
+    divergence(dir).is_some()
+}
+
+/// The log line of the run in `dir` that names its divergence, if it diverged.
+pub(super) fn divergence(dir: &Path) -> Option<String> {
+    let log = std::fs::read_to_string(dir.join("mpirun.log")).ok()?;
+    log.lines()
+        .find(|l| l.contains("pushed a non-finite"))
+        .map(|l| l.trim().to_string())
 }
 
 /// The row of a run that diverged: its seed, and the time it reached the target before

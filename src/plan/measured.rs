@@ -34,6 +34,10 @@ pub struct MeasuredRun {
     /// Each worker's measured seconds per iteration outside waits (compute and push): the
     /// mean, or with transient stragglers the median, which sees through the spells.
     pub times: Vec<f64>,
+    /// When each worker (as in `times`) began its first iteration, seconds after the
+    /// profiling: the server hands out the first weights one worker after another.
+    #[serde(default)]
+    pub start_s: Vec<f64>,
     /// Transient stragglers of the run's emulation (`[heterogeneity]`): each iteration's
     /// probability of a spell and its slowdown (0 and 1: none).
     #[serde(default)]
@@ -42,6 +46,11 @@ pub struct MeasuredRun {
     pub straggler_factor: f64,
     /// Measured server busy seconds per push (mean over servers), when there are servers.
     pub server_s_per_push: Option<f64>,
+    /// Seconds of gssp's profiling at the start of the run, counted in `wall_s` (the run's
+    /// clock starts with it) but spent before any worker trains (layout.json's
+    /// `profile_cost_s`; 0 for the other modes).
+    #[serde(default)]
+    pub profile_s: f64,
     pub wall_s: f64,
     pub images_per_s: f64,
     pub mean_wait_fraction: f64,
@@ -69,6 +78,8 @@ struct Layout {
     groups: Vec<Vec<usize>>,
     #[serde(default)]
     staleness: Vec<usize>,
+    #[serde(default)]
+    profile_cost_s: Option<f64>,
 }
 
 fn read<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
@@ -79,10 +90,11 @@ fn read<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
         .with_context(|| format!("{}: not the expected JSON", path.display()))
 }
 
-/// Seconds per iteration outside waits in a worker's `rank-<r>.csv`: the mean, or the
-/// median where the run had transient stragglers (`median`), whose spells the simulator
-/// draws itself.
-fn worker_seconds_per_iteration(path: &Path, median: bool) -> anyhow::Result<f64> {
+/// What a worker's `rank-<r>.csv` gives the simulator: its seconds per iteration outside
+/// waits (the mean, or the median where the run had transient stragglers, `median`, whose
+/// spells the simulator draws itself), and when its first iteration began, seconds after
+/// `profile_s` (the first weights' arrival).
+fn worker_figures(path: &Path, median: bool, profile_s: f64) -> anyhow::Result<(f64, f64)> {
     use anyhow::{bail, Context};
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -91,15 +103,17 @@ fn worker_seconds_per_iteration(path: &Path, median: bool) -> anyhow::Result<f64
     let crate::report::read::RankLog::Worker(rows) = log else {
         bail!("{}: a server's log, not a worker's", path.display());
     };
-    if rows.is_empty() {
+    let Some(first) = rows.first() else {
         bail!("{}: no iterations", path.display());
-    }
+    };
+    let start = (first.time_s - first.compute_s - first.wait_s - first.comm_s - profile_s).max(0.0);
     let times: Vec<f64> = rows.iter().map(|r| r.compute_s + r.comm_s).collect();
-    Ok(if median {
+    let per_iteration = if median {
         crate::grouping::persistent_time(&times)
     } else {
         times.iter().sum::<f64>() / times.len() as f64
-    })
+    };
+    Ok((per_iteration, start))
 }
 
 impl MeasuredRun {
@@ -126,10 +140,13 @@ impl MeasuredRun {
         } else {
             vec![cfg.sync.staleness.bound().unwrap_or(0); groups.len()]
         };
-        let times = workers
+        let profile_s = layout.profile_cost_s.unwrap_or(0.0);
+        let (times, start_s): (Vec<f64>, Vec<f64>) = workers
             .iter()
-            .map(|r| worker_seconds_per_iteration(&dir.join(format!("rank-{r}.csv")), spells))
-            .collect::<anyhow::Result<Vec<f64>>>()?;
+            .map(|r| worker_figures(&dir.join(format!("rank-{r}.csv")), spells, profile_s))
+            .collect::<anyhow::Result<Vec<(f64, f64)>>>()?
+            .into_iter()
+            .unzip();
         let params = super::model_params(&cfg).map_err(|e| anyhow::anyhow!(e))?;
         let cost = CostModel::new(&cfg, params);
         let variant = dir
@@ -148,11 +165,13 @@ impl MeasuredRun {
             exchange_bytes: cost.exchange_bytes,
             exchange_every: cost.exchange_every,
             times,
+            start_s,
             straggler_prob: if spells { h.straggler_prob } else { 0.0 },
             straggler_factor: if spells { h.straggler_factor } else { 1.0 },
             server_s_per_push: summary.server_busy_ms_per_push.as_deref().and_then(|v| {
                 (!v.is_empty()).then(|| 1e-3 * v.iter().sum::<f64>() / v.len() as f64)
             }),
+            profile_s,
             wall_s: summary.wall_s,
             images_per_s: summary.images_per_s,
             mean_wait_fraction: summary.mean_wait_fraction.unwrap_or(0.0),
@@ -194,7 +213,11 @@ impl MeasuredRun {
             times: (0..first.times.len())
                 .map(|w| mean(&|r| r.times[w]))
                 .collect(),
+            start_s: (0..first.start_s.len())
+                .map(|w| mean(&|r| r.start_s.get(w).copied().unwrap_or(0.0)))
+                .collect(),
             server_s_per_push,
+            profile_s: mean(&|r| r.profile_s),
             wall_s: mean(&|r| r.wall_s),
             images_per_s: mean(&|r| r.images_per_s),
             mean_wait_fraction: mean(&|r| r.mean_wait_fraction),
@@ -266,6 +289,7 @@ pub fn check(run: &MeasuredRun, machine: &Machine) -> Check {
         straggler_factor: run.straggler_factor,
         batch: run.batch,
         burst_s: machine.burst_s,
+        start_s: run.start_s.clone(),
     };
     let p = run.params as f64;
     let transfer = 2.0 * 4.0 * p / machine.bytes_per_s;
@@ -289,7 +313,10 @@ pub fn check(run: &MeasuredRun, machine: &Machine) -> Check {
         exchange_bytes: run.exchange_bytes,
         exchange_every: run.exchange_every,
     };
-    let horizon = run.wall_s;
+    // Workers train after the profiling, and the run's clock counts it: its images per
+    // second and wait fractions are over the whole of `wall_s`.
+    let horizon = (run.wall_s - run.profile_s).max(0.0);
+    let trained = horizon / run.wall_s.max(f64::MIN_POSITIVE);
     let outcome: Outcome = match run.mode {
         SyncMode::Allreduce => collective::simulate(1, &work, &cost, horizon, 1),
         SyncMode::Localsgd => collective::simulate(run.local_steps, &work, &cost, horizon, 1),
@@ -318,9 +345,10 @@ pub fn check(run: &MeasuredRun, machine: &Machine) -> Check {
     Check {
         name: run.name.clone(),
         measured_images_per_s: run.images_per_s,
-        predicted_images_per_s: outcome.images_per_s,
+        predicted_images_per_s: outcome.images_per_s * trained,
         measured_wait_fraction: run.mean_wait_fraction,
-        predicted_wait_fraction: outcome.wait_fractions.iter().sum::<f64>() / n.max(1) as f64,
+        predicted_wait_fraction: trained * outcome.wait_fractions.iter().sum::<f64>()
+            / n.max(1) as f64,
     }
 }
 
@@ -342,9 +370,11 @@ mod tests {
             exchange_bytes: 80.0,
             exchange_every: 4,
             times,
+            start_s: vec![0.0; 4],
             straggler_prob: 0.0,
             straggler_factor: 1.0,
             server_s_per_push: Some(1e-4 * seed_images / 100.0),
+            profile_s: 0.0,
             wall_s: 60.0,
             images_per_s: seed_images,
             mean_wait_fraction: seed_images / 1000.0,
@@ -363,6 +393,39 @@ mod tests {
         for (got, want) in m.times.iter().zip([0.02, 0.03, 0.04, 0.05]) {
             assert!((got - want).abs() < 1e-12, "{got} != {want}");
         }
+    }
+
+    #[test]
+    fn profiling_and_late_first_starts_are_time_the_workers_did_not_train() {
+        let machine = Machine {
+            latency_s: 1e-6,
+            bytes_per_s: 10e9,
+            burst_s: 0.0,
+        };
+        let steady = check(&run(100.0, vec![0.01; 4]), &machine);
+        // A third of the clock spent profiling: a third fewer images per second.
+        let mut profiled = run(100.0, vec![0.01; 4]);
+        profiled.profile_s = 20.0;
+        let c = check(&profiled, &machine);
+        let ratio = c.predicted_images_per_s / steady.predicted_images_per_s;
+        assert!((ratio - 2.0 / 3.0).abs() < 0.01, "{ratio}");
+        // Worker 3 got its first weights 6 s in: 6 s of its 60 waiting, and as many for
+        // worker 2, held by the bound 0 of their group; in the mean over four workers, 0.05.
+        let mut late = run(100.0, vec![0.01; 4]);
+        late.start_s[3] = 6.0;
+        let c = check(&late, &machine);
+        let extra = c.predicted_wait_fraction - steady.predicted_wait_fraction;
+        assert!((extra - 0.05).abs() < 0.002, "{extra}");
+        // An allreduce's first round waits for the late worker: every worker waits 6 s.
+        let collective = |start: f64| {
+            let mut r = run(100.0, vec![0.01; 4]);
+            r.mode = SyncMode::Allreduce;
+            r.groups.clear();
+            r.start_s[3] = start;
+            check(&r, &machine).predicted_wait_fraction
+        };
+        let extra = collective(6.0) - collective(0.0);
+        assert!((extra - 0.1).abs() < 0.002, "{extra}");
     }
 
     #[test]

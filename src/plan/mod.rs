@@ -404,6 +404,7 @@ mod tests {
             straggler_factor: 1.0,
             batch: 8,
             burst_s: 0.0,
+            start_s: Vec::new(),
         }
     }
 

@@ -167,7 +167,10 @@ pub fn simulate(
     let mut heap = BinaryHeap::new();
     for (w, &srv) in server_of.iter().enumerate() {
         if srv != usize::MAX {
-            heap.push(Reverse((Time(sampler.next(w) + latency), w)));
+            // Waiting for the first weights counts as waiting.
+            let start = work.start(w).min(horizon_s);
+            wait_s[w] += start;
+            heap.push(Reverse((Time(start + sampler.next(w) + latency), w)));
         }
     }
     let mut ready = Vec::new();

@@ -19,6 +19,17 @@ pub struct Workload {
     /// predicts; on a node with many more ranks than cores the released ranks queue for
     /// the cores, and the validation fits it ([`crate::plan::measured::Machine`]).
     pub burst_s: f64,
+    /// When each worker starts its first iteration, seconds (empty: all at once, at 0).
+    /// A measured run's workers get their first weights one after another, a start-up
+    /// that is not the protocol's steady state; the validation takes it from the logs.
+    pub start_s: Vec<f64>,
+}
+
+impl Workload {
+    /// Worker `w`'s first start (0 unless `start_s` says otherwise).
+    pub fn start(&self, w: usize) -> f64 {
+        self.start_s.get(w).copied().unwrap_or(0.0)
+    }
 }
 
 /// Where the workers' speeds come from (at most one of `speeds` and `tiers`).
@@ -145,6 +156,7 @@ impl Workload {
             straggler_factor: h.straggler_factor,
             batch: cfg.optim.batch_size,
             burst_s: 0.0,
+            start_s: Vec::new(),
         })
     }
 }
