@@ -751,7 +751,7 @@ fn validate_plan(
         .iter()
         .map(|d| MeasuredRun::from_dir(d))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let measured = MeasuredRun::means(each.clone())?;
+    let measured = MeasuredRun::means(&each)?;
     println!(
         "| run | seeds | images/s measured | predicted | error | wait measured | predicted | error |"
     );

@@ -25,7 +25,7 @@ fn predictions_match_the_measured_scale_study() {
     );
     let text = std::fs::read_to_string(path).expect("the fixture is in the repository");
     let fixture: Fixture = serde_json::from_str(&text).expect("the fixture parses");
-    let runs = MeasuredRun::means(fixture.runs).expect("the seeds of a variant agree");
+    let runs = MeasuredRun::means(&fixture.runs).expect("the seeds of a variant agree");
     let sizes: std::collections::BTreeSet<usize> = runs.iter().map(|r| r.times.len()).collect();
     assert_eq!(sizes.into_iter().collect::<Vec<_>>(), [8, 16, 32, 64]);
     assert_eq!(runs.len(), 4 * 9, "every variant at every size");

@@ -166,33 +166,35 @@ pub fn check_all(configs: &[PathBuf], out: &Path) -> Result<Vec<ConfigCheck>> {
         let eval = std::fs::read_to_string(dir.join("eval.csv")).unwrap_or_default();
         let target = p.cfg.run.target_accuracy;
         let check = match outcome {
-            Ok(s) => ConfigCheck {
-                final_test_accuracy: Some(s.final_test_accuracy),
-                time_to_target_s: s.time_to_target_s,
-                wall_s: Some(s.wall_s),
-                passed: s.final_test_accuracy >= target,
-                error: None,
-                ..ConfigCheck::unfinished(p, target, &eval, &dir)
-            },
-            Err(e) => ConfigCheck {
-                error: Some(match divergence(&dir) {
+            Ok(s) => {
+                let passed = s.final_test_accuracy >= target;
+                eprintln!(
+                    "bench: {}: final {:.2}% against target {:.2}%: {}",
+                    p.stem,
+                    100.0 * s.final_test_accuracy,
+                    100.0 * target,
+                    if passed { "ok" } else { "MISSED" }
+                );
+                ConfigCheck {
+                    final_test_accuracy: Some(s.final_test_accuracy),
+                    time_to_target_s: s.time_to_target_s,
+                    wall_s: Some(s.wall_s),
+                    passed,
+                    ..ConfigCheck::unfinished(p, target, &eval, &dir)
+                }
+            }
+            Err(e) => {
+                let error = match divergence(&dir) {
                     Some(line) => format!("diverged: {line}"),
                     None => format!("{e:#}"),
-                }),
-                ..ConfigCheck::unfinished(p, target, &eval, &dir)
-            },
+                };
+                eprintln!("bench: {}: FAILED: {error}", p.stem);
+                ConfigCheck {
+                    error: Some(error),
+                    ..ConfigCheck::unfinished(p, target, &eval, &dir)
+                }
+            }
         };
-        match (&check.error, check.final_test_accuracy) {
-            (Some(e), _) => eprintln!("bench: {}: FAILED: {e}", p.stem),
-            (None, Some(acc)) => eprintln!(
-                "bench: {}: final {:.2}% against target {:.2}%: {}",
-                p.stem,
-                100.0 * acc,
-                100.0 * target,
-                if check.passed { "ok" } else { "MISSED" }
-            ),
-            (None, None) => {}
-        }
         checks.push(check);
     }
     println!(

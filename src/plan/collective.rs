@@ -20,24 +20,16 @@ pub fn simulate(
     let mut arrive = vec![0.0f64; n];
     let mut iterations = 0u64;
     // Rank w starts each round w x burst_s after the previous allreduce ends (its wait
-    // runs until then; workload.rs).
-    // The first round starts at each worker's first start instead.
-    let mut first = true;
-    let starts = |end: f64, w: usize, first: bool| {
-        if first {
-            work.start(w)
-        } else {
-            end + w as f64 * work.burst_s
-        }
-    };
+    // runs until then; workload.rs); the first round at its first start, waited for too.
+    let starts = |end: f64, w: usize| end + w as f64 * work.burst_s;
+    let mut begin: Vec<f64> = (0..n).map(|w| work.start(w)).collect();
+    for (wait, &b) in wait_s.iter_mut().zip(&begin) {
+        *wait += b.min(horizon_s);
+    }
     let mut end = 0.0;
     while end < horizon_s && n > 0 {
         for (w, a) in arrive.iter_mut().enumerate() {
-            let start = starts(end, w, first);
-            if first {
-                wait_s[w] += start.min(horizon_s);
-            }
-            *a = start
+            *a = begin[w]
                 + (0..local_steps.max(1))
                     .map(|_| sampler.next(w))
                     .sum::<f64>();
@@ -48,9 +40,9 @@ pub fn simulate(
             if a <= horizon_s {
                 iterations += local_steps.max(1) as u64;
             }
-            wait_s[w] += starts(end, w, false).min(horizon_s) - a.min(horizon_s);
+            begin[w] = starts(end, w);
+            wait_s[w] += begin[w].min(horizon_s) - a.min(horizon_s);
         }
-        first = false;
     }
     let bytes = 2.0 * (n.saturating_sub(1)) as f64 / n.max(1) as f64 * 4.0 * cost.params as f64;
     let rounds_per_s = iterations as f64 / (n.max(1) * local_steps.max(1)) as f64 / horizon_s;

@@ -226,9 +226,9 @@ impl MeasuredRun {
     }
 
     /// Runs grouped by name (variant and size) and averaged, in order of first appearance.
-    pub fn means(runs: Vec<MeasuredRun>) -> anyhow::Result<Vec<MeasuredRun>> {
+    pub fn means(runs: &[MeasuredRun]) -> anyhow::Result<Vec<MeasuredRun>> {
         let mut names: Vec<String> = Vec::new();
-        for r in &runs {
+        for r in runs {
             if !names.contains(&r.name) {
                 names.push(r.name.clone());
             }
@@ -437,7 +437,7 @@ mod tests {
         assert!(err.contains("differ in more than their seed"), "{err}");
         let mut c = a.clone();
         c.name = "8-workers/gssp".into();
-        let means = MeasuredRun::means(vec![a.clone(), c, a]).unwrap();
+        let means = MeasuredRun::means(&[a.clone(), c, a]).unwrap();
         assert_eq!(
             means
                 .iter()
