@@ -1,26 +1,32 @@
 //! gssp: Grouping Stale Synchronous Parallel training with GDTopK sparsification over MPI.
 //!
-//! Module map (see README.md): pure logic (config, data, model, optim, staleness,
-//! grouping, compression) has no MPI in it; `comm` is the only module that names `mpi`.
+//! The modules form layers; each imports only from its own layer's modules below it and
+//! from lower layers, and no import circle exists at any level (tests/layers.rs checks it;
+//! docs/architecture.md draws it):
+//!
+//! 1. [`tools`]: `gssp plan`, `gssp bench`, `gssp report`. They read runs and configs and
+//!    start jobs; nothing that runs under `mpirun` depends on them.
+//! 2. [`runtime`]: a run's set-up and the roles' loops (worker, parameter or group server,
+//!    collective worker, single process).
+//! 3. [`protocol`] and [`compress`]: pure logic. The update rule, SSP clocks, mailbox
+//!    format, layout, grouping, regroup decisions and cost model; top-k, PowerSGD, error
+//!    feedback and ratio control.
+//! 4. [`comm`] (the only MPI code, with the emulated network link) and [`compute`]
+//!    (backends, modules and models, optimizers, the workload of a step, compute pacing).
+//! 5. Ground: [`config`], [`data`], [`checkpoint`] files, and [`telemetry`] (clocks, logs,
+//!    the summary, progress).
 
-pub mod backend;
-pub mod bench;
-pub mod checkpoint;
-pub mod comm;
+pub mod tools;
+
+pub mod runtime;
+
 pub mod compress;
+pub mod protocol;
+
+pub mod comm;
+pub mod compute;
+
+pub mod checkpoint;
 pub mod config;
-pub mod costmodel;
 pub mod data;
-pub mod eval;
-pub mod grouping;
-pub mod hetero;
-pub mod metrics;
-pub mod model;
-pub mod optim;
-pub mod plan;
-pub mod progress;
-pub mod regroup;
-pub mod report;
-pub mod sync;
-pub mod train;
-pub mod workload;
+pub mod telemetry;

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use gssp::checkpoint::{check_resume_overrides, Resume};
 use gssp::comm::{Collectives, Comm, FatalOnAll};
 use gssp::config::{Config, SyncMode};
-use gssp::metrics::RunDir;
+use gssp::telemetry::RunDir;
 
 #[derive(Parser)]
 #[command(
@@ -88,7 +88,7 @@ enum Command {
         #[arg(long)]
         baseline: Option<String>,
         /// Worker-timeline window, START:END in seconds (default: 2 s mid-run).
-        #[arg(long, value_name = "START:END", value_parser = gssp::report::parse_window)]
+        #[arg(long, value_name = "START:END", value_parser = gssp::tools::report::parse_window)]
         window: Option<(f64, f64)>,
         /// Time at which the "accuracy at budget" column is read, seconds (default: the
         /// shortest run's wall time).
@@ -108,8 +108,8 @@ enum Command {
         #[arg(long, value_delimiter = ',', conflicts_with = "tiers")]
         speeds: Option<Vec<f64>>,
         /// Speed tiers FACTOR:WORKERS,... in units of --unit-s, e.g. 1:250,2:250,3:250,4:250.
-        #[arg(long, value_parser = gssp::plan::workload::Tiers::parse)]
-        tiers: Option<gssp::plan::workload::Tiers>,
+        #[arg(long, value_parser = gssp::tools::plan::workers::Tiers::parse)]
+        tiers: Option<gssp::tools::plan::workers::Tiers>,
         /// Total workers: the tiers scaled to it in the same proportions.
         #[arg(long)]
         workers: Option<usize>,
@@ -277,7 +277,7 @@ const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    gssp::backend::cpu::blas_core::reexec_with_better_kernels();
+    gssp::compute::backend::cpu::blas_core::reexec_with_better_kernels();
     let cli = Cli::parse();
     match cli.command {
         Command::Train {
@@ -305,7 +305,7 @@ fn main() -> ExitCode {
             window,
             budget_s,
         } => report(
-            gssp::report::run(&gssp::report::Options {
+            gssp::tools::report::run(&gssp::tools::report::Options {
                 runs,
                 out,
                 baseline,
@@ -331,7 +331,7 @@ fn main() -> ExitCode {
         } => report(plan(
             &config,
             &overrides,
-            gssp::plan::workload::SpeedSource {
+            gssp::tools::plan::workers::SpeedSource {
                 speeds,
                 tiers: tiers.map(|t| t.0),
                 workers,
@@ -442,9 +442,13 @@ fn train(
             run.write_text("config.toml", &cfg.to_toml_string())?;
         }
         let summary = if cfg.sync.mode == SyncMode::Single {
-            Some(gssp::train::run_single(&cfg, &run, resume.as_ref())?)
+            Some(gssp::runtime::single::run_single(
+                &cfg,
+                &run,
+                resume.as_ref(),
+            )?)
         } else {
-            gssp::sync::run::run(&comm, &cfg, &run, resume.as_ref())?
+            gssp::runtime::run::run(&comm, &cfg, &run, resume.as_ref())?
         };
         if let Some(s) = summary {
             let (quality, unit) = match (s.final_test_perplexity, s.final_bleu) {
@@ -519,8 +523,8 @@ fn batches(
         return ExitCode::from(EXIT_USAGE);
     }
     report((|| -> anyhow::Result<()> {
-        let corpus = gssp::workload::Corpus::load(&cfg.data, cfg.run.seed)?;
-        let order = gssp::workload::step::batch_order(&cfg, &corpus, epochs)?;
+        let corpus = gssp::compute::workload::Corpus::load(&cfg.data, cfg.run.seed)?;
+        let order = gssp::compute::workload::step::batch_order(&cfg, &corpus, epochs)?;
         let mut text = String::new();
         for batch in &order {
             let line: Vec<String> = batch.iter().map(|i| i.to_string()).collect();
@@ -545,7 +549,7 @@ fn eval(model: &Path, config: &Path, overrides: &[String], json: bool) -> ExitCo
         }
     };
     report((|| -> anyhow::Result<()> {
-        let r = gssp::train::evaluate_exported(&cfg, model)?;
+        let r = gssp::runtime::single::evaluate_exported(&cfg, model)?;
         if json {
             println!("{}", serde_json::to_string(&r)?);
         } else {
@@ -574,16 +578,16 @@ fn eval(model: &Path, config: &Path, overrides: &[String], json: bool) -> ExitCo
 #[cfg(feature = "cuda")]
 fn gpu_step(model: &str, batch: usize, seconds: f64, data: Option<&Path>) -> anyhow::Result<()> {
     if model == "seq2seq" {
-        let data = data.unwrap_or(Path::new(gssp::bench::step::DEFAULT_MULTI30K));
-        gssp::bench::gpu::seq2seq_step(data, batch, seconds).map(|_| ())
+        let data = data.unwrap_or(Path::new(gssp::tools::bench::step::DEFAULT_MULTI30K));
+        gssp::tools::bench::gpu::seq2seq_step(data, batch, seconds).map(|_| ())
     } else {
-        gssp::bench::gpu::image_step(model, batch, seconds).map(|_| ())
+        gssp::tools::bench::gpu::image_step(model, batch, seconds).map(|_| ())
     }
 }
 
 #[cfg(feature = "cuda")]
 fn gpu_topk(n: usize, ratio: f64, reps: usize) -> anyhow::Result<()> {
-    gssp::bench::gpu::topk(n, ratio, reps).map(|_| ())
+    gssp::tools::bench::gpu::topk(n, ratio, reps).map(|_| ())
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -601,7 +605,7 @@ fn gpu_topk(_: usize, _: f64, _: usize) -> anyhow::Result<()> {
 }
 
 fn bench(which: BenchCommand) -> anyhow::Result<()> {
-    use gssp::bench;
+    use gssp::tools::bench;
     match which {
         BenchCommand::Step {
             model,
@@ -664,7 +668,7 @@ fn bench(which: BenchCommand) -> anyhow::Result<()> {
             burst_us,
             save,
         } => {
-            let machine = gssp::plan::measured::Machine {
+            let machine = gssp::tools::plan::measured::Machine {
                 latency_s: latency_us * 1e-6,
                 bytes_per_s: bandwidth_gbps * 1e9 / 8.0,
                 burst_s: burst_us * 1e-6,
@@ -701,7 +705,7 @@ fn bench(which: BenchCommand) -> anyhow::Result<()> {
 fn plan(
     config: &Path,
     overrides: &[String],
-    source: gssp::plan::workload::SpeedSource,
+    source: gssp::tools::plan::workers::SpeedSource,
     (params, group_counts, ssp_staleness, seconds): (
         Option<usize>,
         Option<Vec<usize>>,
@@ -711,12 +715,12 @@ fn plan(
     json: bool,
 ) -> anyhow::Result<()> {
     use anyhow::anyhow;
-    use gssp::plan::{PlanOptions, Workload};
+    use gssp::tools::plan::{PlanOptions, Workload};
     let cfg = Config::load(config, overrides)?;
     let work = Workload::from_config(&cfg, &source).map_err(|e| anyhow!(e))?;
     let params = match params {
         Some(p) => p,
-        None => gssp::plan::model_params(&cfg).map_err(|e| anyhow!(e))?,
+        None => gssp::tools::plan::model_params(&cfg).map_err(|e| anyhow!(e))?,
     };
     if let Some(s) = seconds.filter(|s| !(s.is_finite() && *s > 0.0)) {
         anyhow::bail!("--seconds must be a positive number, got {s}");
@@ -729,12 +733,12 @@ fn plan(
         horizon_s: seconds,
         seed: cfg.run.seed,
     };
-    let cost = gssp::costmodel::CostModel::new(&cfg, params);
-    let plan = gssp::plan::plan(&work, &cost, &opts)?;
+    let cost = gssp::protocol::costmodel::CostModel::new(&cfg, params);
+    let plan = gssp::tools::plan::plan(&work, &cost, &opts)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&plan)?);
     } else {
-        print!("{}", gssp::plan::render(&plan));
+        print!("{}", gssp::tools::plan::render(&plan));
     }
     Ok(())
 }
@@ -743,10 +747,10 @@ fn plan(
 /// Runs of one variant and size (seeds) are averaged before the comparison.
 fn validate_plan(
     runs: &[PathBuf],
-    machine: gssp::plan::measured::Machine,
+    machine: gssp::tools::plan::measured::Machine,
     save: Option<&Path>,
 ) -> anyhow::Result<()> {
-    use gssp::plan::measured::{check, MeasuredRun};
+    use gssp::tools::plan::measured::{check, MeasuredRun};
     let each = runs
         .iter()
         .map(|d| MeasuredRun::from_dir(d))

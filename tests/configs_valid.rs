@@ -8,8 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
-use gssp::bench::configs::{declared_ranks, header};
 use gssp::config::Config;
+use gssp::tools::bench::configs::{declared_ranks, header};
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 

@@ -11,18 +11,18 @@
 
 use std::ops::Range;
 
-use gssp::backend::cpu::Cpu;
-use gssp::backend::cuda::{Cuda, CudaMirror};
-use gssp::backend::{
+use gssp::compress::topk::{Difference, TopK};
+use gssp::compress::PeerView;
+use gssp::compute::backend::cpu::Cpu;
+use gssp::compute::backend::cuda::{Cuda, CudaMirror};
+use gssp::compute::backend::{
     AdamStep, Backend, BatchNormDims, BatchNormMode, Conv2dDims, EmbeddingDims, LinearDims,
     LstmDims, LstmSpan, SgdStep, Span, Window2d,
 };
-use gssp::compress::topk::{Difference, TopK};
-use gssp::compress::PeerView;
+use gssp::compute::model::seq2seq::{Seq2Seq, Seq2SeqConfig};
+use gssp::compute::model::{zoo, Trainable};
 use gssp::data::bucket::TextBatch;
 use gssp::data::multi30k::EncodedPairs;
-use gssp::model::seq2seq::{Seq2Seq, Seq2SeqConfig};
-use gssp::model::{zoo, Trainable};
 
 /// The GPU, or `None` after printing why the test is skipped; with `GSSP_REQUIRE_GPU`
 /// set (scripts/gpu-check.sh) a missing GPU fails the test instead.

@@ -25,21 +25,21 @@ use proptest::sample::Index;
 use proptest::test_runner::Config as ProptestConfig;
 use toml::{Table, Value};
 
-use gssp::backend::cpu::Cpu;
 use gssp::checkpoint::store::{from_bytes as checkpoint_from_bytes, to_bytes as checkpoint_bytes};
 use gssp::checkpoint::RankMeta;
 use gssp::compress::powersgd::{reconstruct, LowRankPlan, TensorShape};
+use gssp::compute::backend::cpu::Cpu;
+use gssp::compute::eval::bleu::{corpus_bleu, BleuStats};
+use gssp::compute::eval::tok13a::tokenize_13a;
+use gssp::compute::model::export::{from_bytes, to_bytes};
+use gssp::compute::model::zoo;
+use gssp::compute::pace::worker_factors;
 use gssp::config::Config;
 use gssp::data::lines::{read_lines, split_lines};
 use gssp::data::multi30k::{load_split, Split};
 use gssp::data::text::{detokenize, tokenize, Vocab, SPECIALS};
 use gssp::data::{load_cifar10_files, load_idx_pair};
-use gssp::eval::bleu::{corpus_bleu, BleuStats};
-use gssp::eval::tok13a::tokenize_13a;
-use gssp::hetero::worker_factors;
-use gssp::model::export::{from_bytes, to_bytes};
-use gssp::model::zoo;
-use gssp::sync::mailbox::{encode, message_words, MailboxLayout};
+use gssp::protocol::mailbox::{encode, message_words, MailboxLayout};
 
 /// `default` cases per property, or `GSSP_FUZZ_CASES` when set. No failure persistence:
 /// a finding becomes a unit test beside its fix instead of a file in the tree.

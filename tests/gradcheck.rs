@@ -16,9 +16,9 @@
 //! nothing about the backward and is skipped; at most 10% may be, so a wrong backward,
 //! which disagrees on smooth coordinates too, still fails.
 
-use gssp::backend::cpu::Cpu;
-use gssp::model::zoo::{self, custom};
-use gssp::model::{Builder, Network};
+use gssp::compute::backend::cpu::Cpu;
+use gssp::compute::model::zoo::{self, custom};
+use gssp::compute::model::{Builder, Network};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

@@ -10,15 +10,15 @@
 //! `[T*B, H]` rows is the existing `Linear`, checked in tests/gradcheck.rs; here it is the
 //! output head.
 
-use gssp::backend::cpu::Cpu;
-use gssp::backend::Backend;
+use gssp::compute::backend::cpu::Cpu;
+use gssp::compute::backend::Backend;
+use gssp::compute::model::embedding::Embedding;
+use gssp::compute::model::layers::Linear;
+use gssp::compute::model::lstm::{Lstm, LstmConfig, LstmState};
+use gssp::compute::model::seq2seq::{Seq2Seq, Seq2SeqConfig};
+use gssp::compute::model::{initial_values, Flat, Mode, Module, Plan};
 use gssp::data::bucket::TextBatch;
 use gssp::data::text::{EOS_ID, SOS_ID};
-use gssp::model::embedding::Embedding;
-use gssp::model::layers::Linear;
-use gssp::model::lstm::{Lstm, LstmConfig, LstmState};
-use gssp::model::seq2seq::{Seq2Seq, Seq2SeqConfig};
-use gssp::model::{initial_values, Flat, Mode, Module, Plan};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

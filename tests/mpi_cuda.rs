@@ -15,7 +15,7 @@ use common::{base_toml, job_lock, Scratch};
 /// Why this node cannot run CUDA, or `None` where it can; with `GSSP_REQUIRE_GPU` set a
 /// missing GPU fails the test.
 fn gpu_missing(test: &str) -> Option<String> {
-    let why = gssp::backend::cuda::device::unavailable();
+    let why = gssp::compute::backend::cuda::device::unavailable();
     if let (Some(why), Some(_)) = (&why, std::env::var_os("GSSP_REQUIRE_GPU")) {
         panic!("{test}: GSSP_REQUIRE_GPU is set but the GPU is not usable: {why}");
     }

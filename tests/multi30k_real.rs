@@ -4,12 +4,12 @@
 mod common;
 
 use common::multi30k_dir;
+use gssp::compute::eval::{corpus_bleu, tokenize_13a};
 use gssp::data::bucket::{padding_fraction, BucketSampler, TextBatch};
 use gssp::data::multi30k::{
     load_multi30k, load_split, Direction, EncodedPairs, Split, Vocabs, VOCAB_DE_FILE,
 };
 use gssp::data::text::{detokenize, tokenize, SPECIALS};
-use gssp::eval::{corpus_bleu, tokenize_13a};
 
 #[test]
 fn loads_all_splits_with_official_sizes() {

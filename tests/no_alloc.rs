@@ -70,9 +70,9 @@ fn allocations_in_steps(
     );
     let cfg = gssp::config::Config::from_str_with_overrides(&text, "test", &[]).unwrap();
     cfg.validate().unwrap();
-    let corpus = gssp::workload::Corpus::load(&cfg.data, cfg.run.seed).unwrap();
-    let mut step = gssp::workload::ComputeStep::new(&cfg, &corpus, 1, 0).unwrap();
-    let mut sgd = gssp::optim::NetworkSgd::new(&step.net, 0.9, 5e-4);
+    let corpus = gssp::compute::workload::Corpus::load(&cfg.data, cfg.run.seed).unwrap();
+    let mut step = gssp::compute::workload::ComputeStep::new(&cfg, &corpus, 1, 0).unwrap();
+    let mut sgd = gssp::compute::optim::NetworkSgd::new(&step.net, 0.9, 5e-4);
     let mut run = |iters: usize| {
         for _ in 0..iters {
             step.compute(&corpus);
@@ -97,7 +97,7 @@ fn lenet5_training_step_allocates_nothing_after_warm_up() {
     // Rank 0's progress display, ticked once per step, allocates nothing between refreshes.
     let text = "[data]\ndataset = \"synthetic\"\n[model]\nname = \"mlp\"\n";
     let cfg = gssp::config::Config::from_str_with_overrides(text, "test", &[]).unwrap();
-    let mut progress = gssp::progress::Progress::plain(&cfg, 1000);
+    let mut progress = gssp::telemetry::progress::Progress::plain(&cfg, 1000);
     progress.tick(0.0, 0.0, 1.0);
     let before = ALLOCATIONS.load(Ordering::SeqCst);
     for i in 0..1000 {
@@ -123,8 +123,8 @@ fn resnet18_training_step_allocates_nothing_after_warm_up() {
 
 #[test]
 fn seq2seq_training_step_allocates_nothing_after_warm_up() {
+    use gssp::compute::model::seq2seq::{Seq2Seq, Seq2SeqConfig};
     use gssp::data::bucket::TextBatch;
-    use gssp::model::seq2seq::{Seq2Seq, Seq2SeqConfig};
     let _turn = turn();
     let cfg = Seq2SeqConfig {
         width: 1.0 / 16.0,
@@ -133,7 +133,7 @@ fn seq2seq_training_step_allocates_nothing_after_warm_up() {
         max_batch: 3,
         ..Seq2SeqConfig::paper(30, 20)
     };
-    let mut net = Seq2Seq::new(gssp::backend::cpu::Cpu, cfg, 1);
+    let mut net = Seq2Seq::new(gssp::compute::backend::cpu::Cpu, cfg, 1);
     // Time-major [6 x 3] and [5 x 3], pads (0) at the ends of short sentences.
     let batch = TextBatch {
         src: vec![1, 1, 1, 4, 9, 29, 5, 2, 7, 6, 0, 8, 2, 0, 2, 0, 0, 0],

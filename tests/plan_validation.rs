@@ -6,7 +6,7 @@
 //! measured, for every mode and size. The machine's two fitted figures, its message
 //! latency and the spacing of workers released at once, are stored with the runs.
 
-use gssp::plan::measured::{check, Machine, MeasuredRun};
+use gssp::tools::plan::measured::{check, Machine, MeasuredRun};
 use serde::Deserialize;
 
 #[derive(Deserialize)]

@@ -3,10 +3,10 @@
 //! reproducible steps, teacher forcing, greedy decoding, padding, the evaluation loss and
 //! refusals of bad batches. All at a tiny size: milliseconds each.
 
-use gssp::backend::cpu::Cpu;
+use gssp::compute::backend::cpu::Cpu;
+use gssp::compute::model::seq2seq::{Seq2Seq, Seq2SeqConfig};
 use gssp::data::bucket::TextBatch;
 use gssp::data::text::{EOS_ID, PAD_ID as PAD, SOS_ID};
-use gssp::model::seq2seq::{Seq2Seq, Seq2SeqConfig};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

@@ -6,7 +6,7 @@
 //!   completed round). The server saves its weights, momentum, model version and each
 //!   worker's clock; pushes still in flight are lost (at most one per worker).
 //! - gssp: the group servers meet (an agreement over their communicator, see
-//!   [`crate::sync::gssp`]), flush their unsent change densely, drain, and meet again: every
+//!   [`crate::runtime::exchange`]), flush their unsent change densely, drain, and meet again: every
 //!   update has then reached every replica and every mailbox is empty, so each server saves
 //!   its replica, momentum, version, clocks and what it knows of the other groups, and the
 //!   exchange restarts from empty mailboxes.
@@ -31,13 +31,16 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::metrics::EvalRow;
+use crate::telemetry::EvalRow;
 pub use store::{CheckpointError, FileEntry, Manifest, RankFile};
 
 /// Tensor names in a rank file.
 pub const WEIGHTS: &str = "weights";
 /// The optimizer's state: `momentum` (SGD) or `adam.m` and `adam.v` (Adam).
-pub use crate::optim::choice::{ADAM_M, ADAM_V, MOMENTUM};
+/// Checkpoint tensor names of the optimizer state: SGD's momentum, Adam's moments.
+pub const MOMENTUM: &str = "momentum";
+pub const ADAM_M: &str = "adam.m";
+pub const ADAM_V: &str = "adam.v";
 /// Batch-norm running statistics (single, allreduce, localsgd: the ranks that evaluate
 /// or train with their own).
 pub const STATE: &str = "state";

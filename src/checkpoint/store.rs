@@ -19,7 +19,7 @@ use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-use crate::model::export::write_atomic;
+use crate::telemetry::files::write_atomic;
 
 /// The checkpoints directory inside a run directory.
 pub const DIR: &str = "checkpoints";

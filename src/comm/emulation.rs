@@ -1,5 +1,5 @@
 //! This process's emulated network link (`heterogeneity.link_gbps`,
-//! [`crate::hetero::EmulatedLink`]): the links and windows of this module charge every
+//! [`super::link::EmulatedLink`]): the links and windows of this module charge every
 //! message they move to it, so that a run on one node's shared memory behaves as on a
 //! network of that rate. Point-to-point messages hold their sender for their transfer and
 //! queue at a busy receiver; one-sided puts and accumulates hold their origin (the target
@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use mpi::ffi;
 
-use crate::hetero::{sleep_precise, EmulatedLink};
+use super::link::EmulatedLink;
+use crate::telemetry::clock::sleep_precise;
 
 static LINK: Mutex<Option<(Instant, EmulatedLink)>> = Mutex::new(None);
 

@@ -17,6 +17,7 @@
 
 mod emulation;
 mod idle;
+pub mod link;
 pub mod p2p;
 pub mod rma;
 

@@ -36,7 +36,7 @@
 use super::sealed::CommHandle;
 use super::Collectives;
 use super::{c_count, c_rank, check, empty_status, CommError};
-use crate::metrics::thread_cpu_s;
+use crate::telemetry::clock::thread_cpu_s;
 use mpi::ffi;
 use std::os::raw::c_int;
 use std::rc::Rc;

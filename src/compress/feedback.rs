@@ -13,7 +13,7 @@
 //! reads, and the view records which entries changed since the mirror last matched it.
 
 use super::mirror::MirrorDevice;
-use super::topk::{Difference, TopK};
+use super::topk::{select_unsent, TopK};
 use super::{find_non_finite, CompressError};
 
 /// What the other groups know of one group server's replica (see the module docs).
@@ -247,25 +247,6 @@ impl PeerView {
         self.changed_all();
         Ok(())
     }
-}
-
-/// The `k` largest `|weights - view|`: their indices (ascending) into `idx` and their
-/// differences into `vals`.
-pub(super) fn select_unsent(
-    topk: &mut TopK,
-    weights: &[f32],
-    view: &[f32],
-    k: usize,
-    idx: &mut Vec<u32>,
-    vals: &mut Vec<f32>,
-) {
-    let unsent = Difference {
-        after: weights,
-        before: view,
-    };
-    topk.select_from(&unsent, k, idx);
-    vals.clear();
-    vals.extend(idx.iter().map(|&i| weights[i as usize] - view[i as usize]));
 }
 
 #[cfg(test)]

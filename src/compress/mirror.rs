@@ -13,7 +13,7 @@
 //! The CUDA implementation is `backend::cuda::CudaMirror`; [`HostMirror`] is the same
 //! contract on the host, the reference the CUDA one is checked against.
 
-use super::topk::TopK;
+use super::topk::{select_unsent, TopK};
 
 /// A device holding a mirror of a peer view and selecting from it.
 pub trait MirrorDevice {
@@ -53,7 +53,7 @@ impl MirrorDevice for HostMirror {
     }
 
     fn select(&mut self, weights: &[f32], k: usize, idx: &mut Vec<u32>, vals: &mut Vec<f32>) {
-        super::feedback::select_unsent(&mut self.topk, weights, &self.view, k, idx, vals);
+        select_unsent(&mut self.topk, weights, &self.view, k, idx, vals);
     }
 }
 

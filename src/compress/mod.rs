@@ -2,7 +2,7 @@
 //! PowerSGD ([`powersgd`]), error feedback ([`feedback`]), the device its selection may run on ([`mirror`]) and the per-group upload ratio of
 //! GDTopK ([`ratio`]).
 //!
-//! Everything here is pure: the inter-group exchange in [`crate::sync::gssp`] sends the
+//! Everything here is pure: the inter-group exchange in [`crate::runtime::exchange`] sends the
 //! index/value pairs and low-rank factors this module produces, through the RMA windows of
 //! `comm`.
 

@@ -375,6 +375,25 @@ fn median(xs: &mut [f64]) -> f64 {
     xs[xs.len() / 2]
 }
 
+/// The `k` largest `|weights - view|`: their indices (ascending) into `idx` and their
+/// differences into `vals`.
+pub fn select_unsent(
+    topk: &mut TopK,
+    weights: &[f32],
+    view: &[f32],
+    k: usize,
+    idx: &mut Vec<u32>,
+    vals: &mut Vec<f32>,
+) {
+    let unsent = Difference {
+        after: weights,
+        before: view,
+    };
+    topk.select_from(&unsent, k, idx);
+    vals.clear();
+    vals.extend(idx.iter().map(|&i| weights[i as usize] - view[i as usize]));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

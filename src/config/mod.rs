@@ -137,7 +137,7 @@ pub enum ModelKind {
     Mlp,
     Resnet18,
     Vgg19,
-    /// The LSTM encoder-decoder of [`crate::model::seq2seq`], on `multi30k`.
+    /// The LSTM encoder-decoder of [`crate::compute::model::seq2seq`], on `multi30k`.
     Seq2seq,
 }
 
@@ -239,7 +239,7 @@ pub enum SyncMode {
 }
 
 /// The SSP staleness bound: a number, or `"auto"` (gssp with profile grouping): each group's
-/// bound from the delays its workers showed while profiled ([`crate::grouping::auto_staleness`]).
+/// bound from the delays its workers showed while profiled ([`crate::protocol::grouping::auto_staleness`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Staleness {
     Bound(usize),
@@ -269,7 +269,7 @@ impl<'de> Deserialize<'de> for Staleness {
 }
 
 /// The number of gssp groups: a number, or `"auto"` (profile grouping): the count the cost
-/// model predicts fastest, up to `sync.max_groups` ([`crate::costmodel::choose_group_count`]).
+/// model predicts fastest, up to `sync.max_groups` ([`crate::protocol::costmodel::choose_group_count`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Groups {
     Count(usize),
@@ -386,7 +386,7 @@ pub struct SyncConfig {
     /// push after they arrive (fresher replicas; costs a drain per arrival).
     pub drain_on_arrival: bool,
     /// gssp: regroup the workers by their measured speed every this many seconds of
-    /// training (see [`crate::regroup`]). 0 = never: the groups formed at the start stay.
+    /// training (see [`crate::protocol::regroup`]). 0 = never: the groups formed at the start stay.
     pub regroup_every_s: f64,
     /// gssp with regrouping: the least relative gain in predicted throughput for workers
     /// to move (hysteresis).
@@ -455,7 +455,7 @@ pub struct HeterogeneityConfig {
     pub changes: Vec<SpeedChange>,
     /// Emulated network link of every rank, Gbit/s (0 = none: the node's own transport).
     /// Each message holds its sender for its transfer and queues at a busy receiver
-    /// ([`crate::hetero::EmulatedLink`]), so one node can stand in for a cluster whose
+    /// ([`crate::compute::pace::EmulatedLink`]), so one node can stand in for a cluster whose
     /// network is slow against its compute.
     pub link_gbps: f64,
 }
@@ -517,7 +517,7 @@ impl DeviceConfig {
     }
 }
 
-/// The cluster's figures for the timing cost model ([`crate::costmodel`]): what
+/// The cluster's figures for the timing cost model ([`crate::protocol::costmodel`]): what
 /// `sync.groups = "auto"` and regrouping predict speeds with. The defaults describe one
 /// node's shared memory (measured on the LeNet-5 paper scenario).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
@@ -541,9 +541,36 @@ impl Default for ClusterConfig {
     }
 }
 
+/// Most classes a dataset can have: labels are bytes.
+pub const MAX_CLASSES: usize = u8::MAX as usize + 1;
+
+/// The input ResNet-18 and VGG-19 are built for: CIFAR-10's 3x32x32 images (channels,
+/// height, width).
+pub const CIFAR_INPUT: (usize, usize, usize) = (3, 32, 32);
+
+/// The default of `sync.regroup_min_gain`: the least relative gain in predicted throughput
+/// for a regroup to move workers. Below it a difference counts as noise (hysteresis).
+pub const REGROUP_MIN_GAIN: f64 = 0.10;
+
 /// Where Fashion-MNIST is looked for when `data.dir` is empty: the folder where Debian/Ubuntu's
 /// `dataset-fashion-mnist` package installs its files.
 pub const FASHION_MNIST_DEFAULT_DIR: &str = "/usr/share/datasets/fashion-mnist";
+
+impl RunConfig {
+    /// How far the run is: the larger of the epochs done over `epochs` and the seconds
+    /// spent over `time_budget_s` (of the limits that are set), so 1 where it stops. The
+    /// cosine schedule follows it, so a time-budget run ends at learning rate 0 as well.
+    pub fn progress(&self, epoch: f64, elapsed_s: f64) -> f64 {
+        let share = |done: f64, limit: f64| if limit > 0.0 { done / limit } else { 0.0 };
+        share(epoch, self.epochs).max(share(elapsed_s, self.time_budget_s))
+    }
+
+    /// Whether the run has used up its epochs or its time budget (a limit of 0 is none).
+    pub fn should_stop(&self, epoch: f64, elapsed_s: f64) -> bool {
+        (self.epochs > 0.0 && epoch >= self.epochs)
+            || (self.time_budget_s > 0.0 && elapsed_s >= self.time_budget_s)
+    }
+}
 
 impl Default for RunConfig {
     fn default() -> Self {
@@ -611,7 +638,7 @@ impl Default for SyncConfig {
             sparse_transport: SparseTransport::Mailbox,
             drain_on_arrival: false,
             regroup_every_s: 0.0,
-            regroup_min_gain: crate::regroup::MIN_GAIN,
+            regroup_min_gain: REGROUP_MIN_GAIN,
         }
     }
 }
@@ -955,7 +982,27 @@ mod tests {
         assert_eq!(cfg.data.resolved_dir(), PathBuf::from(""));
     }
 
-    /// Every rule of `validate`, each broken once, with the exact message.
+    fn cfg(epochs: f64, budget_s: f64) -> Config {
+        let mut c = Config::from_str_with_overrides(
+            "[data]\ndataset = \"synthetic\"\n[model]\nname = \"mlp\"\n",
+            "test.toml",
+            &[],
+        )
+        .expect("a valid config");
+        (c.run.epochs, c.run.time_budget_s) = (epochs, budget_s);
+        c
+    }
+
+    #[test]
+    fn progress_follows_whichever_limit_ends_the_run() {
+        assert_eq!(cfg(2.0, 0.0).run.progress(0.5, 100.0), 0.25);
+        assert_eq!(cfg(0.0, 40.0).run.progress(5.0, 10.0), 0.25);
+        assert_eq!(cfg(2.0, 40.0).run.progress(0.5, 30.0), 0.75);
+        assert_eq!(cfg(2.0, 40.0).run.progress(1.5, 10.0), 0.75);
+        let c = cfg(2.0, 40.0);
+        assert!(!c.run.should_stop(1.99, 39.0) && c.run.progress(1.99, 39.0) < 1.0);
+        assert!(c.run.should_stop(2.0, 1.0) && c.run.progress(2.0, 1.0) >= 1.0);
+    }
 
     #[test]
     fn to_toml_string_round_trips() {

@@ -4,11 +4,11 @@
 use std::collections::BTreeSet;
 use std::fmt::Display;
 
+use super::MAX_CLASSES;
 use super::{
     CompressionKind, Config, ConfigError, DataConfig, DatasetKind, ExchangeSelect, Grouping,
     SparseTransport, SyncMode,
 };
-use crate::data::MAX_CLASSES;
 
 /// Upper bound of `sync.mailbox_messages`: the ring's size, messages x (1 + 2k) words
 /// rounded up to a power of two, must not overflow (wrapped, it gave a tiny or empty ring),
@@ -466,7 +466,7 @@ impl Config {
             DatasetKind::Multi30k => unreachable!("text data returned above"),
         };
         ensure(
-            shape == crate::model::zoo::CIFAR_INPUT,
+            shape == super::CIFAR_INPUT,
             "model.name",
             &format!(
                 "a model for the dataset's {}x{}x{} images ({model} takes 3x32x32, CIFAR-10's)",

@@ -35,8 +35,7 @@ pub const FASHION_MNIST_STD: f32 = 0.3530;
 /// Per-channel (R, G, B) mean / std of CIFAR-10 pixels scaled to [0, 1].
 pub const CIFAR10_MEAN: [f32; 3] = [0.4914, 0.4822, 0.4465];
 pub const CIFAR10_STD: [f32; 3] = [0.2470, 0.2435, 0.2616];
-/// Most classes a [`Dataset`] can have: labels are bytes.
-pub const MAX_CLASSES: usize = u8::MAX as usize + 1;
+pub use crate::config::MAX_CLASSES;
 
 /// Every way loading or sharding data can fail; each message names the file (or setting) and
 /// the problem so a user can fix it without reading code.

@@ -1,0 +1,175 @@
+//! Max, average and global average pooling over planes (no padding).
+
+use crate::compute::backend::Window2d;
+
+/// Index (within the plane) of the first maximum of output (oy, ox)'s window.
+fn window_argmax(plane: &[f32], oy: usize, ox: usize, g: &Window2d) -> usize {
+    let (w, k, s) = (g.width, g.kernel, g.stride);
+    let first = oy * s * w + ox * s;
+    let mut best = first;
+    for ky in 0..k {
+        for kx in 0..k {
+            let i = first + ky * w + kx;
+            if plane[i] > plane[best] {
+                best = i;
+            }
+        }
+    }
+    best
+}
+
+/// out: `[planes x OH x OW]`, the maximum of each window (the first maximum on ties,
+/// scanning row by row, as PyTorch does); argmax: the same shape, the index within its
+/// plane of each window's maximum, as f32 (exact below 2^24, so any plane an image has),
+/// for backward.
+pub fn maxpool_forward(
+    out: &mut [f32],
+    argmax: &mut [f32],
+    inp: &[f32],
+    planes: usize,
+    g: &Window2d,
+) {
+    let (oh, ow, hw) = (g.out_height(), g.out_width(), g.height * g.width);
+    for p in 0..planes {
+        let plane = &inp[p * hw..(p + 1) * hw];
+        let o = &mut out[p * oh * ow..(p + 1) * oh * ow];
+        let a = &mut argmax[p * oh * ow..(p + 1) * oh * ow];
+        if g.kernel == 2 && g.stride == 2 {
+            // The common case without the generic window loop: each row's pair, then the
+            // second row's winner only if strictly greater (the same as a row-by-row scan).
+            let w = g.width;
+            for oy in 0..oh {
+                let (r0, r1) = (2 * oy * w, (2 * oy + 1) * w);
+                for ox in 0..ow {
+                    // Branch-free (flags and a multiply): which input wins is data, and a
+                    // branch on it mispredicts half the time.
+                    let (i, j) = (r0 + 2 * ox, r1 + 2 * ox);
+                    let (p0, p1, p2, p3) = (plane[i], plane[i + 1], plane[j], plane[j + 1]);
+                    let top = i + usize::from(p1 > p0);
+                    let bottom = j + usize::from(p3 > p2);
+                    let (vt, vb) = (p0.max(p1), p2.max(p3));
+                    let second = usize::from(vb > vt);
+                    o[oy * ow + ox] = vt.max(vb);
+                    a[oy * ow + ox] = (top + second * (bottom - top)) as f32;
+                }
+            }
+            continue;
+        }
+        for oy in 0..oh {
+            for ox in 0..ow {
+                let best = window_argmax(plane, oy, ox, g);
+                o[oy * ow + ox] = plane[best];
+                a[oy * ow + ox] = best as f32;
+            }
+        }
+    }
+}
+
+/// dinp: `[planes x H x W]`; each output gradient goes to its window's maximum, as the
+/// forward's argmax recorded.
+pub fn maxpool_backward(
+    dinp: &mut [f32],
+    dout: &[f32],
+    argmax: &[f32],
+    planes: usize,
+    g: &Window2d,
+) {
+    let (ohw, hw) = (g.out_height() * g.out_width(), g.height * g.width);
+    dinp[..planes * hw].fill(0.0);
+    for p in 0..planes {
+        let di = &mut dinp[p * hw..(p + 1) * hw];
+        let d = &dout[p * ohw..(p + 1) * ohw];
+        for (&g, &a) in d.iter().zip(&argmax[p * ohw..(p + 1) * ohw]) {
+            di[a as usize] += g;
+        }
+    }
+}
+
+/// out: `[planes x OH x OW]`, the mean of each window.
+pub fn avgpool_forward(out: &mut [f32], inp: &[f32], planes: usize, g: &Window2d) {
+    let (oh, ow, hw, w) = (g.out_height(), g.out_width(), g.height * g.width, g.width);
+    let inv = 1.0 / (g.kernel * g.kernel) as f32;
+    for p in 0..planes {
+        let plane = &inp[p * hw..(p + 1) * hw];
+        for oy in 0..oh {
+            for ox in 0..ow {
+                let first = oy * g.stride * w + ox * g.stride;
+                let s: f32 = (0..g.kernel)
+                    .map(|ky| {
+                        plane[first + ky * w..first + ky * w + g.kernel]
+                            .iter()
+                            .sum::<f32>()
+                    })
+                    .sum();
+                out[(p * oh + oy) * ow + ox] = s * inv;
+            }
+        }
+    }
+}
+
+/// dinp: `[planes x H x W]`; each input gets dout / k^2 from every window it lies in.
+pub fn avgpool_backward(dinp: &mut [f32], dout: &[f32], planes: usize, g: &Window2d) {
+    let (oh, ow, hw, w) = (g.out_height(), g.out_width(), g.height * g.width, g.width);
+    let inv = 1.0 / (g.kernel * g.kernel) as f32;
+    dinp[..planes * hw].fill(0.0);
+    for p in 0..planes {
+        let di = &mut dinp[p * hw..(p + 1) * hw];
+        for oy in 0..oh {
+            for ox in 0..ow {
+                let d = dout[(p * oh + oy) * ow + ox] * inv;
+                let first = oy * g.stride * w + ox * g.stride;
+                for ky in 0..g.kernel {
+                    for v in &mut di[first + ky * w..first + ky * w + g.kernel] {
+                        *v += d;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// out: `[planes]`, the mean of each plane of inp: `[planes x plane]`.
+pub fn global_avgpool_forward(out: &mut [f32], inp: &[f32], planes: usize, plane: usize) {
+    let inv = 1.0 / plane as f32;
+    for (o, x) in out[..planes].iter_mut().zip(inp.chunks_exact(plane)) {
+        *o = x.iter().sum::<f32>() * inv;
+    }
+}
+
+/// dinp: `[planes x plane]` = dout / plane.
+pub fn global_avgpool_backward(dinp: &mut [f32], dout: &[f32], planes: usize, plane: usize) {
+    let inv = 1.0 / plane as f32;
+    for (d, &g) in dinp[..planes * plane].chunks_exact_mut(plane).zip(dout) {
+        d.fill(g * inv);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fast_and_the_generic_max_pool_agree_and_ties_go_to_the_first() {
+        let g = Window2d {
+            channels: 1,
+            height: 4,
+            width: 4,
+            kernel: 2,
+            stride: 2,
+            pad: 0,
+        };
+        let inp: Vec<f32> = (0..16).map(|i| (i * 7 % 5) as f32).collect();
+        let (mut fast, mut argmax) = (vec![0.0; 4], vec![0.0; 4]);
+        maxpool_forward(&mut fast, &mut argmax, &inp, 1, &g);
+        for (i, &v) in fast.iter().enumerate() {
+            let best = window_argmax(&inp, i / 2, i % 2, &g);
+            assert_eq!((v, argmax[i]), (inp[best], best as f32));
+        }
+        let ties = [1.0; 16];
+        maxpool_forward(&mut fast, &mut argmax, &ties, 1, &g);
+        let mut d = vec![0.0; 16];
+        maxpool_backward(&mut d, &[1.0; 4], &argmax, 1, &g);
+        assert_eq!(d.iter().sum::<f32>(), 4.0);
+        assert_eq!((d[0], d[1], d[4], d[5]), (1.0, 0.0, 0.0, 0.0));
+    }
+}

@@ -1,0 +1,137 @@
+//! Builds a [`Sequential`] while tracking the shape and naming tensors as PyTorch's
+//! `nn.Sequential` would (`0.weight`, `3.body.1.running_mean`, ...).
+
+use crate::compute::backend::Backend;
+
+use super::compose::{Residual, Sequential};
+use super::layers::{
+    BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, Pool2d, PoolKind, Relu,
+};
+use super::module::{Module, Plan, Shape};
+
+/// Fills a branch of a residual block (its body or its skip path).
+pub type Branch<'f, B> = &'f dyn Fn(&mut Builder<B>);
+
+pub struct Builder<'p, B: Backend> {
+    be: &'p B,
+    plan: &'p mut Plan,
+    input: Shape,
+    shape: Shape,
+    modules: Vec<Box<dyn Module<B>>>,
+}
+
+impl<'p, B: Backend> Builder<'p, B> {
+    pub fn new(be: &'p B, plan: &'p mut Plan, input: Shape) -> Self {
+        Builder {
+            be,
+            plan,
+            input,
+            shape: input,
+            modules: Vec::new(),
+        }
+    }
+
+    /// The current output shape.
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    pub fn finish(self) -> Sequential<B> {
+        Sequential::new(self.input, self.modules)
+    }
+
+    /// Appends the module `make` builds for the current shape, as the next numbered child.
+    pub fn push<M: Module<B> + 'static>(
+        &mut self,
+        make: impl FnOnce(&B, &mut Plan, Shape) -> M,
+    ) -> &mut Self {
+        self.plan.enter(None);
+        let m = make(self.be, self.plan, self.shape);
+        self.plan.leave();
+        self.shape = m.out_shape();
+        self.modules.push(Box::new(m));
+        self
+    }
+
+    /// Convolution with a bias, stride 1.
+    pub fn conv(&mut self, out_c: usize, kernel: usize, pad: usize) -> &mut Self {
+        self.push(|be, p, s| Conv2d::new(be, p, s, out_c, kernel, 1, pad, true))
+    }
+
+    /// Convolution with the given stride; `bias = false` before a batch norm.
+    pub fn conv_with(
+        &mut self,
+        out_c: usize,
+        kernel: usize,
+        stride: usize,
+        pad: usize,
+        bias: bool,
+    ) -> &mut Self {
+        self.push(|be, p, s| Conv2d::new(be, p, s, out_c, kernel, stride, pad, bias))
+    }
+
+    pub fn batchnorm(&mut self) -> &mut Self {
+        self.push(|be, p, s| BatchNorm2d::new(be, p, s))
+    }
+
+    pub fn relu(&mut self) -> &mut Self {
+        self.push(|be, p, s| Relu::new(be, p, s))
+    }
+
+    /// Max pooling with kernel == stride.
+    pub fn maxpool(&mut self, k: usize) -> &mut Self {
+        self.push(|be, p, s| Pool2d::new(be, p, s, PoolKind::Max, k, k))
+    }
+
+    /// Average pooling with kernel == stride.
+    pub fn avgpool(&mut self, k: usize) -> &mut Self {
+        self.push(|be, p, s| Pool2d::new(be, p, s, PoolKind::Average, k, k))
+    }
+
+    pub fn global_avgpool(&mut self) -> &mut Self {
+        self.push(|be, p, s| GlobalAvgPool::new(be, p, s))
+    }
+
+    pub fn dropout(&mut self, prob: f32) -> &mut Self {
+        self.push(|be, p, s| Dropout::new(be, p, s, prob))
+    }
+
+    pub fn flatten(&mut self) -> &mut Self {
+        self.push(|be, p, s| Flatten::new(be, p, s))
+    }
+
+    pub fn linear(&mut self, out_f: usize) -> &mut Self {
+        self.push(|be, p, s| Linear::new(be, p, s, out_f))
+    }
+
+    /// A residual block: `relu(body(x) + skip(x))` when `relu`, else without it; `skip`
+    /// `None` is the identity.
+    pub fn residual(
+        &mut self,
+        body: impl FnOnce(&mut Builder<B>),
+        skip: Option<Branch<'_, B>>,
+        relu: bool,
+    ) -> &mut Self {
+        let input = self.shape;
+        self.push(|be, plan, _| {
+            let body = Self::branch(be, plan, input, "body", body);
+            let skip = skip.map(|f| Self::branch(be, plan, input, "skip", f));
+            Residual::new(be, plan, body, skip, relu)
+        })
+    }
+
+    fn branch(
+        be: &B,
+        plan: &mut Plan,
+        input: Shape,
+        field: &str,
+        fill: impl FnOnce(&mut Builder<B>),
+    ) -> Sequential<B> {
+        plan.enter(Some(field));
+        let mut b = Builder::new(be, plan, input);
+        fill(&mut b);
+        let seq = b.finish();
+        plan.leave();
+        seq
+    }
+}

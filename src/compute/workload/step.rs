@@ -1,0 +1,227 @@
+//! A worker's data pipeline and model: fills the next batch from its shard and computes
+//! the gradient into the model's gradient buffer. The sync modes see only
+//! [`ComputeStep::compute`], the model's flat buffers and the batch count.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use crate::compute::backend::cpu::Cpu;
+use crate::compute::backend::Backend;
+
+use crate::compute::pace::Pacer;
+use crate::config::{Augment, Config};
+use crate::data::augment::Augmenter;
+use crate::data::bucket::{BucketStream, TextBatch};
+use crate::data::multi30k::EncodedPairs;
+use crate::data::sampler::ShardSampler;
+
+use super::corpus::Corpus;
+use super::model::Model;
+
+pub struct ComputeStep<B: Backend = Cpu> {
+    pub net: Model<B>,
+    feed: Feed,
+    batch: usize,
+}
+
+/// Where batches come from (one per process: its size does not matter).
+#[allow(clippy::large_enum_variant)]
+enum Feed {
+    /// Image batches, buffers allocated once.
+    Images {
+        sampler: ShardSampler,
+        /// `data.augment`: this worker's crop and flip stream; `None` trains on the
+        /// images as they are.
+        augmenter: Option<Augmenter>,
+        x: Vec<f32>,
+        y: Vec<u8>,
+    },
+    /// Length-bucketed sentence-pair batches, refilled into one batch.
+    Text {
+        stream: BucketStream,
+        batch: TextBatch,
+    },
+}
+
+impl ComputeStep<Cpu> {
+    /// [`ComputeStep::new_on`] the CPU backend.
+    pub fn new(cfg: &Config, corpus: &Corpus, shards: usize, shard: usize) -> Result<ComputeStep> {
+        ComputeStep::new_on(Cpu, cfg, corpus, shards, shard)
+    }
+}
+
+impl<B: Backend> ComputeStep<B> {
+    /// Builds the model for `corpus` on `be` and the sampler for shard `shard` of
+    /// `shards`. Every rank builds the same initial weights, from `run.seed` or
+    /// `model.init_file` (read again on resume, before the checkpoint replaces them);
+    /// dropout draws follow the shard.
+    pub fn new_on(
+        be: B,
+        cfg: &Config,
+        corpus: &Corpus,
+        shards: usize,
+        shard: usize,
+    ) -> Result<ComputeStep<B>> {
+        let batch = cfg.optim.batch_size;
+        let mut net = Model::build_on(be, cfg, corpus, shard as u64)?;
+        if !cfg.model.init_file.is_empty() {
+            let path = std::path::Path::new(&cfg.model.init_file);
+            let expected = crate::compute::model::export::metadata::<B>(cfg, &net);
+            crate::compute::model::export::load_into::<B>(&mut net, &expected, path)
+                .context("model.init_file")?;
+        }
+        let feed = match (corpus, &net) {
+            (Corpus::Images { train, .. }, Model::Image(n)) => Feed::Images {
+                sampler: image_sampler(cfg, train.len(), shards, shard)?,
+                augmenter: match cfg.data.augment {
+                    Augment::None => None,
+                    Augment::CropFlip => Some(Augmenter::new(cfg.run.seed, shard)),
+                },
+                x: vec![0.0; batch * n.input_len()],
+                y: vec![0; batch],
+            },
+            (Corpus::Text(text), _) => Feed::Text {
+                stream: text_stream(cfg, &text.train, shards, shard)?,
+                batch: TextBatch::new(&text.train, &[]),
+            },
+            (Corpus::Images { .. }, Model::Text(_)) => {
+                anyhow::bail!("model seq2seq needs dataset multi30k")
+            }
+        };
+        Ok(ComputeStep { net, feed, batch })
+    }
+
+    /// One forward/backward pass on the next batch; returns the batch loss (NaN where
+    /// the model refused the batch: the sync modes stop on a non-finite loss, naming it).
+    pub fn compute(&mut self, corpus: &Corpus) -> f32 {
+        match (&mut self.feed, &mut self.net, corpus) {
+            (
+                Feed::Images {
+                    sampler,
+                    augmenter,
+                    x,
+                    y,
+                },
+                Model::Image(net),
+                Corpus::Images { train, .. },
+            ) => {
+                let batch = sampler.served();
+                let idx = sampler.next_batch();
+                match augmenter {
+                    Some(aug) => {
+                        aug.start_batch(batch);
+                        aug.fill_batch(train, idx, x, y);
+                    }
+                    None => train.fill_batch(idx, x, y),
+                }
+                net.forward_backward(x, y, self.batch).loss
+            }
+            (Feed::Text { stream, batch }, Model::Text(net), Corpus::Text(text)) => {
+                let step = stream.served();
+                batch.refill(&text.train, stream.next_batch());
+                match net.forward_backward(batch, step) {
+                    Ok(stats) => stats.loss,
+                    Err(e) => {
+                        log::error!("training step {step}: {e}");
+                        f32::NAN
+                    }
+                }
+            }
+            _ => unreachable!("ComputeStep::new pairs the feed with its corpus and model"),
+        }
+    }
+
+    /// [`ComputeStep::compute`], then the pad of the emulated slowdown. Returns the batch
+    /// loss and the seconds both took.
+    pub fn compute_paced(&mut self, corpus: &Corpus, pacer: &mut Pacer) -> (f32, f64) {
+        let t0 = Instant::now();
+        let loss = self.compute(corpus);
+        pacer.sleep_pad(t0.elapsed().as_secs_f64());
+        (loss, t0.elapsed().as_secs_f64())
+    }
+
+    /// Batches this worker has computed (over all epochs).
+    pub fn batches(&self) -> u64 {
+        match &self.feed {
+            Feed::Images { sampler, .. } => sampler.served(),
+            Feed::Text { stream, .. } => stream.served(),
+        }
+    }
+
+    /// Continues as if `batches` batches had been computed: the sampler, the augmentation,
+    /// the dropout masks and teacher forcing all follow the batch count (resume from a
+    /// checkpoint).
+    pub fn resume_at(&mut self, batches: u64) {
+        match (&mut self.feed, &mut self.net) {
+            (Feed::Images { sampler, .. }, Model::Image(net)) => {
+                sampler.skip_to(batches);
+                net.set_train_steps(batches);
+            }
+            (Feed::Text { stream, .. }, _) => stream.skip_to(batches),
+            (Feed::Images { .. }, Model::Text(_)) => unreachable!("paired in new"),
+        }
+    }
+
+    /// Fractional epochs of this shard consumed so far.
+    pub fn epoch(&self) -> f64 {
+        match &self.feed {
+            Feed::Images { sampler, .. } => sampler.epoch_progress(),
+            Feed::Text { stream, .. } => stream.epoch_progress(),
+        }
+    }
+
+    /// Samples per batch (images, or sentence pairs: the last batch of a text epoch may
+    /// hold fewer).
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+}
+
+fn image_sampler(cfg: &Config, n: usize, shards: usize, shard: usize) -> Result<ShardSampler> {
+    Ok(ShardSampler::new(
+        n,
+        shards,
+        shard,
+        cfg.optim.batch_size,
+        cfg.run.seed,
+    )?)
+}
+
+fn text_stream(
+    cfg: &Config,
+    pairs: &EncodedPairs,
+    shards: usize,
+    shard: usize,
+) -> Result<BucketStream> {
+    Ok(BucketStream::new(
+        pairs,
+        shards,
+        shard,
+        cfg.optim.batch_size,
+        cfg.run.seed,
+    )?)
+}
+
+/// The training-set indices (images, or sentence pairs) of every batch a single-process
+/// run of `cfg` trains on in its first `epochs` epochs, in order: what `gssp batches`
+/// writes, so that another framework can train on the very same sequence. Augmentation,
+/// where configured, is not part of it.
+pub fn batch_order(cfg: &Config, corpus: &Corpus, epochs: f64) -> Result<Vec<Vec<usize>>> {
+    let mut order = Vec::new();
+    match corpus {
+        Corpus::Images { train, .. } => {
+            let mut sampler = image_sampler(cfg, train.len(), 1, 0)?;
+            while sampler.epoch_progress() < epochs {
+                order.push(sampler.next_batch().to_vec());
+            }
+        }
+        Corpus::Text(text) => {
+            let mut stream = text_stream(cfg, &text.train, 1, 0)?;
+            while stream.epoch_progress() < epochs {
+                order.push(stream.next_batch().to_vec());
+            }
+        }
+    }
+    Ok(order)
+}

@@ -1,0 +1,94 @@
+//! Who does what in a distributed run: which world ranks serve, which work, in which
+//! group, and how much each worker is slowed down.
+
+use serde::{Deserialize, Serialize};
+
+use crate::compute::pace;
+use crate::config::{Config, SyncMode};
+use crate::protocol::costmodel::GroupCountChoice;
+
+/// Who does what: the servers (world ranks) and the workers of each group (world ranks).
+/// Group g is served by `servers[g]`; allreduce has no servers and one group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Layout {
+    pub mode: SyncMode,
+    pub world_size: usize,
+    pub servers: Vec<usize>,
+    pub groups: Vec<Vec<usize>>,
+    /// SSP staleness bound of each group's server (ssp and gssp; `sync.staleness`, or per
+    /// group from the profile when it is `"auto"`).
+    pub staleness: Vec<usize>,
+    /// Slowdown factor of each world rank (1 for servers).
+    pub slowdown: Vec<f64>,
+    /// Seconds per local iteration each worker measured when grouping by profile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profiled_s: Option<Vec<f64>>,
+    /// Median absolute deviation of each worker's profiled iterations (how erratic they were).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profiled_spread_s: Option<Vec<f64>>,
+    /// Each worker's slowest profiled iteration, seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profiled_worst_s: Option<Vec<f64>>,
+    /// What grouping by profile cost: the longest any worker spent profiling, in seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile_cost_s: Option<f64>,
+    /// `sync.groups = "auto"`: the count chosen and what the cost model predicted for each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_count: Option<GroupCountChoice>,
+    /// Ranks reserved as servers that the chosen group count left over: they take no part.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub idle: Vec<usize>,
+}
+
+impl Layout {
+    /// The layout before any grouping: ranks 0..S-1 serve, the rest are workers (one
+    /// group), with slowdown factors in rank order.
+    pub fn from_config(cfg: &Config, world_size: usize) -> Layout {
+        let servers: Vec<usize> = (0..cfg.num_servers()).collect();
+        let workers: Vec<usize> = (servers.len()..world_size).collect();
+        let factors = pace::worker_factors(&cfg.heterogeneity, workers.len());
+        let mut slowdown = vec![1.0; world_size];
+        for (i, &r) in workers.iter().enumerate() {
+            slowdown[r] = factors[i];
+        }
+        Layout {
+            mode: cfg.sync.mode,
+            world_size,
+            servers,
+            groups: vec![workers],
+            staleness: vec![cfg.sync.staleness.bound().unwrap_or(0)],
+            slowdown,
+            profiled_s: None,
+            profiled_spread_s: None,
+            profiled_worst_s: None,
+            profile_cost_s: None,
+            group_count: None,
+            idle: Vec::new(),
+        }
+    }
+
+    /// Keeps the first `groups` servers; the others become idle.
+    pub fn keep_servers(&mut self, groups: usize) {
+        if groups < self.servers.len() {
+            self.idle = self.servers.split_off(groups);
+        }
+    }
+
+    /// The role of `rank`: `(group, is_server)`.
+    pub fn role(&self, rank: usize) -> (usize, bool) {
+        if let Some(g) = self.servers.iter().position(|&s| s == rank) {
+            return (g, true);
+        }
+        let g = self
+            .groups
+            .iter()
+            .position(|ws| ws.contains(&rank))
+            .unwrap_or(0);
+        (g, false)
+    }
+
+    /// World ranks of all workers, group by group.
+    pub fn worker_ranks(&self) -> Vec<usize> {
+        self.groups.iter().flatten().copied().collect()
+    }
+}

@@ -1,0 +1,13 @@
+//! The protocol's pure logic, without MPI: the parameter server's update rule
+//! ([`param_server`]) and its SSP clocks ([`ssp_clock`]), the inter-group mailboxes' format
+//! ([`mailbox`]), which rank does what ([`layout`]), grouping workers by speed
+//! ([`grouping`]), regroup decisions ([`regroup`]) and the timing cost model both predict
+//! with ([`costmodel`]).
+
+pub mod costmodel;
+pub mod grouping;
+pub mod layout;
+pub mod mailbox;
+pub mod param_server;
+pub mod regroup;
+pub mod ssp_clock;

@@ -1,0 +1,207 @@
+//! Distributed checkpoints: the ranks that hold state (the servers; every rank of
+//! allreduce and localsgd) each write their file, the file entries are gathered on the
+//! first of them, and it commits the checkpoint. The modes decide when and bring their
+//! state to a quiet point first (see [`crate::checkpoint`]).
+
+use anyhow::Result;
+
+use crate::checkpoint::store::{self, FileEntry};
+use crate::checkpoint::{self, RankFile, RankMeta, Resume, Schedule};
+use crate::comm::Collectives;
+use crate::compute::backend::Backend;
+use crate::compute::model::Trainable;
+use crate::compute::optim::NetworkOptimizer;
+use crate::config::Config;
+use crate::protocol::param_server::ParamServer;
+use crate::telemetry::{EvalRow, RunDir, Snapshots};
+
+/// What a group of saving ranks needs to write a checkpoint together.
+pub struct Saver<'a, C: Collectives> {
+    /// The ranks that save together; its rank 0 commits.
+    pub comm: &'a C,
+    pub cfg: &'a Config,
+    pub run: &'a RunDir,
+    pub world_rank: usize,
+    pub world_size: usize,
+    pub layout: Option<serde_json::Value>,
+    pub schedule: Schedule,
+}
+
+impl<C: Collectives> Saver<'_, C> {
+    /// Whether a periodic checkpoint is due at `time_s`.
+    pub fn due(&self, time_s: f64) -> bool {
+        self.schedule.due(time_s)
+    }
+
+    /// Writes this rank's file of the next checkpoint and, on the committing rank, the
+    /// manifest and `latest` (collective over `comm`). A rank that cannot write its file
+    /// fails with the file named; the committing rank then fails too, naming the rank, and
+    /// the previous checkpoint stays the newest.
+    pub fn save(
+        &mut self,
+        (time_s, epoch): (f64, f64),
+        tensors: &[(&str, &[f32])],
+        meta: &RankMeta,
+    ) -> Result<()> {
+        let sequence = self.schedule.sequence;
+        let dir = store::checkpoint_dir(self.run.path(), sequence);
+        let written = store::write_rank_file(&dir, self.world_rank, tensors, meta);
+        let row = match &written {
+            Ok(e) => [
+                1.0,
+                self.world_rank as f64,
+                e.bytes as f64,
+                f64::from(e.crc32),
+            ],
+            Err(_) => [0.0, self.world_rank as f64, 0.0, 0.0],
+        };
+        let rows = self.comm.gather_f64s(0, &row)?;
+        written?;
+        if let Some(rows) = rows {
+            let mut files = Vec::with_capacity(rows.len());
+            for r in rows {
+                let rank = r[1] as usize;
+                anyhow::ensure!(
+                    r[0] > 0.0,
+                    "rank {rank} could not write its file of checkpoint {}; the previous checkpoint stays the newest",
+                    dir.display()
+                );
+                files.push(FileEntry {
+                    name: store::rank_file_name(rank),
+                    bytes: r[2] as u64,
+                    crc32: r[3] as u32,
+                });
+            }
+            let manifest = checkpoint::manifest(
+                self.cfg,
+                sequence,
+                (time_s, epoch),
+                self.world_size,
+                self.layout.clone(),
+                files,
+            );
+            store::commit(self.run.path(), &manifest)?;
+            log::info!(
+                "checkpoint {} at {time_s:.1} s, epoch {epoch:.3}",
+                dir.display()
+            );
+        }
+        self.schedule.taken(time_s);
+        Ok(())
+    }
+}
+
+/// The snapshot tensors' names, in order.
+pub fn snapshot_names(snapshots: &Snapshots) -> Vec<String> {
+    (0..snapshots.taken.len())
+        .map(checkpoint::snapshot_name)
+        .collect()
+}
+
+/// The snapshots' rows, for [`RankMeta::evals`].
+pub fn snapshot_rows(snapshots: &Snapshots) -> Vec<EvalRow> {
+    snapshots.taken.iter().map(|(row, _)| *row).collect()
+}
+
+/// The snapshots a checkpoint saved (its `evals` rows and `snapshot.I` tensors).
+pub fn restore_snapshots(
+    file: &mut RankFile<RankMeta>,
+    every_s: f64,
+    n: usize,
+    path: &std::path::Path,
+) -> Result<Snapshots> {
+    let mut taken = Vec::with_capacity(file.meta.evals.len());
+    for (i, row) in file.meta.evals.clone().into_iter().enumerate() {
+        taken.push((row, file.take(&checkpoint::snapshot_name(i), n, path)?));
+    }
+    Ok(Snapshots::resume(every_s, file.meta.time_s, taken))
+}
+
+/// World rank `rank`'s file of `resume`, or an error naming it.
+pub fn load(resume: &Resume, rank: usize) -> Result<RankFile<RankMeta>> {
+    Ok(resume.load(rank)?)
+}
+
+/// Restores a rank that trains its own replica (allreduce, localsgd) from its file:
+/// weights, batch-norm statistics, momentum, and its batch count; returns the iterations
+/// done and, for rank 0, the snapshots it had taken.
+pub fn restore_replica<B: Backend>(
+    resume: &Resume,
+    rank: usize,
+    step: &mut crate::compute::workload::ComputeStep<B>,
+    optimizer: &mut NetworkOptimizer<B>,
+    snapshot_every_s: f64,
+) -> Result<(u64, Snapshots)> {
+    let path = resume.path(rank);
+    let mut file = load(resume, rank)?;
+    let n = step.net.num_params();
+    let weights = file.take(checkpoint::WEIGHTS, n, &path)?;
+    step.net.params_from_host(&weights);
+    let state = file.take(checkpoint::STATE, step.net.num_state(), &path)?;
+    step.net.state_from_host(&state);
+    let steps = file.meta.optimizer_steps;
+    optimizer.state_from_host(&step.net, steps, |name| file.take(name, n, &path))?;
+    step.resume_at(file.meta.steps);
+    let snapshots = restore_snapshots(&mut file, snapshot_every_s, n, &path)?;
+    Ok((file.meta.steps, snapshots))
+}
+
+/// Saves a rank that trains its own replica (allreduce, localsgd): weights, batch-norm
+/// statistics, momentum, iterations, and rank 0's snapshots (collective over `saver.comm`).
+pub fn save_replica<C: Collectives, B: Backend>(
+    saver: &mut Saver<'_, C>,
+    step: &crate::compute::workload::ComputeStep<B>,
+    optimizer: &NetworkOptimizer<B>,
+    (iteration, epoch, time_s): (u64, f64, f64),
+    snapshots: &Snapshots,
+) -> Result<()> {
+    let net = &step.net;
+    let (state, optimizer_steps) = optimizer.state_to_host(net);
+    let meta = RankMeta {
+        time_s,
+        epoch,
+        steps: iteration,
+        evals: snapshot_rows(snapshots),
+        optimizer_steps,
+        ..Default::default()
+    };
+    let names = snapshot_names(snapshots);
+    let (mut stage, state_now) = (Vec::new(), net.state_host_copy());
+    let mut tensors = vec![
+        (checkpoint::WEIGHTS, net.params_on_host(&mut stage)),
+        (checkpoint::STATE, state_now.as_slice()),
+    ];
+    tensors.extend(state.iter().map(|(name, v)| (*name, v.as_slice())));
+    for (name, (_, w)) in names.iter().zip(&snapshots.taken) {
+        tensors.push((name.as_str(), w.as_slice()));
+    }
+    saver.save((time_s, epoch), &tensors, &meta)
+}
+
+/// Restores group server world rank `rank` from its file: replica, optimizer state, model
+/// version and its workers' clocks; returns what else it saved (pushes, what it knew of
+/// the other groups) and its snapshots.
+pub fn restore_server(
+    resume: &Resume,
+    rank: usize,
+    ps: &mut ParamServer,
+    snapshot_every_s: f64,
+) -> Result<(RankMeta, Snapshots)> {
+    let path = resume.path(rank);
+    let mut file = load(resume, rank)?;
+    let n = ps.weights().len();
+    let workers = ps.clock().clocks().len();
+    let weights = file.take(checkpoint::WEIGHTS, n, &path)?;
+    let steps = file.meta.optimizer_steps;
+    ps.optimizer_mut()
+        .restore(steps, |name| file.take(name, n, &path))?;
+    anyhow::ensure!(
+        file.meta.worker_clocks.len() == workers,
+        "{}: clocks of {} workers, this server has {workers}",
+        path.display(),
+        file.meta.worker_clocks.len()
+    );
+    ps.restore(&weights, file.meta.version, &file.meta.worker_clocks);
+    let snapshots = restore_snapshots(&mut file, snapshot_every_s, n, &path)?;
+    Ok((file.meta, snapshots))
+}

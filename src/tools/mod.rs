@@ -1,0 +1,7 @@
+//! The tools around a run: [`plan`] predicts a cluster's timing before a job, [`bench`]
+//! starts comparison jobs, [`report`] reads run directories into tables and plots. They sit
+//! above the runtime: nothing that runs under `mpirun` depends on them.
+
+pub mod bench;
+pub mod plan;
+pub mod report;

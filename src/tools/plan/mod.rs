@@ -1,0 +1,616 @@
+//! `gssp plan`: a discrete-event simulator of every sync mode's timing (not of accuracy),
+//! for clusters far larger than the one at hand, from
+//!
+//! - each worker's seconds per iteration without waiting (compute and its own copies),
+//!   optionally with transient stragglers (`straggler_prob`, `straggler_factor`);
+//! - the timing cost model of [`crate::protocol::costmodel`] (the same one `sync.groups = "auto"` and
+//!   regrouping use): per message `latency + bytes / bandwidth` on the sender's link,
+//!   `apply_ns_per_param` per parameter applied, the exchange's message size from the
+//!   compression settings;
+//! - the model's size P (4-byte parameters).
+//!
+//! What it models, per mode:
+//!
+//! - parameter-server modes (bsp, asp, DC-ASGD, ssp, gssp with 1..G groups): each server is
+//!   one first-in first-out resource. A push costs it the gradient's message, the apply (bsp:
+//!   a sum per push and one apply per round; DC-ASGD: one more pass for the correction), and
+//!   one weights message per worker it releases; every `inter_group_every` pushes a gssp
+//!   server spends one exchange with its peers. Workers are released by the SSP rule of
+//!   [`crate::protocol::ssp_clock`]; a worker's wait runs from its push to its weights.
+//! - collective modes (allreduce, local SGD): every round waits for the slowest rank, then
+//!   a ring allreduce (2 (N-1) messages of P/N values and the sums).
+//!
+//! What it leaves out: evaluation, and contention between ranks that share a node's cores
+//! beyond one figure, [`Workload::burst_s`] (zero in `gssp plan`: each rank its own
+//! cores), which spaces out the starts of workers released at the same moment; the
+//! validation against runs on one oversubscribed node fits it (docs/scaling.md).
+
+pub mod collective;
+pub mod measured;
+pub mod servers;
+pub mod workers;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+use crate::config::Staleness;
+use crate::protocol::costmodel::{groups_for, CostModel, AUTO_GROUPS_TOLERANCE};
+use crate::protocol::grouping::GroupingError;
+pub use workers::Workload;
+
+/// Iterations the slowest worker completes in the default simulated time.
+pub const DEFAULT_SLOWEST_ITERATIONS: f64 = 100.0;
+
+/// Per-iteration times drawn for a simulation (transient stragglers, when set).
+pub struct Sampler<'a> {
+    work: &'a Workload,
+    rng: ChaCha8Rng,
+}
+
+impl Sampler<'_> {
+    /// Worker `w`'s next iteration, seconds.
+    pub fn next(&mut self, w: usize) -> f64 {
+        let t = self.work.times[w];
+        if self.work.straggler_prob > 0.0 && self.rng.gen::<f64>() < self.work.straggler_prob {
+            t * self.work.straggler_factor
+        } else {
+            t
+        }
+    }
+}
+
+impl Workload {
+    pub fn sampler(&self, seed: u64) -> Sampler<'_> {
+        Sampler {
+            work: self,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+        }
+    }
+}
+
+/// Counts of applied pushes by staleness (server versions between the read and the apply).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StalenessHistogram {
+    counts: Vec<u64>,
+}
+
+impl StalenessHistogram {
+    pub fn record(&mut self, staleness: u64) {
+        let s = staleness as usize;
+        if s >= self.counts.len() {
+            self.counts.resize(s + 1, 0);
+        }
+        self.counts[s] += 1;
+    }
+
+    fn total(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    pub fn mean(&self) -> f64 {
+        let total = self.total();
+        if total == 0 {
+            return 0.0;
+        }
+        let sum: f64 = self
+            .counts
+            .iter()
+            .enumerate()
+            .map(|(s, &c)| s as f64 * c as f64)
+            .sum();
+        sum / total as f64
+    }
+
+    /// The smallest staleness at or below which a share `q` of the pushes lie.
+    pub fn quantile(&self, q: f64) -> u64 {
+        let need = (q * self.total() as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (s, &c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= need {
+                return s as u64;
+            }
+        }
+        self.counts.len().saturating_sub(1) as u64
+    }
+
+    pub fn max(&self) -> u64 {
+        self.counts.iter().rposition(|&c| c > 0).unwrap_or(0) as u64
+    }
+}
+
+/// What one simulation gives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// Iterations (pushes, or steps of every rank) completed within the simulated time.
+    pub iterations: u64,
+    pub images_per_s: f64,
+    /// Each worker's share of the simulated time spent waiting.
+    pub wait_fractions: Vec<f64>,
+    /// Parameter-server modes: applied pushes by staleness.
+    pub staleness: Option<StalenessHistogram>,
+    /// Each server's busy share.
+    pub server_busy: Vec<f64>,
+    /// Each server's bytes in and out per second (collectives: one rank's).
+    pub server_bytes_per_s: Vec<f64>,
+    /// gssp: each group server's exchange bytes (to and from its peers) per second.
+    pub exchange_bytes_per_s: Vec<f64>,
+}
+
+/// One row of a plan: one mode (gssp: one group count).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Prediction {
+    pub mode: String,
+    /// Servers of the parameter-server modes (gssp: groups); `None` for collectives.
+    pub servers: Option<usize>,
+    pub images_per_s: f64,
+    pub mean_wait_fraction: f64,
+    pub max_wait_fraction: f64,
+    pub staleness_mean: Option<f64>,
+    pub staleness_p50: Option<u64>,
+    pub staleness_p99: Option<u64>,
+    pub staleness_max: Option<u64>,
+    /// The busiest server's busy share.
+    pub server_busy: Option<f64>,
+    /// The busiest server's bytes per second (collectives: one rank's).
+    pub bytes_per_s: f64,
+    /// gssp: the busiest group server's exchange bytes per second.
+    pub exchange_bytes_per_s: Option<f64>,
+    /// gssp: each group's SSP bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bounds: Option<Vec<usize>>,
+}
+
+impl Prediction {
+    fn from_outcome(mode: &str, servers: Option<usize>, o: &Outcome) -> Prediction {
+        let max = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
+        let n = o.wait_fractions.len().max(1) as f64;
+        Prediction {
+            mode: mode.into(),
+            servers,
+            images_per_s: o.images_per_s,
+            mean_wait_fraction: o.wait_fractions.iter().sum::<f64>() / n,
+            max_wait_fraction: max(&o.wait_fractions),
+            staleness_mean: o.staleness.as_ref().map(StalenessHistogram::mean),
+            staleness_p50: o.staleness.as_ref().map(|h| h.quantile(0.5)),
+            staleness_p99: o.staleness.as_ref().map(|h| h.quantile(0.99)),
+            staleness_max: o.staleness.as_ref().map(StalenessHistogram::max),
+            server_busy: (!o.server_busy.is_empty()).then(|| max(&o.server_busy)),
+            bytes_per_s: max(&o.server_bytes_per_s),
+            exchange_bytes_per_s: (!o.exchange_bytes_per_s.is_empty())
+                .then(|| max(&o.exchange_bytes_per_s)),
+            bounds: None,
+        }
+    }
+}
+
+/// The settings of the modes a plan compares.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanOptions {
+    /// ssp's bound (the paper's baseline: 3).
+    pub ssp_staleness: usize,
+    /// The bound inside every gssp group, or `"auto"`: each group's from the rule a run
+    /// uses ([`crate::protocol::grouping::auto_staleness`]), with every worker that has transient
+    /// stragglers taken to show one spell while profiled.
+    pub gssp_staleness: Staleness,
+    /// Local SGD's steps between averages.
+    pub local_steps: usize,
+    /// gssp is simulated with each of these group counts (those above the worker count
+    /// are left out).
+    pub group_counts: Vec<usize>,
+    /// Simulated seconds (default: the slowest worker's [`DEFAULT_SLOWEST_ITERATIONS`]).
+    pub horizon_s: Option<f64>,
+    pub seed: u64,
+}
+
+/// Every mode's prediction, and the gssp group count recommended.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    pub workers: usize,
+    pub params: usize,
+    pub horizon_s: f64,
+    pub predictions: Vec<Prediction>,
+    /// The fewest gssp groups within [`AUTO_GROUPS_TOLERANCE`] of the fastest gssp row (the
+    /// rule of `sync.groups = "auto"`).
+    pub recommended_groups: usize,
+}
+
+/// The horizon `opts` give for `work`.
+pub fn horizon(work: &Workload, opts: &PlanOptions) -> f64 {
+    opts.horizon_s.unwrap_or_else(|| {
+        let slowest = work.times.iter().cloned().fold(0.0, f64::max);
+        let straggle = 1.0 + work.straggler_prob * (work.straggler_factor - 1.0).max(0.0);
+        DEFAULT_SLOWEST_ITERATIONS * slowest * straggle
+    })
+}
+
+/// Simulates every mode on `work` (gssp with each of `opts.group_counts`).
+pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Plan, GroupingError> {
+    let n = work.times.len();
+    let horizon_s = horizon(work, opts);
+    let all = vec![(0..n).collect::<Vec<_>>()];
+    let ps = |groups: Vec<Vec<usize>>, bounds, round, extra| {
+        let scheme = servers::PsScheme {
+            groups,
+            bounds,
+            round,
+            extra_apply_passes: extra,
+        };
+        servers::simulate(&scheme, work, cost, horizon_s, opts.seed)
+    };
+    let mut predictions = vec![
+        Prediction::from_outcome("bsp", Some(1), &ps(all.clone(), vec![Some(0)], true, 0.0)),
+        Prediction::from_outcome("asp", Some(1), &ps(all.clone(), vec![None], false, 0.0)),
+        Prediction::from_outcome("asp-dc", Some(1), &ps(all.clone(), vec![None], false, 1.0)),
+        Prediction::from_outcome(
+            "ssp",
+            Some(1),
+            &ps(all.clone(), vec![Some(opts.ssp_staleness)], false, 0.0),
+        ),
+        Prediction::from_outcome(
+            "allreduce",
+            None,
+            &collective::simulate(1, work, cost, horizon_s, opts.seed),
+        ),
+        Prediction::from_outcome(
+            "localsgd",
+            None,
+            &collective::simulate(opts.local_steps, work, cost, horizon_s, opts.seed),
+        ),
+    ];
+    let spreads = vec![0.0; n];
+    let mut gssp = Vec::new();
+    for &g in opts.group_counts.iter().filter(|&&g| (1..=n).contains(&g)) {
+        let groups = groups_for(&work.times, &spreads, g)?;
+        let bounds = gssp_bounds(work, &groups, opts.gssp_staleness, cost.weights_s());
+        let o = ps(
+            groups,
+            bounds.iter().map(|&b| Some(b)).collect(),
+            false,
+            0.0,
+        );
+        let mut row = Prediction::from_outcome("gssp", Some(g), &o);
+        row.bounds = Some(bounds);
+        gssp.push(row);
+    }
+    let best = gssp.iter().map(|p| p.images_per_s).fold(0.0, f64::max);
+    let recommended_groups = gssp
+        .iter()
+        .find(|p| p.images_per_s >= best * (1.0 - AUTO_GROUPS_TOLERANCE))
+        .and_then(|p| p.servers)
+        .unwrap_or(1);
+    predictions.extend(gssp);
+    Ok(Plan {
+        workers: n,
+        params: cost.params,
+        horizon_s,
+        predictions,
+        recommended_groups,
+    })
+}
+
+/// Each gssp group's SSP bound under `staleness`. For `"auto"`, the run's rule on the
+/// simulated workers: a worker's slowest profiled iteration is a transient straggler's
+/// (`straggler_factor` times its own) where stragglers occur, else its own; a reply takes
+/// `reply_s`.
+fn gssp_bounds(
+    work: &Workload,
+    groups: &[Vec<usize>],
+    staleness: Staleness,
+    reply_s: f64,
+) -> Vec<usize> {
+    match staleness {
+        Staleness::Bound(s) => vec![s; groups.len()],
+        Staleness::Auto => {
+            let spell = if work.straggler_prob > 0.0 {
+                work.straggler_factor.max(1.0)
+            } else {
+                1.0
+            };
+            let worst: Vec<f64> = work.times.iter().map(|t| t * spell).collect();
+            crate::protocol::grouping::auto_staleness(&work.times, &worst, groups, reply_s)
+        }
+    }
+}
+
+/// The plan as a Markdown table, one row per mode and gssp group count.
+pub fn render(plan: &Plan) -> String {
+    let mut t = format!(
+        "{} workers, {} parameters, {:.1} s simulated\n\n\
+         | mode | servers | images/s | wait (mean) | wait (max) | staleness mean / p99 / max | busiest server | MB/s per server | exchange MB/s |\n\
+         |---|---:|---:|---:|---:|---|---:|---:|---:|\n",
+        plan.workers, plan.params, plan.horizon_s
+    );
+    for p in &plan.predictions {
+        let dash = || "-".to_string();
+        t.push_str(&format!(
+            "| {} | {} | {:.0} | {:.3} | {:.3} | {} | {} | {:.1} | {} |\n",
+            p.mode,
+            p.servers.map_or_else(dash, |s| s.to_string()),
+            p.images_per_s,
+            p.mean_wait_fraction,
+            p.max_wait_fraction,
+            match (p.staleness_mean, p.staleness_p99, p.staleness_max) {
+                (Some(m), Some(q), Some(x)) => format!("{m:.1} / {q} / {x}"),
+                _ => dash(),
+            },
+            p.server_busy
+                .map_or_else(dash, |b| format!("{:.1}%", 100.0 * b)),
+            p.bytes_per_s / 1e6,
+            p.exchange_bytes_per_s
+                .map_or_else(dash, |b| format!("{:.1}", b / 1e6)),
+        ));
+    }
+    t.push_str(&format!(
+        "\ngssp: {} group(s) recommended (the fewest within {:.0}% of the fastest gssp row)",
+        plan.recommended_groups,
+        100.0 * AUTO_GROUPS_TOLERANCE
+    ));
+    let recommended = plan
+        .predictions
+        .iter()
+        .find(|p| p.mode == "gssp" && p.servers == Some(plan.recommended_groups));
+    if let Some(bounds) = recommended.and_then(|p| p.bounds.as_ref()) {
+        let list: Vec<String> = bounds.iter().map(usize::to_string).collect();
+        t.push_str(&format!(", staleness bound per group {}", list.join(", ")));
+    }
+    t.push('\n');
+    t
+}
+
+/// Parameters of `cfg`'s model, built (on the CPU, without data) for its dataset's image
+/// shape; seq2seq's size depends on the vocabulary, so it needs `--params`.
+pub fn model_params(cfg: &crate::config::Config) -> Result<usize, String> {
+    use crate::config::DatasetKind;
+    let d = &cfg.data;
+    let (shape, classes) = match d.dataset {
+        DatasetKind::Mnist | DatasetKind::FashionMnist => ((1, 28, 28), 10),
+        DatasetKind::Cifar10 => ((3, 32, 32), 10),
+        DatasetKind::Synthetic => {
+            let s = &d.synthetic;
+            ((s.channels, s.height, s.width), s.classes)
+        }
+        DatasetKind::Multi30k => {
+            return Err(
+                "seq2seq's size depends on its vocabulary: pass --params (a run's summary or log names it)".into(),
+            )
+        }
+    };
+    crate::compute::model::build(&cfg.model, shape, classes, 1, cfg.run.seed)
+        .map(|net| net.num_params())
+        .map_err(|e| format!("model {}: {e}", cfg.model.name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cost(params: usize, latency_s: f64) -> CostModel {
+        CostModel {
+            params,
+            latency_s,
+            bytes_per_s: 10e9,
+            apply_s_per_param: 1e-9,
+            exchange_bytes: 4.0 * params as f64,
+            exchange_every: 4,
+        }
+    }
+
+    fn work(times: Vec<f64>) -> Workload {
+        Workload {
+            times,
+            straggler_prob: 0.0,
+            straggler_factor: 1.0,
+            batch: 8,
+            burst_s: 0.0,
+            start_s: Vec::new(),
+        }
+    }
+
+    fn opts() -> PlanOptions {
+        PlanOptions {
+            ssp_staleness: 3,
+            gssp_staleness: Staleness::Bound(0),
+            local_steps: 4,
+            group_counts: vec![1, 2, 3, 4],
+            horizon_s: Some(20.0),
+            seed: 1,
+        }
+    }
+
+    fn row<'a>(plan: &'a Plan, mode: &str, servers: Option<usize>) -> &'a Prediction {
+        plan.predictions
+            .iter()
+            .find(|p| p.mode == mode && (servers.is_none() || p.servers == servers))
+            .unwrap()
+    }
+
+    #[test]
+    fn asp_equal_workers_run_at_their_pace_with_staleness_of_the_others() {
+        // 8 equal workers of 10 ms, a round trip of 2 latencies and the server's service.
+        let c = cost(1_000, 1e-4);
+        let service = 2.0 * 4e3 / 10e9 + 1e3 * 1e-9;
+        let plan = plan(&work(vec![0.01; 8]), &c, &opts()).unwrap();
+        let asp = row(&plan, "asp", None);
+        let cycle = 0.01 + 2e-4 + service;
+        let expected = 8.0 * 8.0 / cycle;
+        assert!((asp.images_per_s / expected - 1.0).abs() < 0.01, "{asp:?}");
+        assert!(
+            (asp.mean_wait_fraction - (cycle - 0.01) / cycle).abs() < 0.005,
+            "{asp:?}"
+        );
+        // Each push finds the other 7 workers' pushes applied since its read.
+        assert!((asp.staleness_mean.unwrap() - 7.0).abs() < 0.1, "{asp:?}");
+    }
+
+    #[test]
+    fn synchronous_modes_wait_for_the_slowest_worker() {
+        // Two workers at 10 ms, two at 40 ms: bsp, allreduce and gssp with one group run
+        // at the slow pace, so the fast ones wait about 3/4 of the time; two gssp groups
+        // free them.
+        let c = cost(1_000, 1e-5);
+        let times = vec![0.01, 0.01, 0.04, 0.04];
+        let plan = plan(&work(times), &c, &opts()).unwrap();
+        for (mode, servers) in [("bsp", None), ("allreduce", None), ("gssp", Some(1))] {
+            let p = row(&plan, mode, servers);
+            let rate = 4.0 * 8.0 / 0.04;
+            assert!((p.images_per_s / rate - 1.0).abs() < 0.02, "{p:?}");
+            assert!((p.max_wait_fraction - 0.75).abs() < 0.02, "{p:?}");
+        }
+        let two = row(&plan, "gssp", Some(2));
+        assert!((two.images_per_s / (2.0 * 8.0 / 0.01 + 2.0 * 8.0 / 0.04) - 1.0).abs() < 0.02);
+        assert!(two.mean_wait_fraction < 0.02, "{two:?}");
+        assert_eq!(plan.recommended_groups, 2);
+        // Local SGD waits once every 4 steps, as long as bsp per step.
+        let local = row(&plan, "localsgd", None);
+        assert!((local.max_wait_fraction - 0.75).abs() < 0.02, "{local:?}");
+    }
+
+    #[test]
+    fn auto_staleness_follows_the_run_rule_and_rides_out_transient_spells() {
+        // Equal workers with 5x spells: "auto" gives each group the bound a run's profile
+        // would (a spell is 4 iterations late, less the jitter allowance: 4), and that
+        // bound waits far less than s = 0; without spells it is 0.
+        let c = cost(1_000, 1e-5);
+        let spells = Workload {
+            straggler_prob: 0.1,
+            straggler_factor: 5.0,
+            ..work(vec![0.01; 8])
+        };
+        let mut o = opts();
+        o.group_counts = vec![2];
+        let fixed = plan(&spells, &c, &o).unwrap();
+        o.gssp_staleness = Staleness::Auto;
+        let auto = plan(&spells, &c, &o).unwrap();
+        let (fixed, auto) = (row(&fixed, "gssp", Some(2)), row(&auto, "gssp", Some(2)));
+        assert_eq!(fixed.bounds, Some(vec![0, 0]));
+        assert_eq!(auto.bounds, Some(vec![4, 4]));
+        assert!(
+            auto.mean_wait_fraction < 0.6 * fixed.mean_wait_fraction,
+            "{auto:?} against {fixed:?}"
+        );
+        assert!(auto.staleness_max.unwrap() > fixed.staleness_max.unwrap());
+        let steady = plan(&work(vec![0.01; 8]), &c, &o).unwrap();
+        assert_eq!(row(&steady, "gssp", Some(2)).bounds, Some(vec![0, 0]));
+    }
+
+    #[test]
+    fn ssp_lets_the_fast_run_ahead_by_the_bound_only() {
+        // One worker 4x slower: within its bound the fast one runs ahead, then waits, so
+        // over a long run both average the slow pace, and the staleness stays within what
+        // the bound allows.
+        let c = cost(1_000, 1e-5);
+        let mut o = opts();
+        o.ssp_staleness = 3;
+        let plan = plan(&work(vec![0.01, 0.04]), &c, &o).unwrap();
+        let ssp = row(&plan, "ssp", None);
+        let slow_pace = 2.0 * 8.0 / 0.04;
+        assert!((ssp.images_per_s / slow_pace - 1.0).abs() < 0.05, "{ssp:?}");
+        assert!(ssp.staleness_max.unwrap() <= 4 + 1, "{ssp:?}");
+    }
+
+    #[test]
+    fn a_saturated_server_caps_asp_and_more_groups_relieve_it() {
+        // 1,000 workers of 10 ms and a 1M-parameter model (about 1.8 ms a push): one server
+        // serves about 550 pushes a second, far below the 100,000 offered.
+        let c = cost(1_000_000, 1e-5);
+        let per_push = c.server_s_per_push(1);
+        let mut o = opts();
+        o.horizon_s = Some(2.0);
+        o.group_counts = (1..=8).collect();
+        let plan = plan(&work(vec![0.01; 1_000]), &c, &o).unwrap();
+        let asp = row(&plan, "asp", None);
+        assert!(asp.server_busy.unwrap() > 0.99, "{asp:?}");
+        let capped = 8.0 / per_push;
+        assert!(
+            (asp.images_per_s / capped - 1.0).abs() < 0.02,
+            "{asp:?} vs {capped}"
+        );
+        let rates: Vec<f64> = (1..=8)
+            .map(|g| row(&plan, "gssp", Some(g)).images_per_s)
+            .collect();
+        assert!(rates.windows(2).all(|r| r[1] > r[0]), "{rates:?}");
+        assert_eq!(plan.recommended_groups, 8);
+    }
+
+    #[test]
+    fn ten_thousand_workers_are_simulated() {
+        let c = cost(61_706, 1e-5);
+        let tiers: Vec<f64> = (0..10_000).map(|i| 0.03 * (1 + i / 2_500) as f64).collect();
+        let mut o = opts();
+        o.horizon_s = None;
+        o.group_counts = vec![1, 2];
+        let plan = plan(&work(tiers), &c, &o).unwrap();
+        assert_eq!(plan.workers, 10_000);
+        assert!((plan.horizon_s - 12.0).abs() < 1e-9);
+        // One server for 10,000 LeNet-5 workers saturates.
+        assert!(row(&plan, "asp", None).server_busy.unwrap() > 0.99);
+    }
+
+    #[test]
+    fn transient_stragglers_slow_synchronous_rounds() {
+        let c = cost(1_000, 1e-5);
+        let mut w = work(vec![0.01; 16]);
+        let calm = plan(&w, &c, &opts()).unwrap();
+        w.straggler_prob = 0.1;
+        w.straggler_factor = 5.0;
+        let spells = plan(&w, &c, &opts()).unwrap();
+        // A round waits for its slowest: with 16 workers, most rounds hold a straggler.
+        let bsp = row(&spells, "bsp", None).images_per_s / row(&calm, "bsp", None).images_per_s;
+        let asp = row(&spells, "asp", None).images_per_s / row(&calm, "asp", None).images_per_s;
+        assert!(bsp < 0.4, "{bsp}");
+        assert!((asp - 1.0 / 1.4).abs() < 0.03, "{asp}");
+    }
+
+    #[test]
+    fn workers_released_at_once_start_a_burst_apart() {
+        // Four equal workers released together each round: the k-th starts k bursts late,
+        // so each waits for the three others' late pushes, 3 bursts per round in all.
+        let burst = 0.002;
+        let work = Workload {
+            burst_s: burst,
+            ..work(vec![0.1; 4])
+        };
+        let free = CostModel {
+            apply_s_per_param: 0.0,
+            bytes_per_s: f64::INFINITY,
+            ..cost(1000, 0.0)
+        };
+        let round = 0.1 + 3.0 * burst;
+        let lockstep = servers::PsScheme {
+            groups: vec![(0..4).collect()],
+            bounds: vec![Some(0)],
+            round: false,
+            extra_apply_passes: 0.0,
+        };
+        let gssp = servers::simulate(&lockstep, &work, &free, 100.0, 1);
+        let allreduce = collective::simulate(1, &work, &free, 100.0, 1);
+        for outcome in [gssp, allreduce] {
+            for w in &outcome.wait_fractions {
+                assert!((w - 3.0 * burst / round).abs() < 1e-3, "{w}");
+            }
+            let expected = 4.0 * 8.0 / round;
+            assert!((outcome.images_per_s - expected).abs() / expected < 0.01);
+        }
+        // One worker at a time (asp) is never part of a burst.
+        let asp = servers::PsScheme {
+            bounds: vec![None],
+            ..lockstep
+        };
+        let asp = servers::simulate(&asp, &work, &free, 100.0, 1);
+        assert!(asp.wait_fractions.iter().all(|&w| w < 1e-9));
+    }
+
+    #[test]
+    fn histogram_quantiles() {
+        let mut h = StalenessHistogram::default();
+        for s in [0, 1, 1, 2, 9] {
+            h.record(s);
+        }
+        assert_eq!(h.quantile(0.5), 1);
+        assert_eq!(h.quantile(0.99), 9);
+        assert_eq!(h.max(), 9);
+        assert!((h.mean() - 2.6).abs() < 1e-12);
+    }
+}

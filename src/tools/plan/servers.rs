@@ -1,0 +1,310 @@
+//! The parameter-server engine of the simulator: bsp, asp, ssp and gssp (one SSP server
+//! per group). Events are pushes reaching a server, in time order; each server is one
+//! first-in first-out resource whose busy time per push comes from the cost model.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
+use super::{Outcome, StalenessHistogram, Workload};
+use crate::protocol::costmodel::CostModel;
+
+/// How a parameter-server scheme applies and releases.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PsScheme {
+    /// Workers (indices into the workload) of each server.
+    pub groups: Vec<Vec<usize>>,
+    /// SSP bound of each server, one per entry of `groups` (`None`: asp); gssp's
+    /// `staleness = "auto"` gives each group its own.
+    pub bounds: Vec<Option<usize>>,
+    /// bsp: pushes are summed and applied once per round, as `Apply::Round` does.
+    pub round: bool,
+    /// Extra passes over the parameters per applied push (DC-ASGD's correction: 1).
+    pub extra_apply_passes: f64,
+}
+
+/// Simulation time, ordered for the event heap.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Time(f64);
+
+impl Eq for Time {}
+
+impl PartialOrd for Time {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Time {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// SSP clocks with O(log W) releases (the server's [`crate::protocol::ssp_clock::SspClock`]
+/// scans every worker, too slow for 10,000): worker w's clock counts its applied pushes;
+/// a waiting worker is released while `clock - min clock <= bound`.
+#[derive(Debug, Clone)]
+pub(crate) struct FastClock {
+    clocks: Vec<u64>,
+    /// How many workers are at each clock.
+    at: BTreeMap<u64, usize>,
+    /// Waiting workers by clock.
+    waiting: BTreeMap<u64, Vec<usize>>,
+    bound: Option<u64>,
+}
+
+impl FastClock {
+    pub(crate) fn new(workers: usize, bound: Option<usize>) -> Self {
+        let mut at = BTreeMap::new();
+        if workers > 0 {
+            at.insert(0, workers);
+        }
+        FastClock {
+            clocks: vec![0; workers],
+            at,
+            waiting: BTreeMap::new(),
+            bound: bound.map(|b| b as u64),
+        }
+    }
+
+    /// Worker `w`'s push was applied: its clock advances and it waits for weights.
+    pub(crate) fn on_push(&mut self, w: usize) {
+        let c = self.clocks[w];
+        if let Some(n) = self.at.get_mut(&c) {
+            *n -= 1;
+            if *n == 0 {
+                self.at.remove(&c);
+            }
+        }
+        self.clocks[w] = c + 1;
+        *self.at.entry(c + 1).or_insert(0) += 1;
+        self.waiting.entry(c + 1).or_default().push(w);
+    }
+
+    /// Appends every waiting worker the bound lets go now (lowest clock first).
+    pub(crate) fn release_ready(&mut self, out: &mut Vec<usize>) {
+        let Some(&min) = self.at.keys().next() else {
+            return;
+        };
+        let limit = self.bound.map_or(u64::MAX, |b| min.saturating_add(b));
+        while let Some(entry) = self.waiting.first_entry() {
+            if *entry.key() > limit {
+                break;
+            }
+            out.extend(entry.remove());
+        }
+    }
+}
+
+/// One server's state during a simulation.
+struct Server {
+    members: Vec<usize>,
+    clock: FastClock,
+    free_at: f64,
+    busy_s: f64,
+    version: u64,
+    pushes: u64,
+    /// bsp: pushes summed in the round under way.
+    round_pushes: u64,
+    bytes: f64,
+    exchange_bytes: f64,
+}
+
+/// Runs `scheme` on `work` for `horizon_s` simulated seconds.
+pub fn simulate(
+    scheme: &PsScheme,
+    work: &Workload,
+    cost: &CostModel,
+    horizon_s: f64,
+    seed: u64,
+) -> Outcome {
+    let n = work.times.len();
+    let groups = scheme.groups.len();
+    let p = cost.params as f64;
+    // The server spends a message's transfer; the latency is flight time.
+    let message = cost.transfer_s(4.0 * p);
+    let latency = cost.latency_s;
+    let apply = p * cost.apply_s_per_param;
+    let exchange = cost.exchange_s(groups);
+    let exchange_bytes = 2.0 * groups.saturating_sub(1) as f64 * cost.exchange_bytes;
+    let mut server_of = vec![usize::MAX; n];
+    let mut slot_of = vec![0; n];
+    let mut servers: Vec<Server> = scheme
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(s, members)| {
+            for (slot, &w) in members.iter().enumerate() {
+                server_of[w] = s;
+                slot_of[w] = slot;
+            }
+            Server {
+                members: members.clone(),
+                clock: FastClock::new(
+                    members.len(),
+                    if scheme.round {
+                        Some(0)
+                    } else {
+                        scheme.bounds[s]
+                    },
+                ),
+                free_at: 0.0,
+                busy_s: 0.0,
+                version: 0,
+                pushes: 0,
+                round_pushes: 0,
+                bytes: 0.0,
+                exchange_bytes: 0.0,
+            }
+        })
+        .collect();
+    let mut sampler = work.sampler(seed);
+    let mut read_version = vec![0u64; n];
+    let mut pushed_at = vec![0.0f64; n];
+    let mut wait_s = vec![0.0f64; n];
+    let mut iterations = 0u64;
+    let mut staleness = StalenessHistogram::default();
+    let mut heap = BinaryHeap::new();
+    for (w, &srv) in server_of.iter().enumerate() {
+        if srv != usize::MAX {
+            // Waiting for the first weights counts as waiting.
+            let start = work.start(w).min(horizon_s);
+            wait_s[w] += start;
+            heap.push(Reverse((Time(start + sampler.next(w) + latency), w)));
+        }
+    }
+    let mut ready = Vec::new();
+    while let Some(Reverse((Time(t), w))) = heap.pop() {
+        if t > horizon_s {
+            break;
+        }
+        pushed_at[w] = t - latency;
+        let srv = &mut servers[server_of[w]];
+        let start = t.max(srv.free_at);
+        let mut end = start + message + apply * (1.0 + scheme.extra_apply_passes);
+        // An iteration (its bytes, its staleness) counts once its push is applied within
+        // the horizon, bsp's once its round is: a saturated server's queue at the end is
+        // work not done.
+        let within = end <= horizon_s;
+        if within {
+            srv.bytes += 4.0 * p;
+        }
+        if scheme.round {
+            srv.round_pushes += 1;
+        } else {
+            if within {
+                iterations += 1;
+                staleness.record(srv.version - read_version[w]);
+            }
+            srv.version += 1;
+        }
+        srv.pushes += 1;
+        if groups > 1 && srv.pushes.is_multiple_of(cost.exchange_every as u64) {
+            end += exchange;
+            if end <= horizon_s {
+                srv.exchange_bytes += exchange_bytes;
+            }
+        }
+        srv.clock.on_push(slot_of[w]);
+        ready.clear();
+        srv.clock.release_ready(&mut ready);
+        if scheme.round && !ready.is_empty() {
+            // The round is complete: one apply of the summed gradients.
+            end += apply;
+            srv.version += 1;
+            if end <= horizon_s {
+                iterations += srv.round_pushes;
+                for _ in 0..srv.round_pushes {
+                    staleness.record(0);
+                }
+            }
+            srv.round_pushes = 0;
+        }
+        for (k, &slot) in ready.iter().enumerate() {
+            let r = srv.members[slot];
+            end += message;
+            if end <= horizon_s {
+                srv.bytes += 4.0 * p;
+            }
+            let arrives = end + latency + k as f64 * work.burst_s;
+            wait_s[r] += arrives.min(horizon_s) - pushed_at[r];
+            read_version[r] = srv.version;
+            heap.push(Reverse((Time(arrives + sampler.next(r) + latency), r)));
+        }
+        srv.busy_s += end.min(horizon_s) - start.min(horizon_s);
+        srv.free_at = end;
+    }
+    // Workers still waiting at the horizon waited from their push to it.
+    for w in 0..n {
+        let srv = server_of[w];
+        if srv != usize::MAX && servers[srv].clock.is_waiting(slot_of[w]) {
+            wait_s[w] += (horizon_s - pushed_at[w]).max(0.0);
+        }
+    }
+    let active: Vec<usize> = (0..n).filter(|&w| server_of[w] != usize::MAX).collect();
+    Outcome {
+        iterations,
+        images_per_s: iterations as f64 * work.batch as f64 / horizon_s,
+        wait_fractions: active.iter().map(|&w| wait_s[w] / horizon_s).collect(),
+        staleness: Some(staleness),
+        server_busy: servers
+            .iter()
+            .map(|s| (s.busy_s / horizon_s).min(1.0))
+            .collect(),
+        server_bytes_per_s: servers
+            .iter()
+            .map(|s| (s.bytes + s.exchange_bytes) / horizon_s)
+            .collect(),
+        exchange_bytes_per_s: servers
+            .iter()
+            .map(|s| s.exchange_bytes / horizon_s)
+            .collect(),
+    }
+}
+
+impl FastClock {
+    /// Whether worker `w` has pushed and not yet been released.
+    pub(crate) fn is_waiting(&self, w: usize) -> bool {
+        self.waiting
+            .get(&self.clocks[w])
+            .is_some_and(|v| v.contains(&w))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::ssp_clock::SspClock;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn fast_clock_releases_what_the_servers_clock_releases() {
+        for bound in [Some(0), Some(1), Some(3), None] {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+            let workers = 6;
+            let mut fast = FastClock::new(workers, bound);
+            let mut real = SspClock::new(workers, bound);
+            let mut waiting = vec![false; workers];
+            for _ in 0..2_000 {
+                let w = rng.gen_range(0..workers);
+                if waiting[w] {
+                    continue;
+                }
+                fast.on_push(w);
+                real.on_push(w);
+                waiting[w] = true;
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                fast.release_ready(&mut a);
+                real.release_ready(&mut b);
+                a.sort_unstable();
+                assert_eq!(a, b, "bound {bound:?}");
+                for r in a {
+                    waiting[r] = false;
+                }
+                for (v, &w) in waiting.iter().enumerate() {
+                    assert_eq!(fast.is_waiting(v), w);
+                }
+            }
+        }
+    }
+}
