@@ -220,12 +220,13 @@ fn loss_of(worker: usize, clock: u64) -> f32 {
 fn p2p(comm: &Comm) -> Result<(), String> {
     let me = comm.rank();
     let workers: Vec<usize> = (1..comm.size()).collect();
+    let slots: Vec<Option<usize>> = workers.iter().map(|&w| Some(w)).collect();
     let mut f = Findings::default();
     let (sent, received) = if me == 0 {
         let mut link = or_abort(
             comm,
             "ServerLink::new",
-            ServerLink::new(comm, 0, &workers, P2P_N),
+            ServerLink::new(comm, &slots, P2P_N),
         );
         // The initial weights: one payload shared by every worker, each with its own header.
         let everyone: Vec<usize> = (0..workers.len()).collect();

@@ -83,6 +83,8 @@ fn assert_summary_sane(run: &Run, mode: &str, workers: usize, min_accuracy: f64)
     );
     let mwf = num(&s, "mean_wait_fraction");
     assert!((0.0..=1.0).contains(&mwf), "mean_wait_fraction {mwf}");
+    // Every server's traffic with its workers travels on its group's communicator.
+    assert_eq!(num(&s, "p2p_messages_on_world"), 0.0, "{s}");
     let fractions: Vec<f64> = s["worker_wait_fractions"]
         .as_array()
         .unwrap_or_else(|| panic!("worker_wait_fractions missing: {s}"))
@@ -767,6 +769,13 @@ fn assert_regroup_kept_bound_and_lost_nothing(run: &Run) {
     );
     let err = num(&run.summary(), "replica_max_error");
     assert!(err <= 1e-4, "replica_max_error {err}");
+    // Regrouped or not, a group's messages travel on its own communicator only.
+    let on_world = num(&run.summary(), "p2p_messages_on_world");
+    assert_eq!(
+        on_world, 0.0,
+        "{} point-to-point messages on the world",
+        on_world
+    );
 }
 
 fn rank_sets(groups: &[&[u64]]) -> BTreeSet<BTreeSet<u64>> {

@@ -24,7 +24,7 @@ pub mod rma;
 pub use emulation::emulate_link;
 
 use mpi::ffi;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::os::raw::{c_int, c_void};
 use std::rc::Rc;
@@ -134,6 +134,8 @@ mod sealed {
         pub(super) size: usize,
         /// Receive side of allreduce (MPI_IN_PLACE is not portable through the bindings).
         pub(super) scratch: RefCell<Vec<f32>>,
+        /// Point-to-point messages this process sent or received on the communicator.
+        pub(super) p2p_messages: Cell<u64>,
     }
 
     impl Drop for CommHandle {
@@ -172,6 +174,7 @@ impl CommHandle {
             rank: usize::try_from(rank).unwrap_or(0),
             size: usize::try_from(size).unwrap_or(0),
             scratch: RefCell::new(Vec::new()),
+            p2p_messages: Cell::new(0),
         }))
     }
 }
@@ -245,6 +248,56 @@ pub trait Collectives: HasHandle {
         Ok(Some(SubComm {
             handle: CommHandle::new(new, true)?,
         }))
+    }
+
+    /// `MPI_Comm_create_group`: a new communicator of the ranks `ranks` of this one (in that
+    /// order: `ranks[i]` is rank `i` there). Collective over those ranks only, so groups of
+    /// ranks can each form theirs while the others go on; `tag` tells apart creations that
+    /// may be under way at once on this communicator.
+    fn create_group(&self, ranks: &[usize], tag: u16) -> Result<SubComm, CommError> {
+        let h = self.handle();
+        let mut members = Vec::with_capacity(ranks.len());
+        for &r in ranks {
+            members.push(c_rank("create_group member", r, h.size)?);
+        }
+        if !ranks.contains(&h.rank) {
+            return Err(CommError::Invalid {
+                what: "create_group",
+                detail: format!("rank {} is not among the members {ranks:?}", h.rank),
+            });
+        }
+        let count = c_count("create_group", members.len())?;
+        // SAFETY: reading extern constants.
+        let (mut all, mut some) = unsafe { (ffi::RSMPI_GROUP_NULL, ffi::RSMPI_GROUP_NULL) };
+        // SAFETY: live communicator; `all` is a valid out-pointer.
+        check("MPI_Comm_group", unsafe {
+            ffi::MPI_Comm_group(h.raw, &mut all)
+        })?;
+        // SAFETY: `all` was just created; `members` holds `count` valid ranks of it.
+        let included = check("MPI_Group_incl", unsafe {
+            ffi::MPI_Group_incl(all, count, members.as_ptr(), &mut some)
+        });
+        // SAFETY: `all` is a group created above, freed once.
+        unsafe { ffi::MPI_Group_free(&mut all) };
+        included?;
+        // SAFETY: reading an extern constant.
+        let mut new = unsafe { ffi::RSMPI_COMM_NULL };
+        // SAFETY: live communicator, a group of its ranks, a valid out-pointer.
+        let created = check("MPI_Comm_create_group", unsafe {
+            ffi::MPI_Comm_create_group(h.raw, some, c_int::from(tag), &mut new)
+        });
+        // SAFETY: `some` is a group created above, freed once.
+        unsafe { ffi::MPI_Group_free(&mut some) };
+        created?;
+        Ok(SubComm {
+            handle: CommHandle::new(new, true)?,
+        })
+    }
+
+    /// Point-to-point messages this process has sent or received on this communicator
+    /// (the links of [`p2p`] count them; the collectives do not).
+    fn p2p_messages(&self) -> u64 {
+        self.handle().p2p_messages.get()
     }
 
     /// Broadcasts a byte buffer from `root` (length first, then bytes); on other ranks `buf` is

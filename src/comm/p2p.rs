@@ -12,7 +12,7 @@
 //! |------|-------------------------------------------|-------------------------------------------------|
 //! | 0    | clock, low 32 bits (bit pattern)          | version, low 32 bits (bit pattern)              |
 //! | 1    | clock, high 32 bits (bit pattern)         | version, high 32 bits (bit pattern)             |
-//! | 2    | loss (`f32`)                              | flags (bit 0 = stop, bit 1 = move, bits 2..32 = staleness) |
+//! | 2    | loss (`f32`)                              | flags (bit 0 = stop, bit 1 = regroup, bits 2..32 = staleness) |
 //! | 3..  | payload, `len <= capacity` values         | payload, `len <= capacity` values               |
 //!
 //! The payload length is the received element count minus [`HEADER_WORDS`] (`MPI_Get_count`),
@@ -27,11 +27,14 @@
 //!   is then waiting, with nothing in flight). The worker sends nothing afterwards
 //!   ([`WorkerLink::push`] refuses). The server then retires the worker: a later push from it
 //!   is an error, and [`ServerLink::wait_push`] returns `None` once every worker is retired.
-//! * Regrouping: the server may answer a push with Move (the move flag, the new server's rank
-//!   in the version words, no payload) instead of weights ([`ServerLink::send_move`]). The
-//!   worker then takes its weights from the new server ([`WorkerLink::switch_server`]), which
-//!   sent them when it took the worker in ([`ServerLink::join`]). Links that regroup must
-//!   live on one communicator holding every server and worker (the world).
+//! * Regrouping: the server may answer a push (or a worker already waiting) with Regroup
+//!   instead of weights ([`ServerLink::send_regroup`]): the regroup flag, a tag in the
+//!   version words, and as payload the world ranks of the worker's group from now on, its
+//!   server first. Every member of that group then forms the group's new communicator
+//!   ([`super::Collectives::create_group`] with that tag), and the worker's link moves to it
+//!   ([`WorkerLink::rebind`]), where its weights come from the server at rank 0. The server
+//!   moves its link the same way ([`ServerLink::rebind`]) once it has told every worker it
+//!   had.
 
 use super::sealed::CommHandle;
 use super::Collectives;
@@ -49,7 +52,7 @@ pub const TAG_WEIGHTS: i32 = 0x5745;
 pub const HEADER_WORDS: usize = 3;
 
 const STOP_FLAG: u32 = 1;
-const MOVE_FLAG: u32 = 2;
+const REGROUP_FLAG: u32 = 2;
 const FLAG_BITS: u32 = 2;
 
 /// Traffic and waiting counters of one link (header words included in the bytes).
@@ -68,8 +71,16 @@ pub struct LinkStats {
     pub wait_seconds: f64,
 }
 
+/// A worker's new group (a Regroup message): the world ranks of its members, the server
+/// first, and the tag their new communicator is created with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Regroup {
+    pub tag: u16,
+    pub members: Vec<usize>,
+}
+
 /// Header of a received Weights message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WeightsHeader {
     /// Model version chosen by the server.
     pub version: u64,
@@ -80,9 +91,9 @@ pub struct WeightsHeader {
     pub staleness: u64,
     /// Number of payload values copied into the caller's buffer.
     pub len: usize,
-    /// Regrouping: the rank of the server to take weights from from now on (a Move
-    /// message, without payload).
-    pub moved_to: Option<usize>,
+    /// Regrouping: the worker's group from now on (a Regroup message; nothing was copied
+    /// into the caller's buffer).
+    pub regroup: Option<Regroup>,
 }
 
 /// A push handed out by [`ServerLink::poll_push`]/[`ServerLink::wait_push`]; borrows the
@@ -124,6 +135,11 @@ fn get_u64(words: &[f32]) -> u64 {
 
 fn bytes_of(words: usize) -> u64 {
     (words * std::mem::size_of::<f32>()) as u64
+}
+
+/// Counts one message sent or received on `comm` ([`super::Collectives::p2p_messages`]).
+fn count_message(comm: &CommHandle) {
+    comm.p2p_messages.set(comm.p2p_messages.get() + 1);
 }
 
 /// Starts a send of `buf[..words]`.
@@ -374,6 +390,7 @@ impl WorkerLink {
         }
         self.stats.bytes_sent += bytes_of(words);
         self.stats.messages_sent += 1;
+        count_message(&self.comm);
         self.post_recv()
     }
 
@@ -423,35 +440,49 @@ impl WorkerLink {
         super::emulation::hold_receive(bytes_of(words));
         self.stats.bytes_received += bytes_of(words);
         self.stats.messages_received += 1;
+        count_message(&self.comm);
         let version = get_u64(&self.recv_buf[0..2]);
         let flags = self.recv_buf[2].to_bits();
         let stop = flags & STOP_FLAG != 0;
-        let moved_to = (flags & MOVE_FLAG != 0).then_some(version as usize);
         let staleness = u64::from(flags >> FLAG_BITS);
-        out[..len].copy_from_slice(&self.recv_buf[HEADER_WORDS..words]);
+        let payload = &self.recv_buf[HEADER_WORDS..words];
+        let regroup = (flags & REGROUP_FLAG != 0).then(|| Regroup {
+            tag: version as u16,
+            members: payload.iter().map(|w| w.to_bits() as usize).collect(),
+        });
+        let len = if regroup.is_some() { 0 } else { len };
+        out[..len].copy_from_slice(&payload[..len]);
         self.stopped |= stop;
         Ok(WeightsHeader {
             version,
             stop,
             staleness,
             len,
-            moved_to,
+            regroup,
         })
     }
 
-    /// Takes weights from `server_rank` from now on, after a Move message from the old
-    /// server (nothing is then in flight from it).
-    pub fn switch_server(&mut self, server_rank: usize) -> Result<(), CommError> {
-        let server = c_rank("WorkerLink::switch_server", server_rank, self.comm.size)?;
-        if server_rank == self.comm.rank || is_active(self.recv_req) {
+    /// Talks to `server_rank` of `comm` from now on, after a Regroup message from the old
+    /// server (nothing is then in flight from it); waits for the last push to leave first.
+    /// Buffers and counters carry over.
+    pub fn rebind<C: Collectives>(
+        &mut self,
+        comm: &C,
+        server_rank: usize,
+    ) -> Result<(), CommError> {
+        let handle = Rc::clone(comm.handle());
+        let server = c_rank("WorkerLink::rebind", server_rank, handle.size)?;
+        if server_rank == handle.rank || is_active(self.recv_req) {
             return Err(CommError::Invalid {
-                what: "WorkerLink::switch_server",
+                what: "WorkerLink::rebind",
                 detail: format!(
-                    "cannot move to rank {server_rank} (own rank {}, or a receive pending)",
-                    self.comm.rank
+                    "cannot take rank {server_rank} as server (own rank {}, or a receive pending)",
+                    handle.rank
                 ),
             });
         }
+        wait(&mut self.send_req, &mut self.stats.wait_seconds)?;
+        self.comm = handle;
         self.server = server;
         Ok(())
     }
@@ -491,12 +522,15 @@ impl Drop for WorkerLink {
 pub struct ServerLink {
     comm: Rc<CommHandle>,
     capacity: usize,
-    workers: Vec<c_int>,
+    /// Each worker slot's rank in the communicator (`None`: not a member there).
+    workers: Vec<Option<c_int>>,
     /// Worker index of each rank of the communicator (`None`: not a worker of this server).
     worker_of_rank: Vec<Option<usize>>,
     recv_bufs: Vec<Vec<f32>>,
     /// Header words of each worker's last Weights message (sent from here).
     headers: Vec<[f32; HEADER_WORDS]>,
+    /// Each worker's last Regroup message, header and members (kept until it is sent).
+    notices: Vec<Vec<f32>>,
     /// Copies of the weights, each shared by every worker released together; a copy is
     /// reused once no pending send reads it (at most one per worker plus one exist).
     payloads: Vec<Vec<f32>>,
@@ -515,56 +549,99 @@ pub struct ServerLink {
 }
 
 impl ServerLink {
-    /// Server `server_rank` (must be this rank) of `comm`, serving `workers` (distinct ranks of
-    /// `comm`, not the server) with payloads of at most `n` values. Not collective. Workers are
-    /// referred to by their index in `workers`.
+    /// This rank, the server at rank 0 of `comm`, serving worker slots `slots` (each the
+    /// worker's rank in `comm`, distinct and not 0; `None` for a worker that is not a member
+    /// there, as if it had left) with payloads of at most `n` values. Not collective.
+    /// Workers are referred to by their slot index.
     pub fn new<C: Collectives>(
         comm: &C,
-        server_rank: usize,
-        workers: &[usize],
+        slots: &[Option<usize>],
         n: usize,
     ) -> Result<Self, CommError> {
-        let comm = Rc::clone(comm.handle());
-        c_rank("ServerLink server", server_rank, comm.size)?;
-        if server_rank != comm.rank {
-            return Err(CommError::Invalid {
-                what: "ServerLink::new",
-                detail: format!(
-                    "server rank {server_rank} must be the calling rank {}",
-                    comm.rank
-                ),
-            });
-        }
-        let mut worker_of_rank = vec![None; comm.size];
-        let mut ranks = Vec::with_capacity(workers.len());
-        for (i, &w) in workers.iter().enumerate() {
-            let r = c_rank("ServerLink worker", w, comm.size)?;
-            if w == server_rank || worker_of_rank[w].is_some() {
-                return Err(CommError::Invalid {
-                    what: "ServerLink::new",
-                    detail: format!("worker rank {w} is the server or listed twice"),
-                });
-            }
-            worker_of_rank[w] = Some(i);
-            ranks.push(r);
-        }
         c_count("ServerLink capacity", n + HEADER_WORDS)?;
-        let k = workers.len();
-        Ok(ServerLink {
-            comm,
+        let k = slots.len();
+        let mut link = ServerLink {
+            comm: Rc::clone(comm.handle()),
             capacity: n,
-            workers: ranks,
-            worker_of_rank,
+            workers: vec![None; k],
+            worker_of_rank: Vec::new(),
             recv_bufs: (0..k).map(|_| vec![0.0; n + HEADER_WORDS]).collect(),
             headers: vec![[0.0; HEADER_WORDS]; k],
+            notices: vec![Vec::new(); k],
             payloads: Vec::new(),
             readers: Vec::new(),
             payload_of: vec![None; k],
             types: vec![Vec::new(); k],
             send_reqs: vec![null_request(); k],
-            retired: vec![false; k],
-            active: k,
+            retired: vec![true; k],
+            active: 0,
             stats: LinkStats::default(),
+        };
+        link.bind(comm, slots)?;
+        Ok(link)
+    }
+
+    /// Serves the slots' workers on `comm` from now on (this rank at 0 there, `slots` as in
+    /// [`ServerLink::new`]), once every send pending on the old communicator is delivered.
+    /// A slot present in `slots` is a member again ([`ServerLink::join`]); an absent one
+    /// has left. Buffers and counters carry over.
+    pub fn rebind<C: Collectives>(
+        &mut self,
+        comm: &C,
+        slots: &[Option<usize>],
+    ) -> Result<(), CommError> {
+        self.finish()?;
+        for w in 0..self.workers.len() {
+            self.settle(w);
+        }
+        self.bind(comm, slots)
+    }
+
+    fn bind<C: Collectives>(&mut self, comm: &C, slots: &[Option<usize>]) -> Result<(), CommError> {
+        let handle = Rc::clone(comm.handle());
+        if handle.rank != 0 || slots.len() != self.workers.len() {
+            return Err(CommError::Invalid {
+                what: "ServerLink::bind",
+                detail: format!(
+                    "the server must be rank 0 (is {}) with {} slots (got {})",
+                    handle.rank,
+                    self.workers.len(),
+                    slots.len()
+                ),
+            });
+        }
+        let mut worker_of_rank = vec![None; handle.size];
+        let mut ranks = vec![None; slots.len()];
+        for (i, slot) in slots.iter().enumerate() {
+            let Some(w) = *slot else { continue };
+            let r = c_rank("ServerLink worker", w, handle.size)?;
+            if w == 0 || worker_of_rank[w].is_some() {
+                return Err(CommError::Invalid {
+                    what: "ServerLink::bind",
+                    detail: format!("worker rank {w} is the server or listed twice"),
+                });
+            }
+            worker_of_rank[w] = Some(i);
+            ranks[i] = Some(r);
+        }
+        self.comm = handle;
+        self.workers = ranks;
+        self.worker_of_rank = worker_of_rank;
+        for (w, slot) in slots.iter().enumerate() {
+            match slot {
+                Some(_) => self.join(w)?,
+                None => self.leave(w)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Worker `worker`'s rank in the communicator, or an error if it is not a member.
+    fn rank_of(&self, what: &'static str, worker: usize) -> Result<c_int, CommError> {
+        self.check_worker(what, worker)?;
+        self.workers[worker].ok_or(CommError::Invalid {
+            what,
+            detail: format!("worker slot {worker} is not a member on this communicator"),
         })
     }
 
@@ -606,6 +683,7 @@ impl ServerLink {
         let _ = payload_len(words, source)?;
         self.stats.bytes_received += bytes_of(words);
         self.stats.messages_received += 1;
+        count_message(&self.comm);
         let buf = &self.recv_bufs[w];
         Ok(PushRef {
             worker: w,
@@ -717,6 +795,7 @@ impl ServerLink {
         let p = self.free_payload()?;
         self.payloads[p][..weights.len()].copy_from_slice(weights);
         for &w in workers {
+            let rank = self.rank_of("ServerLink::send_weights", w)?;
             self.write_header(w, version, false, staleness(w));
             let dt = self.message_type(w, p, weights.len())?;
             super::emulation::hold_send(bytes_of(HEADER_WORDS + weights.len()));
@@ -729,7 +808,7 @@ impl ServerLink {
                     &self.comm,
                     self.headers[w].as_ptr(),
                     dt,
-                    self.workers[w],
+                    rank,
                     &mut self.send_reqs[w],
                 )?;
             }
@@ -737,6 +816,7 @@ impl ServerLink {
             self.readers[p] += 1;
             self.stats.bytes_sent += bytes_of(HEADER_WORDS + weights.len());
             self.stats.messages_sent += 1;
+            count_message(&self.comm);
         }
         Ok(())
     }
@@ -761,23 +841,50 @@ impl ServerLink {
         Ok(())
     }
 
-    /// Regrouping: answers worker index `worker`'s push with Move to `server_rank` (a rank of
-    /// this link's communicator) and takes it out of this server's workers (see the module
-    /// docs' protocol rules).
-    pub fn send_move(&mut self, worker: usize, server_rank: usize) -> Result<(), CommError> {
-        self.check_worker("ServerLink::send_move", worker)?;
-        c_rank("ServerLink::send_move server", server_rank, self.comm.size)?;
+    /// Regrouping: answers worker index `worker` (waiting, its push applied) with Regroup:
+    /// its group from now on is `members` (world ranks, the server first), whose new
+    /// communicator is created with `tag` (see the module docs' protocol rules). The
+    /// worker stays a member of this link until [`ServerLink::leave`] or a
+    /// [`ServerLink::rebind`] without it.
+    pub fn send_regroup(
+        &mut self,
+        worker: usize,
+        tag: u16,
+        members: &[usize],
+    ) -> Result<(), CommError> {
+        let rank = self.rank_of("ServerLink::send_regroup", worker)?;
         wait(&mut self.send_reqs[worker], &mut self.stats.wait_seconds)?;
         self.settle(worker);
-        self.write_header(worker, server_rank as u64, false, 0);
+        self.write_header(worker, u64::from(tag), false, 0);
         let h = &mut self.headers[worker];
-        h[2] = f32::from_bits(h[2].to_bits() | MOVE_FLAG);
-        self.send_header(worker)?;
-        self.leave(worker)
+        h[2] = f32::from_bits(h[2].to_bits() | REGROUP_FLAG);
+        let notice = &mut self.notices[worker];
+        notice.clear();
+        notice.extend_from_slice(&self.headers[worker]);
+        notice.extend(members.iter().map(|&r| f32::from_bits(r as u32)));
+        let words = notice.len();
+        super::emulation::hold_send(bytes_of(words));
+        // SAFETY: the notice is owned by self and not written again before
+        // send_reqs[worker] completes (every writer waits for it first).
+        unsafe {
+            isend(
+                &self.comm,
+                &self.notices[worker],
+                words,
+                rank,
+                TAG_WEIGHTS,
+                &mut self.send_reqs[worker],
+            )?;
+        }
+        self.stats.bytes_sent += bytes_of(words);
+        self.stats.messages_sent += 1;
+        count_message(&self.comm);
+        Ok(())
     }
 
-    /// Sends worker `worker`'s header alone (stop, move); its previous send has completed.
+    /// Sends worker `worker`'s header alone (stop); its previous send has completed.
     fn send_header(&mut self, worker: usize) -> Result<(), CommError> {
+        let rank = self.rank_of("ServerLink::send_header", worker)?;
         // SAFETY: headers[worker] is owned by self, never moved, and not written again
         // before send_reqs[worker] completes (every writer waits for it first).
         unsafe {
@@ -785,13 +892,14 @@ impl ServerLink {
                 &self.comm,
                 &self.headers[worker],
                 HEADER_WORDS,
-                self.workers[worker],
+                rank,
                 TAG_WEIGHTS,
                 &mut self.send_reqs[worker],
             )?;
         }
         self.stats.bytes_sent += bytes_of(HEADER_WORDS);
         self.stats.messages_sent += 1;
+        count_message(&self.comm);
         Ok(())
     }
 
@@ -941,6 +1049,7 @@ impl Drop for ServerLink {
         if pending {
             // MPI still reads headers and payloads: leak them instead of freeing.
             std::mem::forget(std::mem::take(&mut self.headers));
+            std::mem::forget(std::mem::take(&mut self.notices));
             std::mem::forget(std::mem::take(&mut self.payloads));
         }
         for dt in self.types.iter_mut().flatten().flatten() {

@@ -7,6 +7,19 @@ use crate::compute::pace;
 use crate::config::{Config, SyncMode};
 use crate::protocol::costmodel::GroupCountChoice;
 
+/// What one rank does in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The server of group `group` (the one server of bsp, asp and ssp is group 0's).
+    Server { group: usize },
+    /// A worker of group `group`'s server.
+    Worker { group: usize },
+    /// A rank of allreduce or localsgd: it trains and averages with every other.
+    Collective,
+    /// A rank reserved as a server that the chosen group count left over.
+    Idle,
+}
+
 /// Who does what: the servers (world ranks) and the workers of each group (world ranks).
 /// Group g is served by `servers[g]`; allreduce has no servers and one group.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -74,17 +87,23 @@ impl Layout {
         }
     }
 
-    /// The role of `rank`: `(group, is_server)`.
-    pub fn role(&self, rank: usize) -> (usize, bool) {
-        if let Some(g) = self.servers.iter().position(|&s| s == rank) {
-            return (g, true);
+    /// The role of world rank `rank`.
+    pub fn role(&self, rank: usize) -> Role {
+        if matches!(self.mode, SyncMode::Allreduce | SyncMode::Localsgd) {
+            return Role::Collective;
         }
-        let g = self
+        if self.idle.contains(&rank) {
+            return Role::Idle;
+        }
+        if let Some(group) = self.servers.iter().position(|&s| s == rank) {
+            return Role::Server { group };
+        }
+        let group = self
             .groups
             .iter()
             .position(|ws| ws.contains(&rank))
             .unwrap_or(0);
-        (g, false)
+        Role::Worker { group }
     }
 
     /// World ranks of all workers, group by group.

@@ -3,7 +3,7 @@
 //! Each group server times every one of its workers' iterations as it sees them, from the
 //! weights it sent to the push that answered them ([`SpeedWindow`]): compute plus emulated or
 //! real slowdown plus transfer, without the SSP waits the server itself imposed. At each
-//! regroup point the servers pool these windows and [`plan`] decides, the same way on every
+//! regroup point the servers pool these windows and [`decide`] decides, the same way on every
 //! server:
 //!
 //! 1. Each worker's speed is the median of its iterations since the last regroup point, so
@@ -189,7 +189,7 @@ impl Confirmation {
 
 /// The decision at a regroup point (see the module docs). `current` holds worker indices
 /// into `times` and `spreads` (each worker in exactly one group, no group empty).
-pub fn plan(
+pub fn decide(
     model: &CostModel,
     current: &[Vec<usize>],
     times: &[f64],
@@ -338,6 +338,105 @@ pub struct RegroupEvent {
     pub moves: Vec<Move>,
 }
 
+impl RegroupEvent {
+    /// A meeting at `time_s` that pooled these windows (`times` NaN where a worker had too
+    /// few iterations), before its decision.
+    pub fn pooled(
+        time_s: f64,
+        worker_ranks: &[usize],
+        times: &[f64],
+        iterations: Vec<usize>,
+    ) -> RegroupEvent {
+        RegroupEvent {
+            time_s,
+            regrouped: false,
+            kept_because: None,
+            regrouped_because: None,
+            worker_ranks: worker_ranks.to_vec(),
+            seconds_per_iteration: times.iter().map(|t| t.is_finite().then_some(*t)).collect(),
+            iterations,
+            predicted_rate: f64::NAN,
+            candidate_rate: f64::NAN,
+            groups: Vec::new(),
+            moves: Vec::new(),
+        }
+    }
+
+    /// Records `decision` (`Err`: why none could be taken) with `min_gain`, the gain it
+    /// needed; returns the new groups (worker slots) and who moves when it regroups.
+    pub fn record(
+        &mut self,
+        decision: Result<Decision, String>,
+        min_gain: f64,
+    ) -> Option<(Vec<Vec<usize>>, Vec<Move>)> {
+        let rates = |e: &mut RegroupEvent, rate: f64, candidate_rate: f64| {
+            e.predicted_rate = rate;
+            e.candidate_rate = candidate_rate;
+        };
+        match decision {
+            Err(why) => self.kept_because = Some(why),
+            Ok(Decision::TooFewSamples(w)) => {
+                let rank = self.worker_ranks.get(w).copied().unwrap_or(w);
+                self.kept_because = Some(format!(
+                    "worker rank {rank} had fewer than {MIN_SAMPLES} iterations in the window"
+                ));
+            }
+            Ok(Decision::Keep {
+                rate,
+                candidate_rate,
+            }) => {
+                rates(self, rate, candidate_rate);
+                self.kept_because = Some(format!(
+                    "the best groups would gain {:.1}%, not more than {:.0}%",
+                    100.0 * (candidate_rate / rate - 1.0),
+                    100.0 * min_gain
+                ));
+            }
+            Ok(Decision::Unconfirmed {
+                rate,
+                candidate_rate,
+                reason,
+            }) => {
+                rates(self, rate, candidate_rate);
+                self.kept_because = Some(format!(
+                    "{}; waiting for the next point to confirm it",
+                    reason.describe(rate, candidate_rate)
+                ));
+            }
+            Ok(Decision::Regroup {
+                groups,
+                moves,
+                rate,
+                candidate_rate,
+                reason,
+            }) => {
+                rates(self, rate, candidate_rate);
+                self.regrouped = true;
+                self.regrouped_because = Some(reason.describe(rate, candidate_rate));
+                return Some((groups, moves));
+            }
+        }
+        None
+    }
+
+    /// The groups after the meeting, `groups` in worker slots, and `moves` in slots: both
+    /// recorded in world ranks.
+    pub fn settle(&mut self, groups: &[Vec<usize>], moves: &[Move]) {
+        let rank = |w: usize| self.worker_ranks.get(w).copied().unwrap_or(w);
+        self.groups = groups
+            .iter()
+            .map(|g| g.iter().map(|&w| rank(w)).collect())
+            .collect();
+        self.moves = moves
+            .iter()
+            .map(|m| Move {
+                worker: rank(m.worker),
+                ..*m
+            })
+            .collect();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,7 +485,7 @@ mod tests {
         // Eight equal workers, 3% noise in their medians.
         let times = [0.100, 0.103, 0.098, 0.101, 0.102, 0.099, 0.100, 0.097];
         let current = vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]];
-        let d = plan(&model(), &current, &times, &[0.002; 8], MIN_GAIN);
+        let d = decide(&model(), &current, &times, &[0.002; 8], MIN_GAIN);
         assert!(matches!(d, Decision::Keep { .. }), "{d:?}");
     }
 
@@ -401,7 +500,7 @@ mod tests {
             rate,
             candidate_rate,
             reason,
-        } = plan(&model(), &current, &times, &[0.0; 8], MIN_GAIN)
+        } = decide(&model(), &current, &times, &[0.0; 8], MIN_GAIN)
         else {
             panic!("expected a regroup");
         };
@@ -437,7 +536,7 @@ mod tests {
             moves,
             reason,
             ..
-        } = plan(&model(), &current, &times, &[0.002; 16], MIN_GAIN)
+        } = decide(&model(), &current, &times, &[0.002; 16], MIN_GAIN)
         else {
             panic!("expected a regroup");
         };
@@ -450,7 +549,7 @@ mod tests {
         assert_eq!(moves.len(), 3, "{moves:?}");
         assert!(moves.iter().all(|m| m.to == 0), "{moves:?}");
         // Once even, the same speeds move nobody.
-        let d = plan(&model(), &groups, &times, &[0.002; 16], MIN_GAIN);
+        let d = decide(&model(), &groups, &times, &[0.002; 16], MIN_GAIN);
         assert!(matches!(d, Decision::Keep { .. }), "{d:?}");
     }
 
@@ -472,7 +571,7 @@ mod tests {
     fn a_slow_worker_alone_is_not_evened_out() {
         let times = [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 4.0];
         let current = vec![vec![0, 1, 2, 3, 4, 5, 6], vec![7]];
-        let d = plan(&model(), &current, &times, &[0.0; 8], MIN_GAIN);
+        let d = decide(&model(), &current, &times, &[0.0; 8], MIN_GAIN);
         assert!(matches!(d, Decision::Keep { .. }), "{d:?}");
     }
 
@@ -484,7 +583,7 @@ mod tests {
         let slowed = [1.0, 4.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0];
         let steady = [1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0];
         let decide = |c: &mut Confirmation, times: &[f64]| {
-            c.confirm(plan(&model(), &current, times, &[0.0; 8], MIN_GAIN))
+            c.confirm(decide(&model(), &current, times, &[0.0; 8], MIN_GAIN))
         };
         let mut c = Confirmation::default();
         assert!(matches!(
@@ -524,7 +623,7 @@ mod tests {
         let times = [4.0, 4.0, 1.0, 1.0];
         let current = vec![vec![0, 1], vec![2, 3]];
         assert!(matches!(
-            plan(&model(), &current, &times, &[0.0; 4], MIN_GAIN),
+            decide(&model(), &current, &times, &[0.0; 4], MIN_GAIN),
             Decision::Keep { .. }
         ));
     }
@@ -533,7 +632,7 @@ mod tests {
     fn too_few_samples_decide_nothing() {
         let current = vec![vec![0], vec![1]];
         assert_eq!(
-            plan(
+            decide(
                 &model(),
                 &current,
                 &[1.0, f64::NAN],

@@ -1,15 +1,21 @@
-//! A run: [`run`] sets it up and dispatches each rank to its role's loop: [`worker`],
-//! [`server`] (the single-server baselines and every gssp group server, with its
-//! inter-group [`exchange`] and [`regrouper`]), the [`collective`] modes, or [`single`].
-//! [`saver`] writes and restores the roles' checkpoints.
+//! A run: [`run`] sets it up ([`setup`], with gssp's [`profiling`]) and dispatches each
+//! rank to its role: [`worker`]; [`group_server`] (the single-server baselines and every
+//! gssp group server: the [`server`] loop, the inter-group [`exchange`] and the
+//! [`regrouper`], through [`peers`]); the [`collective`] modes; or, in one process,
+//! [`single`]. [`finish`] evaluates and writes the summary; [`saver`] writes and restores
+//! the roles' checkpoints; [`faults`] are what tests inject.
 
 pub mod collective;
 pub mod exchange;
+pub mod faults;
+pub mod finish;
+pub mod group_server;
 pub mod peers;
 pub mod profiling;
 pub mod regrouper;
 pub mod run;
 pub mod saver;
 pub mod server;
+pub mod setup;
 pub mod single;
 pub mod worker;

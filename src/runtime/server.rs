@@ -24,9 +24,9 @@ use crate::telemetry::{CsvLog, ServerRow, Snapshots};
 
 /// Who a server talks to besides its workers: its peers, and the regrouping it takes part
 /// in (gssp with `sync.regroup_every_s`).
-pub struct Peers<'a> {
+pub struct Peers<'a, 'w> {
     pub exchange: &'a mut dyn Exchange,
-    pub regroup: Option<&'a mut Regrouper>,
+    pub regroup: Option<&'a mut Regrouper<'w>>,
 }
 
 /// Totals of one server's run.
@@ -81,7 +81,7 @@ pub fn serve(
     link: &mut ServerLink,
     ps: &mut ParamServer,
     ctx: &ServeContext<'_>,
-    peers: Peers<'_>,
+    peers: Peers<'_, '_>,
     log: &mut CsvLog<ServerRow>,
     snapshots: &mut Snapshots,
     saver: &mut Saver<'_, SubComm>,
@@ -119,9 +119,9 @@ pub fn serve(
         let (receive_s, receive_cpu_s) = (push.receive_s, push.receive_cpu_s);
         let recv_wait_s = (t_wait.elapsed().as_secs_f64() - receive_s).max(0.0);
         let (w, loss) = (push.worker, push.loss);
-        let leaves_to = regroup
-            .as_deref_mut()
-            .and_then(|r| r.pushed(w, ctx.start.elapsed().as_secs_f64()));
+        if let Some(r) = regroup.as_deref_mut() {
+            r.pushed(w, ctx.start.elapsed().as_secs_f64());
+        }
         let rank = ctx.worker_ranks.get(w).copied().unwrap_or(w);
         if !loss.is_finite() {
             anyhow::bail!(
@@ -152,8 +152,8 @@ pub fn serve(
         let version_before = ps.version();
         let applied = ps.on_push(w, push.payload, lr);
         let apply_s = t_apply.elapsed().as_secs_f64();
-        if let Some(to) = leaves_to {
-            Regrouper::move_now(w, to, link, ps)?;
+        if let Some(r) = regroup.as_deref_mut() {
+            r.after_push(w, link, ps, ctx.start.elapsed().as_secs_f64())?;
         }
         stats.pushes += 1;
         let own_pushes = before + stats.pushes;
@@ -174,7 +174,10 @@ pub fn serve(
         // Stop, or checkpoint, only after a completed step: in bsp every worker is then
         // waiting, so no partial round is left behind.
         let stepped = ps.version() > version_before;
-        stopping |= stepped && cfg.run.should_stop(epoch, time_s);
+        // A group whose members change finishes the change first (its workers are forming
+        // their new communicator).
+        let changing = regroup.as_deref().is_some_and(Regrouper::in_transition);
+        stopping |= stepped && !changing && cfg.run.should_stop(epoch, time_s);
         if !stopping && stepped && saver.due(time_s) {
             match exchange.meet(time_s)? {
                 Meet::Stop => stopping = true,
@@ -211,7 +214,7 @@ pub fn serve(
                     ps.retire(v);
                 }
             }
-        } else {
+        } else if !regroup.as_deref().is_some_and(Regrouper::in_transition) {
             ready.clear();
             ps.release(&mut ready);
             link.send_weights(&ready, ps.version(), ps.weights(), |w| ps.last_staleness(w))?;

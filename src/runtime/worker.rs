@@ -5,14 +5,15 @@
 
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
-use crate::comm::p2p::WorkerLink;
+use crate::comm::p2p::{WeightsHeader, WorkerLink};
+use crate::comm::{Collectives, Comm};
 use crate::compute::backend::cpu::Cpu;
 use crate::compute::backend::Backend;
-use crate::compute::model::Trainable;
 use crate::compute::pace::Pacer;
 use crate::compute::workload::{ComputeStep, Corpus};
+use crate::runtime::faults::Faults;
 use crate::telemetry::{WorkerLog, WorkerRow};
 
 /// What a worker computes with: its model (on its backend: the CPU, or its GPU) and data
@@ -39,11 +40,22 @@ pub struct WorkerStats {
     pub comm_s: f64,
     pub bytes_sent: u64,
     pub bytes_recv: u64,
-    /// Times a regroup moved this worker to another group's server.
-    pub moves: u64,
+    /// Times a regroup changed this worker's group (moved it, or changed its members).
+    pub regroups: u64,
 }
 
 impl WorkerStats {
+    /// Counts one iteration's `row` into the totals and writes it to `log`.
+    pub fn record(&mut self, log: &mut WorkerLog, row: WorkerRow) -> Result<()> {
+        self.iterations = row.iteration;
+        self.compute_s += row.compute_s;
+        self.wait_s += row.wait_s;
+        self.comm_s += row.comm_s;
+        self.bytes_sent += row.bytes_sent;
+        self.bytes_recv += row.bytes_recv;
+        log.record(&row)
+    }
+
     pub fn wait_fraction(&self) -> f64 {
         if self.wall_s > 0.0 {
             self.wait_s / self.wall_s
@@ -53,34 +65,14 @@ impl WorkerStats {
     }
 }
 
-/// Fault injection for tests: `GSSP_FAULT_NAN_GRADIENT=RANK:ITERATION` makes the
-/// parameter-server worker of world rank RANK push a gradient holding a NaN at its
-/// iteration ITERATION (from 1), to check that its server stops the job naming both.
-pub const NAN_FAULT_VAR: &str = "GSSP_FAULT_NAN_GRADIENT";
-
-/// The iteration at which world rank `rank` injects a NaN, from the value of
-/// [`NAN_FAULT_VAR`] (`None` when unset or meant for another rank).
-pub fn nan_fault_for(value: Option<&str>, rank: usize) -> Result<Option<u64>, String> {
-    let Some(value) = value else { return Ok(None) };
-    let parsed = value.split_once(':').and_then(|(r, i)| {
-        Some((
-            r.trim().parse::<usize>().ok()?,
-            i.trim().parse::<u64>().ok()?,
-        ))
-    });
-    match parsed {
-        Some((r, i)) if i >= 1 => Ok((r == rank).then_some(i)),
-        _ => Err(format!(
-            "{NAN_FAULT_VAR}: must be RANK:ITERATION (iteration >= 1), got {value:?}"
-        )),
-    }
-}
-
-/// Runs the worker until its server says stop; `nan_at`: see [`NAN_FAULT_VAR`].
+/// Runs the worker until its server says stop, with `faults` injected (none in a real
+/// run). A regroup moves its link to the communicator of its new group, formed from
+/// `world`.
 pub fn work<B: Backend>(
     link: &mut WorkerLink,
+    world: &Comm,
     w: WorkerContext<'_, B>,
-    nan_at: Option<u64>,
+    faults: Faults,
 ) -> Result<WorkerStats> {
     let WorkerContext {
         step,
@@ -94,7 +86,7 @@ pub fn work<B: Backend>(
     // Host copies of the gradient and the weights, used on a GPU only.
     let (mut grads_stage, mut weights_stage) = (Vec::new(), Vec::new());
     let t_first = Instant::now();
-    let mut header = recv_weights(link, step, &mut weights_stage, &mut stats)?;
+    let mut header = recv_weights(link, world, step, &mut weights_stage, &mut stats)?;
     stats.wait_s += t_first.elapsed().as_secs_f64();
     let mut clock = done;
     while !header.stop {
@@ -103,38 +95,31 @@ pub fn work<B: Backend>(
         let t1 = Instant::now();
         let before = link.stats();
         clock += 1;
-        if nan_at == Some(clock) {
-            let mut grads = vec![0.0f32; step.net.num_params()];
-            step.net.grads_to_host(&mut grads);
-            let middle = grads.len() / 2;
-            grads[middle] = f32::NAN;
-            step.net.grads_from_host(&grads);
-        }
+        faults.before_push(clock, step);
         link.push(clock, loss, step.net.grads_on_host(&mut grads_stage))?;
         let comm_s = t1.elapsed().as_secs_f64();
 
         let t2 = Instant::now();
-        header = recv_weights(link, step, &mut weights_stage, &mut stats)?;
+        header = recv_weights(link, world, step, &mut weights_stage, &mut stats)?;
         let wait_s = t2.elapsed().as_secs_f64();
         let after = link.stats();
 
-        stats.iterations = clock;
-        stats.compute_s += compute_s;
-        stats.wait_s += wait_s;
-        stats.comm_s += comm_s;
-        log.record(&WorkerRow {
-            time_s: start.elapsed().as_secs_f64(),
-            epoch: step.epoch(),
-            iteration: clock,
-            compute_s,
-            wait_s,
-            comm_s,
-            bytes_sent: after.bytes_sent - before.bytes_sent,
-            bytes_recv: after.bytes_received - before.bytes_received,
-            staleness: header.staleness,
-            loss,
-            lr: None,
-        })?;
+        stats.record(
+            log,
+            WorkerRow {
+                time_s: start.elapsed().as_secs_f64(),
+                epoch: step.epoch(),
+                iteration: clock,
+                compute_s,
+                wait_s,
+                comm_s,
+                bytes_sent: after.bytes_sent - before.bytes_sent,
+                bytes_recv: after.bytes_received - before.bytes_received,
+                staleness: header.staleness,
+                loss,
+                lr: None,
+            },
+        )?;
     }
     link.finish()?;
     let s = link.stats();
@@ -144,43 +129,28 @@ pub fn work<B: Backend>(
     Ok(stats)
 }
 
-/// The next weights, following moves to other servers on the way.
+/// The next weights. A Regroup message on the way moves the link to the worker's new
+/// group: every member forms its communicator, where the server is rank 0.
 fn recv_weights<B: Backend>(
     link: &mut WorkerLink,
+    world: &Comm,
     step: &mut ComputeStep<B>,
     stage: &mut Vec<f32>,
     stats: &mut WorkerStats,
-) -> Result<crate::comm::p2p::WeightsHeader> {
+) -> Result<WeightsHeader> {
     let mut header = step
         .net
         .write_params_on_host(stage, |w| link.recv_weights(w))?;
-    while let Some(server) = header.moved_to {
-        log::debug!("moved to the server at rank {server}");
-        stats.moves += 1;
-        link.switch_server(server)?;
+    while let Some(group) = header.regroup.take() {
+        log::debug!("regrouped into {:?}", group.members);
+        let comm = world
+            .create_group(&group.members, group.tag)
+            .with_context(|| format!("regroup: joining the group {:?}", group.members))?;
+        link.rebind(&comm, 0)?;
+        stats.regroups += 1;
         header = step
             .net
             .write_params_on_host(stage, |w| link.recv_weights(w))?;
     }
     Ok(header)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn nan_fault_names_one_rank_and_iteration() {
-        assert_eq!(nan_fault_for(None, 3), Ok(None));
-        assert_eq!(nan_fault_for(Some("3:7"), 3), Ok(Some(7)));
-        assert_eq!(nan_fault_for(Some(" 3 : 7 "), 3), Ok(Some(7)));
-        assert_eq!(nan_fault_for(Some("3:7"), 2), Ok(None));
-        for bad in ["", "3", "3:", "x:1", "3:0", "-1:2", "3:7:1"] {
-            let err = nan_fault_for(Some(bad), 3).unwrap_err();
-            assert!(
-                err.starts_with("GSSP_FAULT_NAN_GRADIENT: must be RANK:ITERATION"),
-                "{bad}: {err}"
-            );
-        }
-    }
 }

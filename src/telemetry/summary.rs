@@ -142,6 +142,10 @@ pub struct Summary {
     pub worker_wait_fractions: Option<Vec<f64>>,
     pub bytes_sent: Option<u64>,
     pub bytes_inter_group: Option<u64>,
+    /// Point-to-point messages sent or received on the world communicator, all ranks
+    /// together: 0 in every mode, since each group's traffic travels on its own
+    /// communicator (`None` in a single process).
+    pub p2p_messages_on_world: Option<u64>,
     /// gssp: after the final flush, max |replica - initial - sum of all groups' sent updates|.
     pub replica_max_error: Option<f64>,
     /// gssp: exchanges (all servers) that sent nothing because a peer's mailbox was full.

@@ -1,0 +1,80 @@
+//! Faults a test can inject into a real run, to check that the job stops cleanly and names
+//! the cause. They are read from the environment once, at set-up; a run without them is
+//! untouched (the worker loop asks [`Faults::before_push`], which then does nothing).
+//!
+//! `GSSP_FAULT_NAN_GRADIENT=RANK:ITERATION` makes the parameter-server worker of world rank
+//! RANK push a gradient holding a NaN at its iteration ITERATION (from 1), to check that
+//! its server stops the job naming both.
+
+use crate::compute::backend::Backend;
+use crate::compute::model::Trainable;
+use crate::compute::workload::ComputeStep;
+
+/// The environment variable of the NaN-gradient fault.
+pub const NAN_GRADIENT_VAR: &str = "GSSP_FAULT_NAN_GRADIENT";
+
+/// The faults this rank injects.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// The iteration whose gradient gets a NaN before it is pushed.
+    pub nan_gradient_at: Option<u64>,
+}
+
+impl Faults {
+    /// The faults of world rank `rank`, from the environment.
+    pub fn from_env(rank: usize) -> Result<Faults, String> {
+        let value = std::env::var(NAN_GRADIENT_VAR).ok();
+        Ok(Faults {
+            nan_gradient_at: nan_gradient_at(value.as_deref(), rank)?,
+        })
+    }
+
+    /// Called with a worker's gradient ready to push at iteration `clock`.
+    pub fn before_push<B: Backend>(&self, clock: u64, step: &mut ComputeStep<B>) {
+        if self.nan_gradient_at == Some(clock) {
+            let mut grads = vec![0.0f32; step.net.num_params()];
+            step.net.grads_to_host(&mut grads);
+            let middle = grads.len() / 2;
+            grads[middle] = f32::NAN;
+            step.net.grads_from_host(&grads);
+        }
+    }
+}
+
+/// The iteration at which world rank `rank` injects a NaN, from the value of
+/// [`NAN_GRADIENT_VAR`] (`None` when unset or meant for another rank).
+fn nan_gradient_at(value: Option<&str>, rank: usize) -> Result<Option<u64>, String> {
+    let Some(value) = value else { return Ok(None) };
+    let parsed = value.split_once(':').and_then(|(r, i)| {
+        Some((
+            r.trim().parse::<usize>().ok()?,
+            i.trim().parse::<u64>().ok()?,
+        ))
+    });
+    match parsed {
+        Some((r, i)) if i >= 1 => Ok((r == rank).then_some(i)),
+        _ => Err(format!(
+            "{NAN_GRADIENT_VAR}: must be RANK:ITERATION (iteration >= 1), got {value:?}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nan_fault_names_one_rank_and_iteration() {
+        assert_eq!(nan_gradient_at(None, 3), Ok(None));
+        assert_eq!(nan_gradient_at(Some("3:7"), 3), Ok(Some(7)));
+        assert_eq!(nan_gradient_at(Some(" 3 : 7 "), 3), Ok(Some(7)));
+        assert_eq!(nan_gradient_at(Some("3:7"), 2), Ok(None));
+        for bad in ["", "3", "3:", "x:1", "3:0", "-1:2", "3:7:1"] {
+            let err = nan_gradient_at(Some(bad), 3).unwrap_err();
+            assert!(
+                err.starts_with("GSSP_FAULT_NAN_GRADIENT: must be RANK:ITERATION"),
+                "{bad}: {err}"
+            );
+        }
+    }
+}

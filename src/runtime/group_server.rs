@@ -1,0 +1,207 @@
+//! A server rank's role: the one server of bsp, asp and ssp, or a gssp group server with
+//! its inter-group exchange (and its part in regrouping). It serves its group's workers on
+//! the group's communicator ([`crate::runtime::server::serve`]), exchanges with the other
+//! group servers on theirs, and saves the final checkpoint.
+
+use anyhow::{Context, Result};
+
+use crate::comm::p2p::ServerLink;
+use crate::comm::{Collectives, SubComm};
+use crate::compress::powersgd::TensorShape;
+use crate::compress::MirrorDevice;
+use crate::compute::backend::Backend;
+use crate::compute::model::Trainable;
+use crate::compute::optim::HostOptimizer;
+use crate::compute::workload::Model;
+use crate::config::{Config, SyncMode};
+use crate::protocol::costmodel::CostModel;
+use crate::protocol::layout::Layout;
+use crate::protocol::param_server::{Apply, ParamServer, UpdateRule};
+use crate::runtime::exchange::GroupExchange;
+use crate::runtime::finish::RoleOutcome;
+use crate::runtime::peers::{Exchange, NoExchange};
+use crate::runtime::regrouper::Regrouper;
+use crate::runtime::saver::{self, Saver};
+use crate::runtime::server::{self, Peers, ServeContext, ServeStats};
+use crate::runtime::setup::RunContext;
+use crate::telemetry::{ServerRow, Snapshots};
+
+/// What a server starts from: the initial weights on the host, and the model's tensors
+/// (PowerSGD compresses each matrix on its own).
+pub struct ServerModel {
+    weights: Vec<f32>,
+    tensors: Vec<TensorShape>,
+}
+
+impl ServerModel {
+    pub fn of<B: Backend>(net: &Model<B>) -> ServerModel {
+        let weights = net.params_host_copy();
+        let tensors = net
+            .param_specs()
+            .iter()
+            .map(|t| TensorShape::new(t.range.clone(), &t.shape))
+            .collect();
+        ServerModel { weights, tensors }
+    }
+}
+
+/// Serves group `group`, exchanging with the other groups' servers in gssp (and
+/// regrouping with them, with `sync.regroup_every_s`); `mirror`: where a gssp server
+/// selects its sparse exchanges (`None`: on the host).
+pub fn serve_group(
+    ctx: &RunContext<'_>,
+    group: usize,
+    model: ServerModel,
+    mirror: Option<Box<dyn MirrorDevice>>,
+    snapshots: &mut Snapshots,
+    saver: &mut Saver<'_, SubComm>,
+) -> Result<RoleOutcome> {
+    let (cfg, layout) = (ctx.cfg, ctx.layout);
+    let n = model.weights.len();
+    let rank = layout.servers[group];
+    let exchanges = cfg.sync.mode == SyncMode::Gssp && layout.servers.len() > 1;
+    let mut regroup = (exchanges && cfg.sync.regroup_every_s > 0.0).then(|| {
+        let every = (cfg.sync.regroup_every_s, cfg.sync.regroup_min_gain);
+        let from = ctx.start.elapsed().as_secs_f64();
+        Regrouper::new(
+            ctx.comm,
+            layout,
+            group,
+            every,
+            (CostModel::new(cfg, n), from),
+        )
+    });
+    // A regrouping server has a slot for every worker of the run, absent while in another
+    // group; otherwise its slots are its group's workers, in the order of its communicator.
+    let (slots, ranks): (Vec<Option<usize>>, Vec<usize>) = match &regroup {
+        Some(r) => (r.initial_slots(layout), r.slot_ranks().to_vec()),
+        None => {
+            let mut members = layout.groups[group].clone();
+            members.sort_unstable();
+            ((1..=members.len()).map(Some).collect(), members)
+        }
+    };
+    let group_comm = ctx
+        .comms
+        .group
+        .as_ref()
+        .context("server without its group's communicator")?;
+    let mut link = ServerLink::new(group_comm, &slots, n)?;
+    let mut ps = param_server(cfg, layout, group, model.weights, slots.len());
+    for (w, _) in slots.iter().enumerate().filter(|(_, s)| s.is_none()) {
+        ps.leave(w);
+    }
+    let resumed = match ctx.resume {
+        Some(r) => {
+            let every_s = cfg.run.snapshot_every_s;
+            let (meta, restored) = saver::restore_server(r, rank, &mut ps, every_s)?;
+            *snapshots = restored;
+            Some(meta)
+        }
+        None => None,
+    };
+    let mut log = ctx
+        .run
+        .csv_continued::<ServerRow>(&format!("rank-{rank}.csv"))?;
+    let serve_ctx = ServeContext {
+        cfg,
+        train_len: ctx.corpus.train_len(),
+        start: ctx.start,
+        show_progress: rank == 0,
+        worker_ranks: &ranks,
+        resumed_pushes: resumed.as_ref().map(|m| m.steps),
+    };
+    let mut outcome = RoleOutcome::default();
+    let served = (&mut link, &mut ps, &serve_ctx);
+    // gssp with one group has no peers to exchange with: it is ssp with a group server.
+    let (stats, known) = if exchanges {
+        let servers = ctx.servers()?;
+        let mut ex = GroupExchange::new(servers, cfg, served.1.weights(), &model.tensors)?;
+        if let Some(device) = mirror {
+            ex.select_on(device);
+        }
+        if let Some(m) = &resumed {
+            let path = ctx.resume.map(|r| r.path(rank).display().to_string());
+            ex.resume(&m.group_pushes, m.speed)
+                .with_context(|| path.unwrap_or_default())?;
+        }
+        let peers = Peers {
+            exchange: &mut ex,
+            regroup: regroup.as_mut(),
+        };
+        let stats = server::serve(
+            served.0, served.1, served.2, peers, &mut log, snapshots, saver,
+        )?;
+        outcome.regroups = regroup.map(|r| r.history).unwrap_or_default();
+        outcome.replica_error = Some(ex.finish(served.1)?);
+        outcome.bytes_inter_group = ex.bytes_sent();
+        outcome.exchanges_deferred = ex.deferred();
+        outcome.arrival_drains = ex.arrival_drains();
+        let known = ex.saved_state(serve_ctx.resumed_pushes.unwrap_or(0) + stats.pushes);
+        ex.close()?;
+        (stats, known)
+    } else {
+        let peers = Peers {
+            exchange: &mut NoExchange,
+            regroup: None,
+        };
+        let stats = server::serve(
+            served.0, served.1, served.2, peers, &mut log, snapshots, saver,
+        )?;
+        let known = NoExchange.saved_state(serve_ctx.resumed_pushes.unwrap_or(0) + stats.pushes);
+        (stats, known)
+    };
+    log.flush()?;
+    let own_pushes = serve_ctx.resumed_pushes.unwrap_or(0) + stats.pushes;
+    save_final(ctx, saver, &ps, (&stats, own_pushes, known), snapshots)?;
+    outcome.bytes_sent = link.stats().bytes_sent + outcome.bytes_inter_group;
+    outcome.server = Some(stats);
+    outcome.final_weights = Some(ps.weights().to_vec());
+    Ok(outcome)
+}
+
+/// The update rule of group `group`'s server with `slots` worker slots, starting from
+/// `weights`: bsp steps on each round's mean, the others apply every push at once, ssp and
+/// gssp within the group's staleness bound.
+fn param_server(
+    cfg: &Config,
+    layout: &Layout,
+    group: usize,
+    weights: Vec<f32>,
+    slots: usize,
+) -> ParamServer {
+    let (bound, apply) = match cfg.sync.mode {
+        SyncMode::Bsp => (Some(0), Apply::Round),
+        SyncMode::Asp => (None, Apply::Immediate),
+        _ => (Some(layout.staleness[group]), Apply::Immediate),
+    };
+    let n = weights.len();
+    let rule = UpdateRule {
+        workers: slots,
+        total_workers: layout.groups.iter().map(Vec::len).sum(),
+        bound,
+        apply,
+        momentum: cfg.optim.momentum,
+        weight_decay: cfg.optim.weight_decay,
+        staleness_lr: cfg.optim.staleness_lr,
+        delay_compensation: cfg.optim.delay_compensation,
+        clip_norm: cfg.optim.clip_norm,
+    };
+    ParamServer::new(weights, rule).with_optimizer(HostOptimizer::new(&cfg.optim, n))
+}
+
+/// The final checkpoint, at the latest server's clock: after the final flush every
+/// replica holds every update. `own_pushes` counts the whole run's.
+fn save_final(
+    ctx: &RunContext<'_>,
+    saver: &mut Saver<'_, SubComm>,
+    ps: &ParamServer,
+    (stats, own_pushes, known): (&ServeStats, u64, (Vec<u64>, f64)),
+    snapshots: &Snapshots,
+) -> Result<()> {
+    let time_s = saver
+        .comm
+        .allreduce_max_f64(ctx.start.elapsed().as_secs_f64())?;
+    let at = (own_pushes, stats.epoch, time_s);
+    server::save(saver, ps, known, at, snapshots)
+}

@@ -1,0 +1,409 @@
+//! A distributed run's set-up, before any role starts: the backend this rank computes on,
+//! the data every rank loads, the compute step, who does what ([`Layout`], profiled into
+//! groups for gssp), the communicators of the groups, and the clock all ranks share.
+//!
+//! Every step that can fail on one rank (a missing file, no GPU, a bad checkpoint) fails
+//! on all of them together ([`Collectives::fatal_on_all`]), each knowing why, so no rank is
+//! left waiting in a collective.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use crate::checkpoint::{Resume, Schedule};
+use crate::comm::{Collectives, Comm, SubComm};
+use crate::compress::MirrorDevice;
+use crate::compute::backend::{self, Backend};
+use crate::compute::model::Trainable;
+use crate::compute::pace::{Pacer, CALIBRATION_ITERATIONS};
+use crate::compute::workload::{ComputeStep, Corpus};
+use crate::config::{CompressionKind, Config, Staleness, SyncMode};
+use crate::protocol::costmodel::CostModel;
+use crate::protocol::grouping;
+use crate::protocol::layout::{Layout, Role};
+use crate::runtime::faults::Faults;
+use crate::runtime::profiling::{form_groups, WorkerGroups};
+use crate::runtime::saver::Saver;
+use crate::telemetry::RunDir;
+
+/// The backend one rank computes on.
+pub enum RankBackend {
+    Cpu,
+    #[cfg(feature = "cuda")]
+    Cuda(backend::cuda::Cuda),
+}
+
+/// The backend of this rank (checked on every rank together). With `device.kind =
+/// "cuda"` the ranks that compute gradients (the workers, and every rank of allreduce and
+/// localsgd) use their GPU; parameter and group servers keep their replica in host memory,
+/// where MPI sends and receives it.
+pub fn choose_backend(comm: &Comm, cfg: &Config) -> Result<RankBackend> {
+    let device = comm.fatal_on_all(backend::select(cfg.device.kind))?;
+    let chosen: Result<RankBackend> = match device {
+        backend::Device::Cpu => Ok(RankBackend::Cpu),
+        #[cfg(feature = "cuda")]
+        // Ranks from num_servers() on compute gradients; with no servers, all of them.
+        backend::Device::Cuda(gpu) if comm.rank() >= cfg.num_servers() => {
+            backend::cuda::Cuda::new(gpu).map(RankBackend::Cuda)
+        }
+        #[cfg(feature = "cuda")]
+        backend::Device::Cuda(_) => Ok(RankBackend::Cpu),
+    };
+    Ok(comm.fatal_on_all(chosen.map_err(|e| format!("{e:#}")))?)
+}
+
+/// This rank's communicators besides the world.
+#[derive(Default)]
+pub struct Communicators {
+    /// The group servers among themselves (server ranks only).
+    pub servers: Option<SubComm>,
+    /// This rank's group: its server at rank 0, then its workers in world-rank order
+    /// (server modes; idle ranks have none).
+    pub group: Option<SubComm>,
+}
+
+/// Everything a rank has once the run is set up.
+pub struct Setup<B: Backend> {
+    pub corpus: Corpus,
+    pub step: ComputeStep<B>,
+    pub pacer: Pacer,
+    pub layout: Layout,
+    pub role: Role,
+    pub comms: Communicators,
+    /// Iterations this worker did before the checkpoint the run resumed from.
+    pub done: u64,
+    pub faults: Faults,
+    /// A gssp group server's device for selecting sparse exchanges (`None`: the host).
+    pub mirror: Option<Box<dyn MirrorDevice>>,
+    /// Common time origin of all ranks (taken right after a barrier; a resumed run's lies
+    /// its checkpoint's training clock back, and gssp's profiling counts in it).
+    pub start: Instant,
+}
+
+/// Sets the run up on every rank of `comm` (collective).
+pub fn prepare<B: Backend>(
+    be: B,
+    comm: &Comm,
+    cfg: &Config,
+    run: &RunDir,
+    resume: Option<&Resume>,
+) -> Result<Setup<B>> {
+    let rank = comm.rank();
+    let corpus = load_corpus(comm, cfg, run)?;
+    let mut step = build_step(be, comm, cfg, &corpus)?;
+    let faults = comm.fatal_on_all(Faults::from_env(rank))?;
+    let mut layout = Layout::from_config(cfg, comm.size());
+    let mut pacer = pacer_for(cfg, &layout, rank);
+    match resume.filter(|r| r.manifest.layout.is_some()) {
+        Some(r) => layout = comm.fatal_on_all(saved_layout(r))?,
+        None if cfg.sync.mode == SyncMode::Gssp => {
+            let groups = form_groups_by_profile(comm, cfg, &mut step, &corpus, &mut pacer)?;
+            apply_groups(cfg, &mut layout, groups, step.net.num_params());
+        }
+        None => {}
+    }
+    let role = layout.role(rank);
+    if rank == 0 {
+        describe(cfg, &layout, resume);
+        run.write_json("layout.json", &layout)?;
+    }
+    let mirror = exchange_mirror(cfg, role, step.net.num_params()).map_err(|e| format!("{e:#}"));
+    let mirror = comm.fatal_on_all(mirror)?;
+    let comms = split(comm, &layout, role)?;
+    let done = comm.fatal_on_all(resumed_iterations(&layout, role, rank, resume))?;
+    if done > 0 {
+        step.resume_at(done);
+    }
+    let start = start_clock(comm, resume, &layout)?;
+    pacer.start_clock_at(start);
+    Ok(Setup {
+        corpus,
+        step,
+        pacer,
+        layout,
+        role,
+        comms,
+        done,
+        faults,
+        mirror,
+        start,
+    })
+}
+
+/// What every role of a run reads once it is set up.
+pub struct RunContext<'a> {
+    pub comm: &'a Comm,
+    pub cfg: &'a Config,
+    pub run: &'a RunDir,
+    pub layout: &'a Layout,
+    pub corpus: &'a Corpus,
+    pub comms: &'a Communicators,
+    /// Common time origin of all ranks ([`Setup::start`]).
+    pub start: Instant,
+    pub resume: Option<&'a Resume>,
+}
+
+impl<'a> RunContext<'a> {
+    /// The group servers' communicator, on a server.
+    pub fn servers(&self) -> Result<&'a SubComm> {
+        self.comms
+            .servers
+            .as_ref()
+            .context("a server without the servers' communicator")
+    }
+
+    /// The checkpoint writer of the ranks of `comm` (those that hold state).
+    pub fn saver<'c, C: Collectives>(&self, comm: &'c C) -> Saver<'c, C>
+    where
+        'a: 'c,
+    {
+        let resumed_at = self.resume.map_or(0.0, |r| r.manifest.time_s);
+        let sequence = self.resume.map_or(0, |r| r.manifest.sequence);
+        Saver {
+            comm,
+            cfg: self.cfg,
+            run: self.run,
+            world_rank: self.comm.rank(),
+            world_size: self.comm.size(),
+            layout: serde_json::to_value(self.layout).ok(),
+            schedule: Schedule::new(self.cfg.run.checkpoint_every_s, resumed_at, sequence),
+        }
+    }
+}
+
+/// Where a gssp group server selects its sparse exchanges (`device.exchange_select`, for a
+/// model of `params` parameters): its GPU, the peer view mirrored there, or `None` for the
+/// host (every other rank and mode).
+fn exchange_mirror(
+    cfg: &Config,
+    role: Role,
+    params: usize,
+) -> Result<Option<Box<dyn MirrorDevice>>> {
+    let sparse_gssp =
+        cfg.sync.mode == SyncMode::Gssp && cfg.compression.kind == CompressionKind::Topk;
+    let Role::Server { .. } = role else {
+        return Ok(None);
+    };
+    if !sparse_gssp || !cfg.device.exchange_on_gpu(params) {
+        return Ok(None);
+    }
+    gpu_mirror()
+}
+
+#[cfg(feature = "cuda")]
+fn gpu_mirror() -> Result<Option<Box<dyn MirrorDevice>>> {
+    use crate::compute::backend::{cuda, gpu_for, Device};
+    let Device::Cuda(gpu) = gpu_for("device.exchange_select")? else {
+        anyhow::bail!("device.exchange_select: no GPU for this group server");
+    };
+    let gpu = cuda::Cuda::new(gpu)?;
+    log::info!("sparse exchanges select on {}", gpu.describe());
+    Ok(Some(Box::new(cuda::CudaMirror::new(gpu))))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn gpu_mirror() -> Result<Option<Box<dyn MirrorDevice>>> {
+    crate::compute::backend::gpu_for("device.exchange_select").map(|_| None)
+}
+
+/// The data, loaded on every rank: workers train on it, servers need its size and rank 0
+/// the test set. A bad file on any rank stops all ranks here.
+fn load_corpus(comm: &Comm, cfg: &Config, run: &RunDir) -> Result<Corpus> {
+    let corpus = comm.fatal_on_all(Corpus::load(&cfg.data, cfg.run.seed))?;
+    if comm.rank() == 0 {
+        log::info!("data: {} from {}", corpus.describe(), cfg.data.dataset);
+        corpus.save_to(run.path())?;
+    }
+    Ok(corpus)
+}
+
+/// The model and this rank's data shard: worker i (in rank order, servers excluded) trains
+/// on shard i; servers only use the model, so they take shard 0.
+fn build_step<B: Backend>(
+    be: B,
+    comm: &Comm,
+    cfg: &Config,
+    corpus: &Corpus,
+) -> Result<ComputeStep<B>> {
+    let workers = comm.size() - cfg.num_servers();
+    let shard = comm
+        .rank()
+        .saturating_sub(cfg.num_servers())
+        .min(workers.saturating_sub(1));
+    let step = ComputeStep::new_on(be, cfg, corpus, workers, shard).map_err(|e| format!("{e:#}"));
+    Ok(comm.fatal_on_all(step)?)
+}
+
+/// The pacer of world rank `rank`: its slowdown factor, and its own seed for transient
+/// stragglers.
+fn pacer_for(cfg: &Config, layout: &Layout, rank: usize) -> Pacer {
+    let worker_index = layout.worker_ranks().iter().position(|&r| r == rank);
+    Pacer::from_config(
+        &cfg.heterogeneity,
+        layout.slowdown[rank],
+        worker_index,
+        cfg.run.seed ^ ((rank as u64 + 1) * 0x9E37),
+        CALIBRATION_ITERATIONS,
+    )
+}
+
+/// A resumed run keeps its groups: the replicas it saved belong to them.
+fn saved_layout(resume: &Resume) -> Result<Layout, String> {
+    let saved = resume.manifest.layout.clone().unwrap_or_default();
+    serde_json::from_value::<Layout>(saved)
+        .map_err(|e| format!("{}: layout: {e}", resume.dir.display()))
+}
+
+/// gssp's groups, from the config or by profiling every worker (collective).
+fn form_groups_by_profile<B: Backend>(
+    comm: &Comm,
+    cfg: &Config,
+    step: &mut ComputeStep<B>,
+    corpus: &Corpus,
+    pacer: &mut Pacer,
+) -> Result<WorkerGroups> {
+    let workers = Layout::from_config(cfg, comm.size()).worker_ranks();
+    let model = CostModel::new(cfg, step.net.num_params());
+    form_groups(comm, &cfg.sync, &model, &workers, || {
+        step.compute_paced(corpus, pacer);
+    })
+}
+
+/// Takes the formed groups into `layout`, with each group's staleness bound: the
+/// configured one, or with `sync.staleness = "auto"` the one each group's profile calls
+/// for ([`grouping::auto_staleness`]).
+fn apply_groups(cfg: &Config, layout: &mut Layout, formed: WorkerGroups, params: usize) {
+    let profiled = layout.worker_ranks();
+    layout.keep_servers(formed.groups.len());
+    layout.staleness = match (
+        cfg.sync.staleness,
+        &formed.profiled_s,
+        &formed.profiled_worst_s,
+    ) {
+        (Staleness::Auto, Some(times), Some(worst)) => {
+            let index = |r: &usize| profiled.iter().position(|p| p == r).unwrap_or(0);
+            let groups: Vec<Vec<usize>> = formed
+                .groups
+                .iter()
+                .map(|g| g.iter().map(index).collect())
+                .collect();
+            let reply_s = CostModel::new(cfg, params).weights_s();
+            grouping::auto_staleness(times, worst, &groups, reply_s)
+        }
+        (s, _, _) => vec![s.bound().unwrap_or(0); formed.groups.len()],
+    };
+    layout.groups = formed.groups;
+    layout.profiled_s = formed.profiled_s;
+    layout.profiled_spread_s = formed.profiled_spread_s;
+    layout.profiled_worst_s = formed.profiled_worst_s;
+    layout.profile_cost_s = formed.profile_cost_s;
+    layout.group_count = formed.group_count;
+}
+
+/// Rank 0's account of the layout: the groups, what profiling cost, the group count and
+/// staleness bounds it chose.
+fn describe(cfg: &Config, layout: &Layout, resume: Option<&Resume>) {
+    log::info!(
+        "layout: servers {:?}, groups {:?}",
+        layout.servers,
+        layout.groups
+    );
+    if let (Some(cost), None) = (layout.profile_cost_s, resume) {
+        log::info!("grouping by profile took {cost:.2} s of the training clock");
+        let budget = cfg.run.time_budget_s;
+        if budget > 0.0 && cost >= 0.5 * budget {
+            log::warn!(
+                "profiling took {cost:.2} s, {:.0}% of run.time_budget_s = {budget} s, which it counts against: lower sync.profile_iters or raise the budget",
+                100.0 * cost / budget
+            );
+        }
+    }
+    if let Some(choice) = &layout.group_count {
+        let each: Vec<String> = choice
+            .candidates
+            .iter()
+            .map(|c| {
+                let load = 100.0 * c.server_load;
+                format!("{}: {:.1} it/s (server load {load:.1}%)", c.groups, c.rate)
+            })
+            .collect();
+        log::info!(
+            "groups (auto): {} from the cost model ({:.1} us per push, {:.0} bytes per exchange message); predicted {}",
+            choice.chosen,
+            1e6 * choice.server_s_per_push,
+            choice.exchange_bytes,
+            each.join(", ")
+        );
+        if !layout.idle.is_empty() {
+            log::info!(
+                "ranks {:?} were reserved as servers (sync.max_groups = {}) and stay idle",
+                layout.idle,
+                cfg.sync.max_groups
+            );
+        }
+    }
+    if cfg.sync.staleness == Staleness::Auto {
+        log::info!(
+            "staleness per group (auto, from each group's longest profiled delay): {:?}",
+            layout.staleness
+        );
+    }
+}
+
+/// The servers' communicator, and each group's: its server (key 0, so rank 0 there) and
+/// its workers (collective over the world).
+fn split(comm: &Comm, layout: &Layout, role: Role) -> Result<Communicators> {
+    let rank = comm.rank() as i32;
+    let is_server = matches!(role, Role::Server { .. });
+    let servers = comm.split(is_server.then_some(0), rank)?;
+    let group = match role {
+        Role::Server { group } | Role::Worker { group } => Some(group as u32),
+        Role::Collective | Role::Idle => None,
+    };
+    let key = if is_server { 0 } else { rank + 1 };
+    let group = comm.split(group, key)?;
+    if let (Some(g), Role::Server { group: index }) = (&group, role) {
+        anyhow::ensure!(
+            g.rank() == 0 && g.size() == layout.groups[index].len() + 1,
+            "group {index}'s communicator has {} ranks with the server at {}, expected {} with it at 0",
+            g.size(),
+            g.rank(),
+            layout.groups[index].len() + 1
+        );
+    }
+    Ok(Communicators { servers, group })
+}
+
+/// The iterations a worker of a server mode did before the checkpoint: its clock, which
+/// its server saved (0 for a fresh run and for the other roles).
+fn resumed_iterations(
+    layout: &Layout,
+    role: Role,
+    rank: usize,
+    resume: Option<&Resume>,
+) -> Result<u64, String> {
+    let (Some(r), Role::Worker { group }) = (resume, role) else {
+        return Ok(0);
+    };
+    let server = layout.servers[group];
+    let index = layout.groups[group].iter().position(|&w| w == rank);
+    let file = r.load(server).map_err(|e| format!("rank {rank}: {e}"))?;
+    index
+        .and_then(|i| file.meta.worker_clocks.get(i).copied())
+        .ok_or_else(|| format!("rank {rank}: {}: no clock for it", r.path(server).display()))
+}
+
+/// The training clock's origin, the same on every rank (after a barrier). gssp's profiling
+/// is part of its training time: the clock (time budget, time to target, speed changes)
+/// starts when profiling did. A resumed run does not profile; its saved clock already
+/// counts the first run's profiling.
+fn start_clock(comm: &Comm, resume: Option<&Resume>, layout: &Layout) -> Result<Instant> {
+    let (resumed_at, profiling) = match resume {
+        Some(r) => (r.manifest.time_s, 0.0),
+        None => (0.0, layout.profile_cost_s.unwrap_or(0.0)),
+    };
+    comm.barrier()?;
+    Instant::now()
+        .checked_sub(std::time::Duration::from_secs_f64(resumed_at + profiling))
+        .context("the checkpoint's training clock lies before this machine's boot")
+}
