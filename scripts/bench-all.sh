@@ -29,7 +29,7 @@ done
 # regroup meetings every 2.5 s (docs/benchmarks.md, "a straggler that recovers").
 "$bin" bench paper --config configs/paper_lenet5_mnist_transient.toml \
     --set 'heterogeneity.changes=[{at_s=3.0,worker=3,factor=5.0},{at_s=13.0,worker=3,factor=1.0}]' \
-    --set sync.regroup_every_s=2.5 --budget-s 60 --seeds 1,2,3 --modes gssp-gdtopk,asp-dc \
+    --set sync.gssp.regroup_every_s=2.5 --budget-s 60 --seeds 1,2,3 --modes gssp-gdtopk,asp-dc \
     --out runs/bench-recovery | tee runs/bench-recovery.txt
 # The scale study (8-64 workers, every mode, 3 seeds; about 55 minutes a seed) and the
 # simulator against it (latency and burst spacing are this machine's fitted figures;

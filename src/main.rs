@@ -119,15 +119,15 @@ enum Command {
         /// Model parameters (default: the config's model, built without data).
         #[arg(long)]
         params: Option<usize>,
-        /// gssp is simulated with 1..=N groups (default: sync.max_groups).
+        /// gssp is simulated with 1..=N groups (default: sync.gssp.max_groups).
         #[arg(long, conflicts_with = "groups")]
         max_groups: Option<usize>,
         /// gssp is simulated with these group counts instead, e.g. 1,4,16,64.
         #[arg(long, value_delimiter = ',')]
         groups: Vec<usize>,
-        /// ssp's staleness bound.
-        #[arg(long, default_value_t = 3)]
-        ssp_staleness: usize,
+        /// ssp's staleness bound (default: the config's sync.ssp.staleness).
+        #[arg(long)]
+        ssp_staleness: Option<usize>,
         /// Simulated seconds (default: 100 iterations of the slowest worker).
         #[arg(long)]
         seconds: Option<f64>,
@@ -212,6 +212,9 @@ enum BenchCommand {
         /// Run only these variants (comma-separated, as `bench paper --modes`); default: all.
         #[arg(long, value_delimiter = ',')]
         modes: Vec<String>,
+        /// The variants to run: each a name and its --set overrides (TOML `[[variant]]`).
+        #[arg(long, default_value = gssp::tools::bench::variants::DEFAULT_FILE)]
+        variants: PathBuf,
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
         /// Run nothing: rebuild the table and plot from each size's `bench.json` in --out.
@@ -265,6 +268,9 @@ enum BenchCommand {
         /// Run only these variants (comma-separated, e.g. asp,gssp-gdtopk); default: all.
         #[arg(long, value_delimiter = ',')]
         modes: Vec<String>,
+        /// The variants to run: each a name and its --set overrides (TOML `[[variant]]`).
+        #[arg(long, default_value = gssp::tools::bench::variants::DEFAULT_FILE)]
+        variants: PathBuf,
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
         #[arg(long, default_value = "runs/bench-paper")]
@@ -372,10 +378,10 @@ fn train_config(
         overrides,
     )?;
     anyhow::ensure!(
-        cfg.sync.mode != SyncMode::Gssp || cfg.sync.regroup_every_s == 0.0,
-        "--resume: {} regrouped its workers during the run (sync.regroup_every_s = {}), and a checkpoint does not record moved workers yet; it cannot be resumed",
+        cfg.sync.mode != SyncMode::Gssp || cfg.sync.gssp.regroup_every_s == 0.0,
+        "--resume: {} regrouped its workers during the run (sync.gssp.regroup_every_s = {}), and a checkpoint does not record moved workers yet; it cannot be resumed",
         resume.dir.display(),
-        cfg.sync.regroup_every_s
+        cfg.sync.gssp.regroup_every_s
     );
     Ok((cfg, Some(resume)))
 }
@@ -658,9 +664,13 @@ fn bench(which: BenchCommand) -> anyhow::Result<()> {
             budget_s,
             seeds,
             modes,
+            variants,
             overrides,
             out,
-        } => bench::jobs::paper(&config, budget_s, (&seeds, &modes), &overrides, &out).map(|_| ()),
+        } => {
+            let what = (config.as_path(), variants.as_path());
+            bench::jobs::paper(what, budget_s, (&seeds, &modes), &overrides, &out).map(|_| ())
+        }
         BenchCommand::Plan {
             runs,
             latency_us,
@@ -680,6 +690,7 @@ fn bench(which: BenchCommand) -> anyhow::Result<()> {
             budget_s,
             seeds,
             modes,
+            variants,
             overrides,
             report_only,
             from,
@@ -696,7 +707,8 @@ fn bench(which: BenchCommand) -> anyhow::Result<()> {
                 from
             };
             let what = (seeds.as_slice(), modes.as_slice(), from.as_slice());
-            bench::scale::scale(&configs, budget_s, what, &overrides, &out).map(|_| ())
+            let inputs = (configs.as_slice(), variants.as_path());
+            bench::scale::scale(inputs, budget_s, what, &overrides, &out).map(|_| ())
         }
     }
 }
@@ -709,7 +721,7 @@ fn plan(
     (params, group_counts, ssp_staleness, seconds): (
         Option<usize>,
         Option<Vec<usize>>,
-        usize,
+        Option<usize>,
         Option<f64>,
     ),
     json: bool,
@@ -726,10 +738,10 @@ fn plan(
         anyhow::bail!("--seconds must be a positive number, got {s}");
     }
     let opts = PlanOptions {
-        ssp_staleness,
-        gssp_staleness: cfg.sync.staleness,
-        local_steps: cfg.sync.local_steps,
-        group_counts: group_counts.unwrap_or_else(|| (1..=cfg.sync.max_groups).collect()),
+        ssp_staleness: ssp_staleness.unwrap_or(cfg.sync.ssp.staleness),
+        gssp_staleness: cfg.sync.gssp.staleness,
+        local_steps: cfg.sync.localsgd.local_steps,
+        group_counts: group_counts.unwrap_or_else(|| (1..=cfg.sync.gssp.max_groups).collect()),
         horizon_s: seconds,
         seed: cfg.run.seed,
     };

@@ -176,9 +176,9 @@ fn killed_and_resumed_single(scratch: &Scratch, config: &Path, sets: &[&str]) {
 
 const GSSP: [&str; 11] = [
     "sync.mode=gssp",
-    "sync.groups=2",
-    "sync.grouping=static",
-    "sync.static_groups=[[2,3],[4,5]]",
+    "sync.gssp.groups=2",
+    "sync.gssp.grouping=static",
+    "sync.gssp.static_groups=[[2,3],[4,5]]",
     "compression.kind=topk",
     "compression.ratio=0.05",
     "run.epochs=12",
@@ -299,11 +299,14 @@ fn every_mode_resumes_its_final_checkpoint_and_trains_on() {
         let label = format!("{mode}{}", if extra.is_empty() { "" } else { "-adam" });
         let mode = label.as_str();
         if mode.starts_with("gssp") {
-            sets.extend(["sync.groups=2".into(), "sync.grouping=static".into()]);
-            sets.push("sync.static_groups=[[2,3],[4,5]]".into());
+            sets.extend([
+                "sync.gssp.groups=2".into(),
+                "sync.gssp.grouping=static".into(),
+            ]);
+            sets.push("sync.gssp.static_groups=[[2,3],[4,5]]".into());
         }
         if mode.starts_with("localsgd") {
-            sets.push("sync.local_steps=4".into());
+            sets.push("sync.localsgd.local_steps=4".into());
         }
         let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
         let first = scratch.train_ok(mode, ranks, &sets, Duration::from_secs(120));

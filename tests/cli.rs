@@ -228,7 +228,7 @@ fn plan_predicts_every_mode_and_recommends_a_group_per_tier() {
     let plan: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(plan["workers"], 16);
     assert_eq!(plan["params"], 61_706);
-    // One group server per speed tier, as `sync.groups = "auto"` chooses.
+    // One group server per speed tier, as `sync.gssp.groups = "auto"` chooses.
     assert_eq!(plan["recommended_groups"], 4);
     let rows = plan["predictions"].as_array().unwrap();
     let modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
@@ -252,7 +252,7 @@ fn plan_predicts_every_mode_and_recommends_a_group_per_tier() {
     assert!(rate(9) > 1.8 * rate(0), "{} vs {}", rate(9), rate(0));
     assert_eq!(rows[9]["bounds"], serde_json::json!([0, 0, 0, 0]));
 
-    // `sync.staleness = "auto"` with 5x spells: each group the bound a run would pick.
+    // `sync.gssp.staleness = "auto"` with 5x spells: each group the bound a run would pick.
     let transient = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/configs/paper_lenet5_mnist_transient.toml"

@@ -588,7 +588,7 @@ fn list_for(key: &str) -> BoxedStrategy<Value> {
         prop::collection::vec(one, 0..4).prop_map(Value::Array)
     };
     match key {
-        "sync.static_groups" => prop::collection::vec(ints(0..8), 0..4)
+        "sync.gssp.static_groups" => prop::collection::vec(ints(0..8), 0..4)
             .prop_map(Value::Array)
             .boxed(),
         "model.mlp_hidden" => ints(0..8).boxed(),
@@ -634,7 +634,7 @@ fn check_config(text: &str, overrides: &[String], world: usize) -> Result<(), Te
     if cfg.validate().is_ok() {
         // What a validated config sizes: the gssp mailbox rings (k of a mid-sized model),
         // which must hold the messages, not a size that wrapped.
-        let (k, messages) = (1 << 20, cfg.sync.mailbox_messages);
+        let (k, messages) = (1 << 20, cfg.sync.gssp.mailbox_messages);
         let ring = MailboxLayout::new(cfg.num_servers(), k, messages);
         prop_assert!(ring.cap as u128 >= messages as u128 * message_words(k) as u128);
     }
@@ -704,7 +704,7 @@ proptest! {
     fn config_gssp_world_checks_never_panic(
         groups in prop_oneof![4 => 0i64..5, 1 => toml_int()],
         grouping in prop::sample::select(&["static", "profile"][..]),
-        lists in list_for("sync.static_groups"),
+        lists in list_for("sync.gssp.static_groups"),
         tiers in list_for("heterogeneity.tiers"),
         changes in list_for("heterogeneity.changes"),
         slowdown in list_for("heterogeneity.slowdown"),
@@ -712,9 +712,9 @@ proptest! {
     ) {
         let overrides = vec![
             "sync.mode=gssp".to_string(),
-            format!("sync.groups={groups}"),
-            format!("sync.grouping={grouping}"),
-            format!("sync.static_groups={lists}"),
+            format!("sync.gssp.groups={groups}"),
+            format!("sync.gssp.grouping={grouping}"),
+            format!("sync.gssp.static_groups={lists}"),
             format!("heterogeneity.tiers={tiers}"),
             format!("heterogeneity.changes={changes}"),
             format!("heterogeneity.slowdown={slowdown}"),

@@ -78,7 +78,7 @@ fn trains(model: &str, mode: &str, ranks: usize, workers: &[usize], sets: &[&str
     );
 }
 
-const GSSP: [&str; 2] = ["sync.groups=2", "sync.inter_group_every=4"];
+const GSSP: [&str; 2] = ["sync.gssp.groups=2", "sync.gssp.inter_group_every=4"];
 
 macro_rules! every_mode {
     ($model:ident) => {
@@ -100,7 +100,7 @@ macro_rules! every_mode {
             }
             #[test]
             fn ssp() {
-                trains(M, "ssp", 3, &[1, 2], &["sync.staleness=2"]);
+                trains(M, "ssp", 3, &[1, 2], &["sync.ssp.staleness=2"]);
             }
             #[test]
             fn allreduce() {

@@ -29,9 +29,13 @@ fn lenet5_toml() -> String {
 
 const MODES: [(&str, usize, &[&str]); 4] = [
     ("asp", 3, &["sync.mode=asp"]),
-    ("gssp", 4, &["sync.mode=gssp", "sync.groups=2"]),
+    ("gssp", 4, &["sync.mode=gssp", "sync.gssp.groups=2"]),
     ("allreduce", 2, &["sync.mode=allreduce"]),
-    ("localsgd", 2, &["sync.mode=localsgd", "sync.local_steps=2"]),
+    (
+        "localsgd",
+        2,
+        &["sync.mode=localsgd", "sync.localsgd.local_steps=2"],
+    ),
 ];
 
 #[test]
@@ -120,7 +124,7 @@ fn group_servers_select_on_the_gpu_or_stop_every_rank_saying_why() {
     let config = scratch.config("lenet5", &lenet5_toml());
     let sets = [
         "sync.mode=gssp",
-        "sync.groups=2",
+        "sync.gssp.groups=2",
         "compression.kind=topk",
         "compression.ratio=0.05",
         "device.exchange_select=cuda",

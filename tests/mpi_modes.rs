@@ -218,7 +218,7 @@ fn asp_converges_on_mnist() {
 
 #[test]
 fn ssp_converges_on_mnist() {
-    converges("ssp", 5, 1, &["sync.staleness=2"], 0.85);
+    converges("ssp", 5, 1, &["sync.ssp.staleness=2"], 0.85);
 }
 
 #[test]
@@ -228,7 +228,7 @@ fn allreduce_converges_on_mnist() {
 
 #[test]
 fn localsgd_converges_on_mnist() {
-    converges("localsgd", 5, 1, &["sync.local_steps=4"], 0.85);
+    converges("localsgd", 5, 1, &["sync.localsgd.local_steps=4"], 0.85);
 }
 
 /// DC-ASGD's correction on top of asp still trains (its formula is checked by hand in the
@@ -250,7 +250,7 @@ fn localsgd_replicas_are_equal_after_each_average() {
         3,
         &[
             "sync.mode=localsgd",
-            "sync.local_steps=5",
+            "sync.localsgd.local_steps=5",
             "run.epochs=1",
             "heterogeneity.slowdown=[1.0,1.0,3.0]",
             "heterogeneity.unit_s=0.005",
@@ -294,9 +294,9 @@ fn gssp_dense_two_groups_converges_on_mnist() {
         6,
         2,
         &[
-            "sync.groups=2",
+            "sync.gssp.groups=2",
             "compression.kind=dense",
-            "sync.inter_group_every=4",
+            "sync.gssp.inter_group_every=4",
         ],
         0.85,
     );
@@ -309,7 +309,7 @@ fn gssp_topk_two_groups_converges_on_mnist() {
         7,
         2,
         &[
-            "sync.groups=2",
+            "sync.gssp.groups=2",
             "compression.kind=topk",
             "compression.ratio=0.05",
         ],
@@ -324,8 +324,10 @@ fn ssp_run(scratch: &Scratch, name: &str, mode: &str, staleness: usize) -> Run {
 
 /// [`ssp_run`] with more overrides.
 fn ssp_run_with(scratch: &Scratch, name: &str, mode: &str, staleness: usize, more: &[&str]) -> Run {
+    // bsp and asp have no bound; the ssp section carries it for them, unread.
+    let section = if mode == "gssp" { "gssp" } else { "ssp" };
+    let s = format!("sync.{section}.staleness={staleness}");
     let mode = format!("sync.mode={mode}");
-    let s = format!("sync.staleness={staleness}");
     let mut sets = vec![
         mode.as_str(),
         s.as_str(),
@@ -603,7 +605,7 @@ fn gssp_sparse_exchange_loses_nothing() {
     let scratch = Scratch::new();
     let base = [
         "sync.mode=gssp",
-        "sync.groups=3",
+        "sync.gssp.groups=3",
         "run.epochs=2",
         "compression.kind=topk",
         "compression.ratio=0.01",
@@ -615,21 +617,24 @@ fn gssp_sparse_exchange_loses_nothing() {
     // Roomy mailboxes, then mailboxes of one message each, which fill whenever a faster
     // group sends twice before a slower one drains: values then wait in the sender's
     // error feedback, and still none may be lost.
-    let full = ["compression.policy=\"uniform\"", "sync.mailbox_messages=1"];
+    let full = [
+        "compression.policy=\"uniform\"",
+        "sync.gssp.mailbox_messages=1",
+    ];
     // docs/design.md's transport: indexed accumulates into the dense inbox. This case and the
     // first also drain between exchanges, as soon as mail arrives (mailbox messages here,
     // dense inbox flushes there).
-    let arrival = ["sync.drain_on_arrival=true"];
+    let arrival = ["sync.gssp.drain_on_arrival=true"];
     let indexed = [
-        "sync.sparse_transport=\"accumulate\"",
-        "sync.drain_on_arrival=true",
+        "sync.gssp.sparse_transport=\"accumulate\"",
+        "sync.gssp.drain_on_arrival=true",
     ];
     // PowerSGD's low-rank factors through the same mailboxes, one message each, at rank 2
     // for the slowest group and less for faster ones (speed policy).
     let low_rank = [
         "compression.kind=\"powersgd\"",
         "compression.rank=2",
-        "sync.mailbox_messages=1",
+        "sync.gssp.mailbox_messages=1",
     ];
     let mut first_bytes = None;
     for (name, extra) in [
@@ -665,7 +670,7 @@ fn gssp_sparse_exchange_loses_nothing() {
             assert!(deferred > 0.0, "{name}: one-message mailboxes never filled");
         }
         let arrival_drains = num(&s, "arrival_drains");
-        if extra.contains(&"sync.drain_on_arrival=true") {
+        if extra.contains(&"sync.gssp.drain_on_arrival=true") {
             assert!(arrival_drains > 0.0, "{name}: never drained on arrival");
         } else {
             assert_eq!(arrival_drains, 0.0, "{name}: drained on arrival unasked");
@@ -690,8 +695,8 @@ fn gssp_profile_grouping_puts_equal_speeds_together() {
         6,
         &[
             "sync.mode=gssp",
-            "sync.groups=2",
-            "sync.grouping=profile",
+            "sync.gssp.groups=2",
+            "sync.gssp.grouping=profile",
             "run.epochs=0.3",
             "heterogeneity.tiers=[{factor=1.0,workers=2},{factor=4.0,workers=2}]",
             "heterogeneity.unit_s=0.02",
@@ -796,9 +801,9 @@ fn gssp_regroups_a_worker_that_slows_mid_run() {
         10,
         &[
             "sync.mode=gssp",
-            "sync.groups=2",
-            "sync.staleness=0",
-            "sync.regroup_every_s=1.5",
+            "sync.gssp.groups=2",
+            "sync.gssp.staleness=0",
+            "sync.gssp.regroup_every_s=1.5",
             "run.epochs=0",
             "run.time_budget_s=9.5",
             "heterogeneity.tiers=[{factor=1.0,workers=4},{factor=4.0,workers=4}]",
@@ -846,9 +851,9 @@ fn gssp_evens_out_the_groups_after_a_straggler_recovers() {
         10,
         &[
             "sync.mode=gssp",
-            "sync.groups=2",
-            "sync.staleness=0",
-            "sync.regroup_every_s=1.5",
+            "sync.gssp.groups=2",
+            "sync.gssp.staleness=0",
+            "sync.gssp.regroup_every_s=1.5",
             "run.epochs=0",
             "run.time_budget_s=12",
             "heterogeneity.tiers=[{factor=1.0,workers=8}]",
@@ -898,7 +903,7 @@ fn gssp_evens_out_the_groups_after_a_straggler_recovers() {
     assert_regroup_kept_bound_and_lost_nothing(&run);
 }
 
-/// `sync.groups = "auto"` on two clear tiers (1x and 4x, four workers each) chooses two
+/// `sync.gssp.groups = "auto"` on two clear tiers (1x and 4x, four workers each) chooses two
 /// groups, one per tier, from the cost model; the two reserved server ranks left over stay
 /// idle and the job trains and ends normally.
 #[test]
@@ -910,8 +915,8 @@ fn gssp_auto_group_count_follows_the_tiers() {
         12,
         &[
             "sync.mode=gssp",
-            "sync.groups=auto",
-            "sync.max_groups=4",
+            "sync.gssp.groups=auto",
+            "sync.gssp.max_groups=4",
             "run.epochs=0",
             "run.time_budget_s=4",
             "heterogeneity.tiers=[{factor=1.0,workers=4},{factor=4.0,workers=4}]",
@@ -952,8 +957,8 @@ fn gssp_regroup_leaves_equal_workers_with_slow_spells_alone() {
         10,
         &[
             "sync.mode=gssp",
-            "sync.groups=2",
-            "sync.regroup_every_s=1",
+            "sync.gssp.groups=2",
+            "sync.gssp.regroup_every_s=1",
             "run.epochs=0",
             "run.time_budget_s=6",
             "heterogeneity.unit_s=0.02",
@@ -974,7 +979,7 @@ fn gssp_regroup_leaves_equal_workers_with_slow_spells_alone() {
 
 /// Equal workers slowed only now and then (transient stragglers, 5x on a fifth of their
 /// iterations) are grouped by their persistent speed: two groups of equal size; with
-/// `sync.staleness = "auto"` each group's bound rides out a spell (4 iterations late) and
+/// `sync.gssp.staleness = "auto"` each group's bound rides out a spell (4 iterations late) and
 /// its server keeps its workers within that bound.
 #[test]
 fn gssp_profile_grouping_sees_through_transient_stragglers() {
@@ -985,13 +990,13 @@ fn gssp_profile_grouping_sees_through_transient_stragglers() {
         10,
         &[
             "sync.mode=gssp",
-            "sync.groups=2",
-            "sync.grouping=profile",
+            "sync.gssp.groups=2",
+            "sync.gssp.grouping=profile",
             "run.epochs=0.05",
             "heterogeneity.unit_s=0.01",
             "heterogeneity.straggler_prob=0.2",
             "heterogeneity.straggler_factor=5.0",
-            "sync.staleness=auto",
+            "sync.gssp.staleness=auto",
         ],
         DEADLINE,
     );
@@ -1062,9 +1067,9 @@ fn gssp_profiling_that_eats_the_budget_is_reported_and_the_run_ends_cleanly() {
     let out = scratch.out("profile-budget");
     let sets = [
         "sync.mode=gssp",
-        "sync.groups=2",
-        "sync.grouping=profile",
-        "sync.profile_iters=10",
+        "sync.gssp.groups=2",
+        "sync.gssp.grouping=profile",
+        "sync.gssp.profile_iters=10",
         "heterogeneity.unit_s=0.05",
         "run.epochs=0",
         "run.time_budget_s=0.6",
@@ -1125,10 +1130,10 @@ fn gdtopk_fast_group_uploads_less() {
         6,
         &[
             "sync.mode=gssp",
-            "sync.groups=2",
-            "sync.grouping=static",
-            "sync.static_groups=[[2,3],[4,5]]",
-            "sync.inter_group_every=4",
+            "sync.gssp.groups=2",
+            "sync.gssp.grouping=static",
+            "sync.gssp.static_groups=[[2,3],[4,5]]",
+            "sync.gssp.inter_group_every=4",
             "run.epochs=2",
             "compression.kind=topk",
             "compression.ratio=0.05",
@@ -1190,7 +1195,7 @@ fn gssp_with_one_group_runs() {
     let run = scratch.train_ok(
         "gssp-one-group",
         3,
-        &["sync.mode=gssp", "sync.groups=1", "run.epochs=1"],
+        &["sync.mode=gssp", "sync.gssp.groups=1", "run.epochs=1"],
         DEADLINE,
     );
     let s = run.summary();

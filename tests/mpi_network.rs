@@ -40,12 +40,12 @@ fn gssp_over_tcp_only_loses_nothing_and_trains() {
     let out = scratch.out("tcp");
     let sets = [
         "sync.mode=gssp",
-        "sync.groups=2",
-        "sync.grouping=static",
-        "sync.static_groups=[[2,3],[4,5]]",
+        "sync.gssp.groups=2",
+        "sync.gssp.grouping=static",
+        "sync.gssp.static_groups=[[2,3],[4,5]]",
         "compression.kind=topk",
         "compression.ratio=0.05",
-        "sync.inter_group_every=4",
+        "sync.gssp.inter_group_every=4",
         "run.epochs=1",
     ];
     let args = scratch.train_args(&config, &sets, &out);
@@ -94,12 +94,12 @@ fn an_emulated_link_holds_every_message_for_its_transfer() {
         6,
         &[
             "sync.mode=gssp",
-            "sync.groups=2",
-            "sync.grouping=static",
-            "sync.static_groups=[[2,3],[4,5]]",
+            "sync.gssp.groups=2",
+            "sync.gssp.grouping=static",
+            "sync.gssp.static_groups=[[2,3],[4,5]]",
             "compression.kind=dense",
-            "sync.inter_group_every=1",
-            "sync.staleness=0",
+            "sync.gssp.inter_group_every=1",
+            "sync.gssp.staleness=0",
             "heterogeneity.link_gbps=0.1",
             "run.time_budget_s=4",
         ],

@@ -109,15 +109,20 @@ fn every_sync_mode_trains_seq2seq_on_multi30k() {
     let cases: [(&str, usize, &[&str], Vec<usize>); 6] = [
         ("bsp", 4, &[], vec![1, 2, 3]),
         ("asp", 4, &[], vec![1, 2, 3]),
-        ("ssp", 4, &["sync.staleness=2"], vec![1, 2, 3]),
+        ("ssp", 4, &["sync.ssp.staleness=2"], vec![1, 2, 3]),
         (
             "gssp",
             6,
-            &["sync.groups=2", "sync.staleness=1"],
+            &["sync.gssp.groups=2", "sync.gssp.staleness=1"],
             vec![2, 3, 4, 5],
         ),
         ("allreduce", 3, &[], vec![0, 1, 2]),
-        ("localsgd", 3, &["sync.local_steps=2"], vec![0, 1, 2]),
+        (
+            "localsgd",
+            3,
+            &["sync.localsgd.local_steps=2"],
+            vec![0, 1, 2],
+        ),
     ];
     for (mode, ranks, extra, workers) in cases {
         let mut sets = vec![format!("sync.mode=\"{mode}\"")];

@@ -356,40 +356,112 @@ pub enum SparseTransport {
     Accumulate,
 }
 
+/// `[sync]`: the mode, and one section of settings per mode that has any. A file may hold
+/// the sections of several modes (a scenario file that every mode of a comparison runs,
+/// switching `sync.mode`); a run reads its own mode's section only, and every section is
+/// validated on its own. Code reaches a mode's settings through [`SyncConfig::scheme`].
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct SyncConfig {
     pub mode: SyncMode,
-    /// SSP staleness bound s (ssp and inside gssp groups). 0 = BSP; `"auto"` per group
-    /// from the profile (gssp with `grouping = "profile"`).
+    /// `[sync.ssp]`: the single-server stale synchronous baseline.
+    pub ssp: SspConfig,
+    /// `[sync.gssp]`: groups, their staleness, the exchange between group servers and
+    /// regrouping.
+    pub gssp: GsspConfig,
+    /// `[sync.localsgd]`: local SGD's averaging period.
+    pub localsgd: LocalSgdConfig,
+}
+
+/// The mode of a run with its own settings: what [`SyncConfig::scheme`] hands the code
+/// that runs it, so that a mode reaches only its own section.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scheme<'a> {
+    Single,
+    Bsp,
+    Asp,
+    Ssp(&'a SspConfig),
+    Gssp(&'a GsspConfig),
+    Allreduce,
+    Localsgd(&'a LocalSgdConfig),
+}
+
+impl SyncConfig {
+    /// The mode with its section.
+    pub fn scheme(&self) -> Scheme<'_> {
+        match self.mode {
+            SyncMode::Single => Scheme::Single,
+            SyncMode::Bsp => Scheme::Bsp,
+            SyncMode::Asp => Scheme::Asp,
+            SyncMode::Ssp => Scheme::Ssp(&self.ssp),
+            SyncMode::Gssp => Scheme::Gssp(&self.gssp),
+            SyncMode::Allreduce => Scheme::Allreduce,
+            SyncMode::Localsgd => Scheme::Localsgd(&self.localsgd),
+        }
+    }
+
+    /// The SSP bound of the mode's server(s): 0 for bsp, `sync.ssp.staleness`, gssp's fixed
+    /// `sync.gssp.staleness` (0 where it is "auto": each group's comes from the profile);
+    /// `None` for asp (no bound) and the modes without servers.
+    pub fn server_bound(&self) -> Option<usize> {
+        match self.scheme() {
+            Scheme::Bsp => Some(0),
+            Scheme::Ssp(s) => Some(s.staleness),
+            Scheme::Gssp(g) => Some(g.staleness.bound().unwrap_or(0)),
+            _ => None,
+        }
+    }
+}
+
+/// `[sync.ssp]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct SspConfig {
+    /// The staleness bound s: a worker may be at most s pushes ahead of the slowest.
+    /// 0 = BSP. The authors' code uses 3.
+    pub staleness: usize,
+}
+
+/// `[sync.localsgd]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct LocalSgdConfig {
+    /// Local steps between two averages (H).
+    pub local_steps: usize,
+}
+
+/// `[sync.gssp]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct GsspConfig {
+    /// SSP staleness bound inside each group. 0 = BSP in the group; `"auto"` per group from
+    /// the profile (with `grouping = "profile"`).
     pub staleness: Staleness,
-    /// gssp: number of groups G (= number of group servers, ranks 0..G-1), or `"auto"`.
+    /// Number of groups G (= number of group servers, ranks 0..G-1), or `"auto"`.
     pub groups: Groups,
-    /// gssp with `groups = "auto"`: the most groups considered. Ranks 0..max_groups-1 are
+    /// With `groups = "auto"`: the most groups considered. Ranks 0..max_groups-1 are
     /// reserved as servers; those the chosen count leaves over stay idle.
     pub max_groups: usize,
     pub grouping: Grouping,
-    /// gssp with `grouping = "profile"`: local iterations each worker times.
+    /// With `grouping = "profile"`: local iterations each worker times.
     pub profile_iters: usize,
-    /// gssp with `grouping = "static"`: world ranks of the workers of each group.
+    /// With `grouping = "static"`: world ranks of the workers of each group.
     pub static_groups: Vec<Vec<usize>>,
-    /// gssp: a group server exchanges with its peers every this many applied pushes.
+    /// A group server exchanges with its peers every this many applied pushes.
     pub inter_group_every: usize,
-    /// localsgd: local steps between two averages (H).
-    pub local_steps: usize,
-    /// gssp with top-k: each peer's mailbox holds this many messages of the target ratio's
+    /// With top-k: each peer's mailbox holds this many messages of the target ratio's
     /// size; a sender whose message does not fit keeps it unsent until the peer drains.
     pub mailbox_messages: usize,
-    /// gssp with top-k: how sparse updates travel (see [`SparseTransport`]).
+    /// With top-k: how sparse updates travel (see [`SparseTransport`]).
     pub sparse_transport: SparseTransport,
-    /// gssp: also apply peers' updates between this server's own exchanges, at the first
-    /// push after they arrive (fresher replicas; costs a drain per arrival).
+    /// Also apply peers' updates between this server's own exchanges, at the first push
+    /// after they arrive (fresher replicas; costs a drain per arrival).
     pub drain_on_arrival: bool,
-    /// gssp: regroup the workers by their measured speed every this many seconds of
-    /// training (see [`crate::protocol::regroup`]). 0 = never: the groups formed at the start stay.
+    /// Regroup the workers by their measured speed every this many seconds of training
+    /// (see [`crate::protocol::regroup`]). 0 = never: the groups formed at the start stay.
     pub regroup_every_s: f64,
-    /// gssp with regrouping: the least relative gain in predicted throughput for workers
-    /// to move (hysteresis).
+    /// With regrouping: the least relative gain in predicted throughput for workers to
+    /// move (hysteresis).
     pub regroup_min_gain: f64,
 }
 
@@ -626,6 +698,28 @@ impl Default for SyncConfig {
     fn default() -> Self {
         Self {
             mode: SyncMode::Single,
+            ssp: SspConfig::default(),
+            gssp: GsspConfig::default(),
+            localsgd: LocalSgdConfig::default(),
+        }
+    }
+}
+
+impl Default for SspConfig {
+    fn default() -> Self {
+        Self { staleness: 3 }
+    }
+}
+
+impl Default for LocalSgdConfig {
+    fn default() -> Self {
+        Self { local_steps: 8 }
+    }
+}
+
+impl Default for GsspConfig {
+    fn default() -> Self {
+        Self {
             staleness: Staleness::Bound(3),
             groups: Groups::Count(1),
             max_groups: 4,
@@ -633,7 +727,6 @@ impl Default for SyncConfig {
             profile_iters: 15,
             static_groups: Vec::new(),
             inter_group_every: 8,
-            local_steps: 8,
             mailbox_messages: 8,
             sparse_transport: SparseTransport::Mailbox,
             drain_on_arrival: false,
@@ -779,7 +872,10 @@ impl Config {
         match self.sync.mode {
             SyncMode::Single | SyncMode::Allreduce | SyncMode::Localsgd => 0,
             SyncMode::Bsp | SyncMode::Asp | SyncMode::Ssp => 1,
-            SyncMode::Gssp => self.sync.groups.count().unwrap_or(self.sync.max_groups),
+            SyncMode::Gssp => {
+                let g = &self.sync.gssp;
+                g.groups.count().unwrap_or(g.max_groups)
+            }
         }
     }
 
@@ -923,7 +1019,8 @@ mod tests {
         assert_eq!(cfg.run.name, "gssp");
         assert_eq!(cfg.optim.lr, 0.05);
         assert_eq!(cfg.sync.mode, SyncMode::Single);
-        assert_eq!(cfg.sync.staleness, Staleness::Bound(3));
+        assert_eq!(cfg.sync.gssp.staleness, Staleness::Bound(3));
+        assert_eq!(cfg.sync.ssp.staleness, 3);
         assert_eq!(cfg.compression.policy, RatioPolicy::Speed);
         assert_eq!(cfg.heterogeneity.straggler_factor, 1.0);
         assert_eq!(cfg.device.kind, DeviceKind::Auto);
@@ -1016,9 +1113,9 @@ mod tests {
             "optim.lr_schedule=step",
             "optim.lr_decay_epochs=[1, 2]",
             "sync.mode=gssp",
-            "sync.groups=2",
-            "sync.grouping=static",
-            "sync.static_groups=[[2,3],[4]]",
+            "sync.gssp.groups=2",
+            "sync.gssp.grouping=static",
+            "sync.gssp.static_groups=[[2,3],[4]]",
             "compression.kind=topk",
             "heterogeneity.tiers=[{factor=1, workers=2}, {factor=2.5, workers=1}]",
             "device.kind=cpu",

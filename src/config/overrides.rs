@@ -66,10 +66,14 @@ pub(super) fn check_known_keys(
             format!("{prefix}.{k}")
         };
         let Some(allowed) = schema.get(k) else {
+            let mut allowed = schema.keys().cloned().collect::<Vec<_>>().join(", ");
+            if let Some(new) = moved_to(&key) {
+                allowed.push_str(&format!("; {key} is now {new}"));
+            }
             return Err(ConfigError::UnknownKey {
                 origin: origin.to_string(),
                 key,
-                allowed: schema.keys().cloned().collect::<Vec<_>>().join(", "),
+                allowed,
             });
         };
         match (v, allowed) {
@@ -88,6 +92,31 @@ pub(super) fn check_known_keys(
         }
     }
     Ok(())
+}
+
+/// Where a key of an older config format lives now: the mode settings that `[sync]` held
+/// moved into the section of their mode.
+fn moved_to(key: &str) -> Option<String> {
+    const GSSP: [&str; 11] = [
+        "groups",
+        "max_groups",
+        "grouping",
+        "profile_iters",
+        "static_groups",
+        "inter_group_every",
+        "mailbox_messages",
+        "sparse_transport",
+        "drain_on_arrival",
+        "regroup_every_s",
+        "regroup_min_gain",
+    ];
+    let name = key.strip_prefix("sync.")?;
+    match name {
+        "staleness" => Some("sync.ssp.staleness or sync.gssp.staleness".to_string()),
+        "local_steps" => Some("sync.localsgd.local_steps".to_string()),
+        _ if GSSP.contains(&name) => Some(format!("sync.gssp.{name}")),
+        _ => None,
+    }
 }
 
 /// Sets one `dotted.key=VALUE` override into the parsed tree.
@@ -255,6 +284,35 @@ mod tests {
     }
 
     #[test]
+    fn only_gssp_reads_a_profile_for_its_staleness() {
+        let msg = with(&["sync.ssp.staleness=auto"]).unwrap_err().to_string();
+        assert!(
+            msg.contains("sync.ssp.staleness: invalid type: string \"auto\", expected usize"),
+            "{msg}"
+        );
+        with(&["sync.gssp.staleness=auto"]).unwrap();
+    }
+
+    #[test]
+    fn a_mode_setting_of_the_older_format_says_where_it_lives_now() {
+        let text = format!("{MINIMAL}[sync]\nmode = \"gssp\"\ngroups = 2\n");
+        let msg = Config::from_str_with_overrides(&text, "old.toml", &[])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            msg,
+            "old.toml: unknown key sync.groups (allowed there: gssp, localsgd, mode, ssp; sync.groups is now sync.gssp.groups)"
+        );
+        let msg = with(&["sync.staleness=0"]).unwrap_err().to_string();
+        assert!(
+            msg.ends_with("sync.staleness is now sync.ssp.staleness or sync.gssp.staleness)"),
+            "{msg}"
+        );
+        let msg = with(&["sync.local_steps=2"]).unwrap_err().to_string();
+        assert!(msg.ends_with("is now sync.localsgd.local_steps)"), "{msg}");
+    }
+
+    #[test]
     fn type_errors_name_key_and_expected_type() {
         let text = format!("{MINIMAL}[optim]\nlr = \"fast\"\n");
         let msg = Config::from_str_with_overrides(&text, "f.toml", &[])
@@ -275,22 +333,22 @@ mod tests {
         assert!(msg.contains("sync.mode: unknown variant `sspp`"), "{msg}");
         assert!(msg.contains("`gssp`"), "{msg}");
 
-        let msg = with(&["sync.staleness=soon"]).unwrap_err().to_string();
+        let msg = with(&["sync.gssp.staleness=soon"]).unwrap_err().to_string();
         assert_eq!(
             msg,
-            "test.toml (with overrides): sync.staleness: invalid value: string \"soon\", expected an integer >= 0 or \"auto\""
+            "test.toml (with overrides): sync.gssp.staleness: invalid value: string \"soon\", expected an integer >= 0 or \"auto\""
         );
-        let msg = with(&["sync.staleness=-2"]).unwrap_err().to_string();
+        let msg = with(&["sync.gssp.staleness=-2"]).unwrap_err().to_string();
         assert!(
-            msg.contains("sync.staleness: invalid value: integer `-2`"),
+            msg.contains("sync.gssp.staleness: invalid value: integer `-2`"),
             "{msg}"
         );
 
-        let msg = with(&["sync.sparse_transport=put"])
+        let msg = with(&["sync.gssp.sparse_transport=put"])
             .unwrap_err()
             .to_string();
         assert!(
-            msg.contains("sync.sparse_transport: unknown variant `put`"),
+            msg.contains("sync.gssp.sparse_transport: unknown variant `put`"),
             "{msg}"
         );
         assert!(
@@ -308,7 +366,7 @@ mod tests {
             "data.dir=/scratch/mnist",
             "sync.mode=ssp",
             "run.name=\"quoted name\"",
-            "sync.static_groups=[[2,3],[4]]",
+            "sync.gssp.static_groups=[[2,3],[4]]",
             "optim.lr_decay_epochs=[1.5, 3]",
             "data.synthetic.train=100",
             "heterogeneity.tiers=[{factor = 2.0, workers = 3}]",
@@ -321,7 +379,7 @@ mod tests {
         assert_eq!(cfg.data.dir, "/scratch/mnist");
         assert_eq!(cfg.sync.mode, SyncMode::Ssp);
         assert_eq!(cfg.run.name, "quoted name");
-        assert_eq!(cfg.sync.static_groups, vec![vec![2, 3], vec![4]]);
+        assert_eq!(cfg.sync.gssp.static_groups, vec![vec![2, 3], vec![4]]);
         assert_eq!(cfg.optim.lr_decay_epochs, vec![1.5, 3.0]);
         assert_eq!(cfg.data.synthetic.train, 100);
         // Keys of the table not overridden keep their defaults.

@@ -7,10 +7,10 @@ use std::fmt::Display;
 use super::MAX_CLASSES;
 use super::{
     CompressionKind, Config, ConfigError, DataConfig, DatasetKind, ExchangeSelect, Grouping,
-    SparseTransport, SyncMode,
+    GsspConfig, SparseTransport, SyncMode,
 };
 
-/// Upper bound of `sync.mailbox_messages`: the ring's size, messages x (1 + 2k) words
+/// Upper bound of `sync.gssp.mailbox_messages`: the ring's size, messages x (1 + 2k) words
 /// rounded up to a power of two, must not overflow (wrapped, it gave a tiny or empty ring),
 /// and flow control needs nowhere near this many messages in flight (the default is 8).
 pub const MAX_MAILBOX_MESSAGES: usize = 1 << 16;
@@ -48,63 +48,23 @@ impl Config {
             )?;
         }
         self.validate_optim()?;
-        let s = &self.sync;
-        match s.groups {
-            super::Groups::Count(g) => ensure(g >= 1, "sync.groups", ">= 1", g)?,
-            super::Groups::Auto => ensure(
-                s.mode == SyncMode::Gssp && s.grouping == Grouping::Profile,
-                "sync.groups",
-                "an integer >= 1 unless sync.mode = \"gssp\" with sync.grouping = \"profile\" (\"auto\" reads the profile)",
-                "\"auto\"",
-            )?,
-        }
-        ensure(s.max_groups >= 1, "sync.max_groups", ">= 1", s.max_groups)?;
-        // Modes without an SSP bound ignore it, as they ignore every gssp-only key, so one
-        // scenario file serves every mode.
-        if s.staleness == super::Staleness::Auto {
-            let reads_profile = s.mode == SyncMode::Gssp && s.grouping == Grouping::Profile;
-            ensure(
-                reads_profile || !matches!(s.mode, SyncMode::Ssp | SyncMode::Gssp),
-                "sync.staleness",
-                "an integer >= 0 unless sync.mode = \"gssp\" with sync.grouping = \"profile\" (\"auto\" reads the profile)",
-                "\"auto\"",
-            )?;
-        }
+        self.sync.gssp.validate()?;
+        let local_steps = self.sync.localsgd.local_steps;
         ensure(
-            s.profile_iters >= 1,
-            "sync.profile_iters",
+            local_steps >= 1,
+            "sync.localsgd.local_steps",
             ">= 1",
-            s.profile_iters,
+            local_steps,
         )?;
-        ensure(
-            s.local_steps >= 1,
-            "sync.local_steps",
-            ">= 1",
-            s.local_steps,
-        )?;
-        ensure(
-            s.inter_group_every >= 1,
-            "sync.inter_group_every",
-            ">= 1",
-            s.inter_group_every,
-        )?;
-        at_least("sync.regroup_every_s", s.regroup_every_s, 0.0)?;
-        at_least("sync.regroup_min_gain", s.regroup_min_gain, 0.0)?;
-        // Only gssp has groups to change; the other modes ignore it.
-        if s.regroup_every_s > 0.0 && s.mode == SyncMode::Gssp {
+        let regroup_every_s = self.sync.gssp.regroup_every_s;
+        if regroup_every_s > 0.0 && self.sync.mode == SyncMode::Gssp {
             ensure(
                 self.run.checkpoint_every_s == 0.0,
-                "sync.regroup_every_s",
+                "sync.gssp.regroup_every_s",
                 "0 when run.checkpoint_every_s > 0 (a checkpoint does not record moved workers yet; set one of them to 0)",
-                s.regroup_every_s,
+                regroup_every_s,
             )?;
         }
-        ensure(
-            (1..=MAX_MAILBOX_MESSAGES).contains(&s.mailbox_messages),
-            "sync.mailbox_messages",
-            &format!("in 1..={MAX_MAILBOX_MESSAGES}"),
-            s.mailbox_messages,
-        )?;
         at_least("cluster.latency_us", self.cluster.latency_us, 0.0)?;
         positive("cluster.bandwidth_gbps", self.cluster.bandwidth_gbps)?;
         at_least(
@@ -115,7 +75,8 @@ impl Config {
         self.validate_compression()?;
         ensure(
             self.device.exchange_select != ExchangeSelect::Cuda
-                || (s.mode == SyncMode::Gssp && self.compression.kind == CompressionKind::Topk),
+                || (self.sync.mode == SyncMode::Gssp
+                    && self.compression.kind == CompressionKind::Topk),
             "device.exchange_select",
             "\"cpu\" or \"auto\" unless sync.mode = \"gssp\" with compression.kind = \"topk\" (only a gssp group server's top-k selects on a GPU)",
             "\"cuda\"",
@@ -199,8 +160,8 @@ impl Config {
         )?;
         ensure(
             c.kind != CompressionKind::Powersgd
-                || self.sync.sparse_transport == SparseTransport::Mailbox,
-            "sync.sparse_transport",
+                || self.sync.gssp.sparse_transport == SparseTransport::Mailbox,
+            "sync.gssp.sparse_transport",
             "\"mailbox\" with compression.kind = \"powersgd\" (low-rank factors travel as mailbox messages)",
             "\"accumulate\"",
         )
@@ -318,9 +279,9 @@ impl Config {
 
     fn validate_groups(&self, world_size: usize) -> Result<(), ConfigError> {
         let groups = self.num_servers();
-        let key = match self.sync.groups {
-            super::Groups::Count(_) => "sync.groups",
-            super::Groups::Auto => "sync.max_groups",
+        let key = match self.sync.gssp.groups {
+            super::Groups::Count(_) => "sync.gssp.groups",
+            super::Groups::Auto => "sync.gssp.max_groups",
         };
         ensure(
             world_size >= 2 * groups,
@@ -331,20 +292,20 @@ impl Config {
             ),
             groups,
         )?;
-        if self.sync.grouping != Grouping::Static {
+        if self.sync.gssp.grouping != Grouping::Static {
             return Ok(());
         }
-        let lists = &self.sync.static_groups;
+        let lists = &self.sync.gssp.static_groups;
         ensure(
             lists.len() == groups,
-            "sync.static_groups",
-            &format!("exactly sync.groups = {groups} lists of worker ranks"),
+            "sync.gssp.static_groups",
+            &format!("exactly sync.gssp.groups = {groups} lists of worker ranks"),
             format!("{} lists", lists.len()),
         )?;
         let last = world_size - 1;
         let mut seen = BTreeSet::new();
         for (i, list) in lists.iter().enumerate() {
-            let key = format!("sync.static_groups[{i}]");
+            let key = format!("sync.gssp.static_groups[{i}]");
             ensure(
                 !list.is_empty(),
                 &key,
@@ -360,7 +321,7 @@ impl Config {
                 )?;
                 ensure(
                     seen.insert(rank),
-                    "sync.static_groups",
+                    "sync.gssp.static_groups",
                     "a list that holds each worker rank exactly once",
                     format!("rank {rank} more than once"),
                 )?;
@@ -368,7 +329,7 @@ impl Config {
         }
         if let Some(missing) = (groups..world_size).find(|r| !seen.contains(r)) {
             return Err(invalid(
-                "sync.static_groups",
+                "sync.gssp.static_groups",
                 &format!("a list that holds every worker rank {groups}..={last}"),
                 format!("no group for rank {missing}"),
             ));
@@ -477,6 +438,47 @@ impl Config {
     }
 }
 
+impl GsspConfig {
+    /// Checks `[sync.gssp]` on its own: `"auto"` reads the profile, so it needs
+    /// `grouping = "profile"`.
+    fn validate(&self) -> Result<(), ConfigError> {
+        let reads_profile = self.grouping == Grouping::Profile;
+        match self.groups {
+            super::Groups::Count(g) => ensure(g >= 1, "sync.gssp.groups", ">= 1", g)?,
+            super::Groups::Auto => ensure(
+                reads_profile,
+                "sync.gssp.groups",
+                "an integer >= 1 unless sync.gssp.grouping = \"profile\" (\"auto\" reads the profile)",
+                "\"auto\"",
+            )?,
+        }
+        ensure(
+            self.staleness != super::Staleness::Auto || reads_profile,
+            "sync.gssp.staleness",
+            "an integer >= 0 unless sync.gssp.grouping = \"profile\" (\"auto\" reads the profile)",
+            "\"auto\"",
+        )?;
+        ensure(
+            self.max_groups >= 1,
+            "sync.gssp.max_groups",
+            ">= 1",
+            self.max_groups,
+        )?;
+        let iters = self.profile_iters;
+        ensure(iters >= 1, "sync.gssp.profile_iters", ">= 1", iters)?;
+        let every = self.inter_group_every;
+        ensure(every >= 1, "sync.gssp.inter_group_every", ">= 1", every)?;
+        at_least("sync.gssp.regroup_every_s", self.regroup_every_s, 0.0)?;
+        at_least("sync.gssp.regroup_min_gain", self.regroup_min_gain, 0.0)?;
+        ensure(
+            (1..=MAX_MAILBOX_MESSAGES).contains(&self.mailbox_messages),
+            "sync.gssp.mailbox_messages",
+            &format!("in 1..={MAX_MAILBOX_MESSAGES}"),
+            self.mailbox_messages,
+        )
+    }
+}
+
 /// NaN and infinities slip through range comparisons, so every float is checked first.
 fn finite(key: &str, v: f64) -> Result<(), ConfigError> {
     ensure(v.is_finite(), key, "a finite number", v)
@@ -552,27 +554,26 @@ mod tests {
             (&["optim.lr_decay_epochs=[5, 3]"], "optim.lr_decay_epochs[1]: must be > the previous entry 5 (strictly ascending), got 3"),
             (&["optim.warmup_epochs=-1"], "optim.warmup_epochs: must be >= 0, got -1"),
             (&["optim.delay_compensation=-0.5"], "optim.delay_compensation: must be >= 0, got -0.5"),
-            (&["sync.groups=0"], "sync.groups: must be >= 1, got 0"),
-            (&["sync.max_groups=0"], "sync.max_groups: must be >= 1, got 0"),
+            (&["sync.gssp.groups=0"], "sync.gssp.groups: must be >= 1, got 0"),
+            (&["sync.gssp.max_groups=0"], "sync.gssp.max_groups: must be >= 1, got 0"),
             (&["cluster.latency_us=-1"], "cluster.latency_us: must be >= 0, got -1"),
             (&["cluster.bandwidth_gbps=0"], "cluster.bandwidth_gbps: must be > 0, got 0"),
             (&["cluster.apply_ns_per_param=-0.5"], "cluster.apply_ns_per_param: must be >= 0, got -0.5"),
-            (&["sync.mode=ssp", "sync.groups=auto"], "sync.groups: must be an integer >= 1 unless sync.mode = \"gssp\" with sync.grouping = \"profile\" (\"auto\" reads the profile), got \"auto\""),
-            (&["sync.mode=gssp", "sync.grouping=static", "sync.groups=auto"], "sync.groups: must be an integer >= 1 unless sync.mode = \"gssp\" with sync.grouping = \"profile\" (\"auto\" reads the profile), got \"auto\""),
-            (&["sync.mode=ssp", "sync.staleness=auto"], "sync.staleness: must be an integer >= 0 unless sync.mode = \"gssp\" with sync.grouping = \"profile\" (\"auto\" reads the profile), got \"auto\""),
-            (&["sync.mode=gssp", "sync.grouping=static", "sync.staleness=auto"], "sync.staleness: must be an integer >= 0 unless sync.mode = \"gssp\" with sync.grouping = \"profile\" (\"auto\" reads the profile), got \"auto\""),
-            (&["sync.profile_iters=0"], "sync.profile_iters: must be >= 1, got 0"),
-            (&["sync.inter_group_every=0"], "sync.inter_group_every: must be >= 1, got 0"),
-            (&["sync.regroup_every_s=-1"], "sync.regroup_every_s: must be >= 0, got -1"),
-            (&["sync.regroup_min_gain=-0.5"], "sync.regroup_min_gain: must be >= 0, got -0.5"),
+            // The section is checked on its own, whatever mode runs: "auto" reads a profile.
+            (&["sync.gssp.grouping=static", "sync.gssp.groups=auto"], "sync.gssp.groups: must be an integer >= 1 unless sync.gssp.grouping = \"profile\" (\"auto\" reads the profile), got \"auto\""),
+            (&["sync.mode=ssp", "sync.gssp.grouping=static", "sync.gssp.staleness=auto"], "sync.gssp.staleness: must be an integer >= 0 unless sync.gssp.grouping = \"profile\" (\"auto\" reads the profile), got \"auto\""),
+            (&["sync.gssp.profile_iters=0"], "sync.gssp.profile_iters: must be >= 1, got 0"),
+            (&["sync.gssp.inter_group_every=0"], "sync.gssp.inter_group_every: must be >= 1, got 0"),
+            (&["sync.gssp.regroup_every_s=-1"], "sync.gssp.regroup_every_s: must be >= 0, got -1"),
+            (&["sync.gssp.regroup_min_gain=-0.5"], "sync.gssp.regroup_min_gain: must be >= 0, got -0.5"),
             (
-                &["sync.mode=gssp", "sync.groups=2", "sync.regroup_every_s=10", "run.checkpoint_every_s=5"],
-                "sync.regroup_every_s: must be 0 when run.checkpoint_every_s > 0 (a checkpoint does not record moved workers yet; set one of them to 0), got 10",
+                &["sync.mode=gssp", "sync.gssp.groups=2", "sync.gssp.regroup_every_s=10", "run.checkpoint_every_s=5"],
+                "sync.gssp.regroup_every_s: must be 0 when run.checkpoint_every_s > 0 (a checkpoint does not record moved workers yet; set one of them to 0), got 10",
             ),
-            (&["sync.local_steps=0"], "sync.local_steps: must be >= 1, got 0"),
-            (&["sync.mailbox_messages=0"], "sync.mailbox_messages: must be in 1..=65536, got 0"),
+            (&["sync.localsgd.local_steps=0"], "sync.localsgd.local_steps: must be >= 1, got 0"),
+            (&["sync.gssp.mailbox_messages=0"], "sync.gssp.mailbox_messages: must be in 1..=65536, got 0"),
             // Fuzzing finding: a huge ring overflowed MailboxLayout::new's size arithmetic.
-            (&["sync.mailbox_messages=9223372036854775807"], "sync.mailbox_messages: must be in 1..=65536, got 9223372036854775807"),
+            (&["sync.gssp.mailbox_messages=9223372036854775807"], "sync.gssp.mailbox_messages: must be in 1..=65536, got 9223372036854775807"),
             (&["compression.ratio=0"], "compression.ratio: must be in (0, 1], got 0"),
             (&["compression.ratio=1.01"], "compression.ratio: must be in (0, 1], got 1.01"),
             (&["compression.ratio_min=0.5"], "compression.ratio_min: must be in (0, compression.ratio = 0.01], got 0.5"),
@@ -581,7 +582,7 @@ mod tests {
             (&["compression.speed_ema=0"], "compression.speed_ema: must be in (0, 1], got 0"),
             (&["compression.rank=0"], "compression.rank: must be in 1..=65536, got 0"),
             (&["compression.rank=70000"], "compression.rank: must be in 1..=65536, got 70000"),
-            (&["compression.kind=powersgd", "sync.sparse_transport=accumulate"], "sync.sparse_transport: must be \"mailbox\" with compression.kind = \"powersgd\" (low-rank factors travel as mailbox messages), got \"accumulate\""),
+            (&["compression.kind=powersgd", "sync.gssp.sparse_transport=accumulate"], "sync.gssp.sparse_transport: must be \"mailbox\" with compression.kind = \"powersgd\" (low-rank factors travel as mailbox messages), got \"accumulate\""),
             (&["device.exchange_select=cuda"], "device.exchange_select: must be \"cpu\" or \"auto\" unless sync.mode = \"gssp\" with compression.kind = \"topk\" (only a gssp group server's top-k selects on a GPU), got \"cuda\""),
             (&["sync.mode=gssp", "compression.kind=dense", "device.exchange_select=cuda"], "device.exchange_select: must be \"cpu\" or \"auto\" unless sync.mode = \"gssp\" with compression.kind = \"topk\" (only a gssp group server's top-k selects on a GPU), got \"cuda\""),
             (&["heterogeneity.slowdown=[1, 0.5]"], "heterogeneity.slowdown[1]: must be >= 1, got 0.5"),
@@ -615,7 +616,7 @@ mod tests {
             "optim.momentum=0",
             "optim.lr_decay=1",
             "optim.lr_decay_epochs=[0, 2.5]",
-            "sync.staleness=0",
+            "sync.gssp.staleness=0",
             "compression.ratio=1",
             "compression.ratio_min=1",
             "heterogeneity.straggler_prob=1",
@@ -637,14 +638,14 @@ mod tests {
             (&[], 4, "sync.mode: must be a distributed mode (bsp, asp, ssp, gssp, allreduce or localsgd) to run on 4 ranks, got single"),
             (&["sync.mode=bsp"], 1, "sync.mode: must be single, allreduce or localsgd on 1 rank (bsp needs server rank 0 plus at least one worker rank), got bsp"),
             (&["sync.mode=ssp"], 1, "sync.mode: must be single, allreduce or localsgd on 1 rank (ssp needs server rank 0 plus at least one worker rank), got ssp"),
-            (&["sync.mode=gssp", "sync.groups=3"], 5, "sync.groups: must be <= 2 on 5 ranks (each group server needs at least one worker), got 3"),
-            (&["sync.mode=gssp", "sync.groups=auto"], 7, "sync.max_groups: must be <= 3 on 7 ranks (each group server needs at least one worker), got 4"),
-            (&["sync.mode=gssp", "sync.groups=2", "sync.grouping=static", "sync.static_groups=[[2,3]]"], 5, "sync.static_groups: must be exactly sync.groups = 2 lists of worker ranks, got 1 lists"),
-            (&["sync.mode=gssp", "sync.groups=2", "sync.grouping=static", "sync.static_groups=[[2,3,4],[]]"], 5, "sync.static_groups[1]: must be a non-empty list of worker ranks, got []"),
-            (&["sync.mode=gssp", "sync.groups=2", "sync.grouping=static", "sync.static_groups=[[1,3],[4]]"], 5, "sync.static_groups[0]: must be worker ranks in 2..=4 (ranks 0..2 are servers), got 1"),
-            (&["sync.mode=gssp", "sync.groups=2", "sync.grouping=static", "sync.static_groups=[[2,3],[4,5]]"], 5, "sync.static_groups[1]: must be worker ranks in 2..=4 (ranks 0..2 are servers), got 5"),
-            (&["sync.mode=gssp", "sync.groups=2", "sync.grouping=static", "sync.static_groups=[[2,3],[3,4]]"], 5, "sync.static_groups: must be a list that holds each worker rank exactly once, got rank 3 more than once"),
-            (&["sync.mode=gssp", "sync.groups=2", "sync.grouping=static", "sync.static_groups=[[2],[4]]"], 5, "sync.static_groups: must be a list that holds every worker rank 2..=4, got no group for rank 3"),
+            (&["sync.mode=gssp", "sync.gssp.groups=3"], 5, "sync.gssp.groups: must be <= 2 on 5 ranks (each group server needs at least one worker), got 3"),
+            (&["sync.mode=gssp", "sync.gssp.groups=auto"], 7, "sync.gssp.max_groups: must be <= 3 on 7 ranks (each group server needs at least one worker), got 4"),
+            (&["sync.mode=gssp", "sync.gssp.groups=2", "sync.gssp.grouping=static", "sync.gssp.static_groups=[[2,3]]"], 5, "sync.gssp.static_groups: must be exactly sync.gssp.groups = 2 lists of worker ranks, got 1 lists"),
+            (&["sync.mode=gssp", "sync.gssp.groups=2", "sync.gssp.grouping=static", "sync.gssp.static_groups=[[2,3,4],[]]"], 5, "sync.gssp.static_groups[1]: must be a non-empty list of worker ranks, got []"),
+            (&["sync.mode=gssp", "sync.gssp.groups=2", "sync.gssp.grouping=static", "sync.gssp.static_groups=[[1,3],[4]]"], 5, "sync.gssp.static_groups[0]: must be worker ranks in 2..=4 (ranks 0..2 are servers), got 1"),
+            (&["sync.mode=gssp", "sync.gssp.groups=2", "sync.gssp.grouping=static", "sync.gssp.static_groups=[[2,3],[4,5]]"], 5, "sync.gssp.static_groups[1]: must be worker ranks in 2..=4 (ranks 0..2 are servers), got 5"),
+            (&["sync.mode=gssp", "sync.gssp.groups=2", "sync.gssp.grouping=static", "sync.gssp.static_groups=[[2,3],[3,4]]"], 5, "sync.gssp.static_groups: must be a list that holds each worker rank exactly once, got rank 3 more than once"),
+            (&["sync.mode=gssp", "sync.gssp.groups=2", "sync.gssp.grouping=static", "sync.gssp.static_groups=[[2],[4]]"], 5, "sync.gssp.static_groups: must be a list that holds every worker rank 2..=4, got no group for rank 3"),
             (&["sync.mode=asp", "heterogeneity.changes=[{at_s=1, worker=3, factor=2}]"], 4, "heterogeneity.changes[0].worker: must be a worker index < 3 (3 workers on 4 ranks), got 3"),
             (&["sync.mode=bsp", "heterogeneity.slowdown=[1, 2]"], 4, "heterogeneity.slowdown: must be one factor per worker (3 workers on 4 ranks), got 2 factors"),
             (&["sync.mode=allreduce", "heterogeneity.tiers=[{factor=1, workers=2}, {factor=3, workers=1}]"], 4, "heterogeneity.tiers: must be tiers whose worker counts sum to 4 (4 workers on 4 ranks), got 3 workers in total"),
@@ -679,16 +680,16 @@ mod tests {
         }
         let cfg = with(&[
             "sync.mode=gssp",
-            "sync.groups=2",
-            "sync.grouping=static",
-            "sync.static_groups=[[2,4],[3]]",
+            "sync.gssp.groups=2",
+            "sync.gssp.grouping=static",
+            "sync.gssp.static_groups=[[2,4],[3]]",
             "heterogeneity.tiers=[{factor=1, workers=2}, {factor=3, workers=1}]",
         ])
         .unwrap();
         cfg.validate_for_world(5).unwrap();
         assert_eq!((cfg.num_servers(), cfg.num_workers(5)), (2, 3));
         // Profile grouping ignores static_groups; 2 groups need at least 4 ranks.
-        let cfg = with(&["sync.mode=gssp", "sync.groups=2"]).unwrap();
+        let cfg = with(&["sync.mode=gssp", "sync.gssp.groups=2"]).unwrap();
         cfg.validate_for_world(4).unwrap();
     }
 }

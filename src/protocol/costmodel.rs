@@ -1,6 +1,6 @@
 //! The timing cost model of a parameter-server cluster: what a group server spends per push,
 //! and how many iterations per second groups of workers sustain. One model for every
-//! decision that predicts speed: `sync.groups = "auto"` ([`choose_group_count`]) and
+//! decision that predicts speed: `sync.gssp.groups = "auto"` ([`choose_group_count`]) and
 //! regrouping during a run ([`crate::protocol::regroup`]).
 //!
 //! The model, per group server with G groups (figures from `[cluster]`):
@@ -70,7 +70,7 @@ impl CostModel {
             bytes_per_s: network_gbps * 1e9 / 8.0,
             apply_s_per_param: apply_ns_per_param * 1e-9,
             exchange_bytes,
-            exchange_every: cfg.sync.inter_group_every.max(1),
+            exchange_every: cfg.sync.gssp.inter_group_every.max(1),
         }
     }
 
@@ -174,7 +174,7 @@ pub struct Candidate {
     pub server_load: f64,
 }
 
-/// What `sync.groups = "auto"` chose, and from what (written to `layout.json`).
+/// What `sync.gssp.groups = "auto"` chose, and from what (written to `layout.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GroupCountChoice {
     pub chosen: usize,

@@ -185,7 +185,7 @@ pub const AUTO_JITTER: f64 = 0.25;
 /// docs/benchmarks.md), and a delay that long is a slow worker for regrouping, not noise.
 pub const AUTO_STALENESS_MAX: usize = 8;
 
-/// Each group's SSP bound under `sync.staleness = "auto"`, from the profile.
+/// Each group's SSP bound under `sync.gssp.staleness = "auto"`, from the profile.
 ///
 /// A worker held up for d seconds stalls its group unless the others may run d / t of
 /// their own iterations (t seconds each) ahead of it, and the bound is how far ahead they

@@ -28,7 +28,7 @@ pub struct Layout {
     pub world_size: usize,
     pub servers: Vec<usize>,
     pub groups: Vec<Vec<usize>>,
-    /// SSP staleness bound of each group's server (ssp and gssp; `sync.staleness`, or per
+    /// SSP staleness bound of each group's server (ssp and gssp; `sync.gssp.staleness`, or per
     /// group from the profile when it is `"auto"`).
     pub staleness: Vec<usize>,
     /// Slowdown factor of each world rank (1 for servers).
@@ -45,7 +45,7 @@ pub struct Layout {
     /// What grouping by profile cost: the longest any worker spent profiling, in seconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profile_cost_s: Option<f64>,
-    /// `sync.groups = "auto"`: the count chosen and what the cost model predicted for each.
+    /// `sync.gssp.groups = "auto"`: the count chosen and what the cost model predicted for each.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group_count: Option<GroupCountChoice>,
     /// Ranks reserved as servers that the chosen group count left over: they take no part.
@@ -69,7 +69,7 @@ impl Layout {
             world_size,
             servers,
             groups: vec![workers],
-            staleness: vec![cfg.sync.staleness.bound().unwrap_or(0)],
+            staleness: vec![cfg.sync.server_bound().unwrap_or(0)],
             slowdown,
             profiled_s: None,
             profiled_spread_s: None,

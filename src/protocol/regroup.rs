@@ -1,4 +1,4 @@
-//! Regrouping during a run (gssp, `sync.regroup_every_s`): the pure decisions.
+//! Regrouping during a run (gssp, `sync.gssp.regroup_every_s`): the pure decisions.
 //!
 //! Each group server times every one of its workers' iterations as it sees them, from the
 //! weights it sent to the push that answered them ([`SpeedWindow`]): compute plus emulated or

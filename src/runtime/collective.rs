@@ -5,7 +5,7 @@
 //!   steps on the mean (what PyTorch DDP and Horovod do).
 //! - `localsgd`: local SGD with periodic averaging (Lin et al., "Don't Use Large
 //!   Mini-Batches, Use Local SGD", ICLR 2020; PyTorch ships it as post-local SGD). Every
-//!   rank takes `sync.local_steps` steps on its own replica, then the reduction averages
+//!   rank takes `sync.localsgd.local_steps` steps on its own replica, then the reduction averages
 //!   the replicas' parameters. A straggler holds the others back once per H steps instead
 //!   of every step, and the model crosses the network H times less often. Each rank keeps
 //!   its own momentum (not averaged, as in PyTorch's post-local SGD).

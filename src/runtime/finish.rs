@@ -31,7 +31,7 @@ pub struct RoleOutcome {
     pub replica_error: Option<f64>,
     /// gssp: exchanges that sent nothing because a peer's mailbox was full.
     pub exchanges_deferred: u64,
-    /// gssp: drains between the server's own exchanges (`sync.drain_on_arrival`).
+    /// gssp: drains between the server's own exchanges (`sync.gssp.drain_on_arrival`).
     pub arrival_drains: u64,
     /// gssp with regrouping: every regroup meeting this server took part in.
     pub regroups: Vec<RegroupEvent>,

@@ -46,7 +46,7 @@ impl ServerModel {
 }
 
 /// Serves group `group`, exchanging with the other groups' servers in gssp (and
-/// regrouping with them, with `sync.regroup_every_s`); `mirror`: where a gssp server
+/// regrouping with them, with `sync.gssp.regroup_every_s`); `mirror`: where a gssp server
 /// selects its sparse exchanges (`None`: on the host).
 pub fn serve_group(
     ctx: &RunContext<'_>,
@@ -60,8 +60,11 @@ pub fn serve_group(
     let n = model.weights.len();
     let rank = layout.servers[group];
     let exchanges = cfg.sync.mode == SyncMode::Gssp && layout.servers.len() > 1;
-    let mut regroup = (exchanges && cfg.sync.regroup_every_s > 0.0).then(|| {
-        let every = (cfg.sync.regroup_every_s, cfg.sync.regroup_min_gain);
+    let mut regroup = (exchanges && cfg.sync.gssp.regroup_every_s > 0.0).then(|| {
+        let every = (
+            cfg.sync.gssp.regroup_every_s,
+            cfg.sync.gssp.regroup_min_gain,
+        );
         let from = ctx.start.elapsed().as_secs_f64();
         Regrouper::new(
             ctx.comm,

@@ -7,7 +7,7 @@ use anyhow::Context;
 
 use crate::comm::Collectives;
 use crate::compute::pace::CALIBRATION_ITERATIONS;
-use crate::config::{Grouping, Groups, SyncConfig};
+use crate::config::{Grouping, Groups, GsspConfig};
 use crate::protocol::costmodel::{choose_group_count, groups_for, CostModel, GroupCountChoice};
 use crate::protocol::grouping::{persistent_time, spread};
 
@@ -42,7 +42,7 @@ pub struct WorkerGroups {
 /// this rank (only called on workers). Collective over `comm`, the world, when profiling.
 pub fn form_groups<C: Collectives>(
     comm: &C,
-    cfg: &SyncConfig,
+    cfg: &GsspConfig,
     model: &CostModel,
     worker_ranks: &[usize],
     mut iterate: impl FnMut(),

@@ -1,5 +1,5 @@
 //! Regrouping during a gssp run, on the group servers: each times its workers
-//! ([`SpeedWindow`]); every `sync.regroup_every_s` the servers meet, pool the windows through
+//! ([`SpeedWindow`]); every `sync.gssp.regroup_every_s` the servers meet, pool the windows through
 //! [`Exchange::share`], and take the same [`decide`] decision (the pure part, in
 //! [`crate::protocol::regroup`]).
 //!

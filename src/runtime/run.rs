@@ -130,7 +130,7 @@ fn play_collective<B: Backend>(
     let (comm, cfg) = (ctx.comm, ctx.cfg);
     let averaging = match cfg.sync.mode {
         SyncMode::Localsgd => Averaging::Parameters {
-            every: cfg.sync.local_steps as u64,
+            every: cfg.sync.localsgd.local_steps as u64,
         },
         _ => Averaging::Gradients,
     };

@@ -23,7 +23,7 @@ use crate::telemetry::clock::thread_cpu_s;
 use crate::telemetry::{CsvLog, ServerRow, Snapshots};
 
 /// Who a server talks to besides its workers: its peers, and the regrouping it takes part
-/// in (gssp with `sync.regroup_every_s`).
+/// in (gssp with `sync.gssp.regroup_every_s`).
 pub struct Peers<'a, 'w> {
     pub exchange: &'a mut dyn Exchange,
     pub regroup: Option<&'a mut Regrouper<'w>>,

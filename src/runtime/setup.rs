@@ -264,19 +264,19 @@ fn form_groups_by_profile<B: Backend>(
 ) -> Result<WorkerGroups> {
     let workers = Layout::from_config(cfg, comm.size()).worker_ranks();
     let model = CostModel::new(cfg, step.net.num_params());
-    form_groups(comm, &cfg.sync, &model, &workers, || {
+    form_groups(comm, &cfg.sync.gssp, &model, &workers, || {
         step.compute_paced(corpus, pacer);
     })
 }
 
 /// Takes the formed groups into `layout`, with each group's staleness bound: the
-/// configured one, or with `sync.staleness = "auto"` the one each group's profile calls
+/// configured one, or with `sync.gssp.staleness = "auto"` the one each group's profile calls
 /// for ([`grouping::auto_staleness`]).
 fn apply_groups(cfg: &Config, layout: &mut Layout, formed: WorkerGroups, params: usize) {
     let profiled = layout.worker_ranks();
     layout.keep_servers(formed.groups.len());
     layout.staleness = match (
-        cfg.sync.staleness,
+        cfg.sync.gssp.staleness,
         &formed.profiled_s,
         &formed.profiled_worst_s,
     ) {
@@ -313,7 +313,7 @@ fn describe(cfg: &Config, layout: &Layout, resume: Option<&Resume>) {
         let budget = cfg.run.time_budget_s;
         if budget > 0.0 && cost >= 0.5 * budget {
             log::warn!(
-                "profiling took {cost:.2} s, {:.0}% of run.time_budget_s = {budget} s, which it counts against: lower sync.profile_iters or raise the budget",
+                "profiling took {cost:.2} s, {:.0}% of run.time_budget_s = {budget} s, which it counts against: lower sync.gssp.profile_iters or raise the budget",
                 100.0 * cost / budget
             );
         }
@@ -336,13 +336,13 @@ fn describe(cfg: &Config, layout: &Layout, resume: Option<&Resume>) {
         );
         if !layout.idle.is_empty() {
             log::info!(
-                "ranks {:?} were reserved as servers (sync.max_groups = {}) and stay idle",
+                "ranks {:?} were reserved as servers (sync.gssp.max_groups = {}) and stay idle",
                 layout.idle,
-                cfg.sync.max_groups
+                cfg.sync.gssp.max_groups
             );
         }
     }
-    if cfg.sync.staleness == Staleness::Auto {
+    if cfg.sync.gssp.staleness == Staleness::Auto {
         log::info!(
             "staleness per group (auto, from each group's longest profiled delay): {:?}",
             layout.staleness

@@ -150,7 +150,7 @@ pub struct Summary {
     pub replica_max_error: Option<f64>,
     /// gssp: exchanges (all servers) that sent nothing because a peer's mailbox was full.
     pub exchanges_deferred: Option<u64>,
-    /// gssp: drains (all servers) between a server's own exchanges (`sync.drain_on_arrival`).
+    /// gssp: drains (all servers) between a server's own exchanges (`sync.gssp.drain_on_arrival`).
     pub arrival_drains: Option<u64>,
     /// Parameter-server modes, one per server (layout order): share of the run it was busy
     /// (receiving and applying pushes, answering workers, exchanging).

@@ -18,10 +18,10 @@
 //!    low-rank factors) and, when a peer flushed
 //!    densely, its inbox, into its weights and its view, under exclusive locks on itself.
 //!
-//! With `sync.drain_on_arrival` a server also drains between its own exchanges, at the first
+//! With `sync.gssp.drain_on_arrival` a server also drains between its own exchanges, at the first
 //! push after an unlocked peek at its mailbox headers shows new mail.
 //!
-//! With `sync.sparse_transport = "accumulate"` (the scheme of docs/design.md) sparse updates
+//! With `sync.gssp.sparse_transport = "accumulate"` (the scheme of docs/design.md) sparse updates
 //! instead go into the peers' inboxes through one indexed-block `MPI_Accumulate` each, and
 //! count as a dense flush, so the peer drains its inbox densely. The mailbox is the default
 //! because it costs one contiguous put per peer and k writes at the receiver, where the
@@ -242,9 +242,9 @@ impl<'c> GroupExchange<'c> {
         let me = comm.rank();
         let c = &cfg.compression;
         let dense = c.kind == CompressionKind::Dense;
-        let rings = !dense && cfg.sync.sparse_transport == SparseTransport::Mailbox;
+        let rings = !dense && cfg.sync.gssp.sparse_transport == SparseTransport::Mailbox;
         let k_target = if rings { k_for_ratio(n, c.ratio) } else { 0 };
-        let messages = cfg.sync.mailbox_messages;
+        let messages = cfg.sync.gssp.mailbox_messages;
         let (layout, low_rank) = if c.kind == CompressionKind::Powersgd {
             let plan = LowRankPlan::new(tensors, n, c.rank);
             let words = mailbox::low_rank_message_words(plan.payload_len());
@@ -285,10 +285,10 @@ impl<'c> GroupExchange<'c> {
             n,
             groups,
             me,
-            every: cfg.sync.inter_group_every as u64,
+            every: cfg.sync.gssp.inter_group_every as u64,
             dense,
-            transport: cfg.sync.sparse_transport,
-            drain_on_arrival: cfg.sync.drain_on_arrival,
+            transport: cfg.sync.gssp.sparse_transport,
+            drain_on_arrival: cfg.sync.gssp.drain_on_arrival,
             ratio: RatioSettings::from_config(c),
             view: PeerView::new(initial),
             mirror: None,
@@ -337,7 +337,7 @@ impl<'c> GroupExchange<'c> {
         self.deferred
     }
 
-    /// Drains between this server's own exchanges (`sync.drain_on_arrival`).
+    /// Drains between this server's own exchanges (`sync.gssp.drain_on_arrival`).
     pub fn arrival_drains(&self) -> u64 {
         self.arrival_drains
     }

@@ -9,23 +9,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-/// One job of a comparison.
-#[derive(Debug, Clone)]
-pub struct Variant {
-    pub name: String,
-    pub ranks: usize,
-    pub overrides: Vec<String>,
-}
-
-impl Variant {
-    pub fn new(name: &str, ranks: usize, overrides: &[&str]) -> Variant {
-        Variant {
-            name: name.into(),
-            ranks,
-            overrides: overrides.iter().map(|s| s.to_string()).collect(),
-        }
-    }
-}
+use super::variants::Variant;
 
 /// One row of the comparison table (`bench.json` holds a list of them).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -445,14 +429,14 @@ pub fn modes(
 /// `out/seed-<s>/`, each with its own table) and `out/bench.json` summarises them. `modes`
 /// names the variants to run (empty: all).
 pub fn paper(
-    config: &Path,
+    (config, variants): (&Path, &Path),
     budget_s: f64,
     (seeds, modes): (&[u64], &[String]),
     common: &[String],
     out: &Path,
 ) -> Result<Vec<BenchRow>> {
     if seeds.is_empty() {
-        return paper_once(config, budget_s, modes, common, out);
+        return paper_once((config, variants), budget_s, modes, common, out);
     }
     let mut runs = Vec::new();
     for &seed in seeds {
@@ -460,7 +444,7 @@ pub fn paper(
         with_seed.push(format!("run.seed={seed}"));
         eprintln!("bench: seed {seed}");
         runs.push(paper_once(
-            config,
+            (config, variants),
             budget_s,
             modes,
             &with_seed,
@@ -472,32 +456,6 @@ pub fn paper(
     let reference = reference_mode(&rows);
     finish_table(&mut rows, reference.as_deref(), out)?;
     Ok(rows)
-}
-
-/// The workers of `config` (with `overrides`): its `heterogeneity.slowdown` list, else its
-/// tiers; gssp gets four groups whatever their speeds.
-pub fn configured_workers(config: &Path, overrides: &[String]) -> Result<usize> {
-    let h = crate::config::Config::load(config, overrides)?.heterogeneity;
-    let workers = if h.slowdown.is_empty() {
-        h.tiers.iter().map(|t| t.workers).sum()
-    } else {
-        h.slowdown.len()
-    };
-    if workers < 4 {
-        bail!(
-            "{}: the comparison needs at least 4 workers (one per gssp group) in heterogeneity.tiers or .slowdown, got {workers}",
-            config.display()
-        );
-    }
-    Ok(workers)
-}
-
-/// Group server ranks of `config`'s gssp (with `overrides`): its `sync.groups`, or
-/// `sync.max_groups` where that is "auto".
-pub fn gssp_servers(config: &Path, overrides: &[String]) -> Result<usize> {
-    let mut with_gssp = overrides.to_vec();
-    with_gssp.push("sync.mode=gssp".to_string());
-    Ok(crate::config::Config::load(config, &with_gssp)?.num_servers())
 }
 
 /// The row speed-ups are measured against: dense gssp, else the first gssp variant run.
@@ -631,90 +589,8 @@ fn write_report(rows: &[BenchRow], baseline: Option<&str>, out: &Path) -> Result
     Ok(())
 }
 
-/// The variants of `bench paper` for `workers` workers: every baseline at its own tuned
-/// schedule, gssp at the config's, with its `gssp_servers` group server ranks (the
-/// config's `sync.groups`, or `sync.max_groups` where it is "auto").
-fn paper_variants(workers: usize, gssp_servers: usize) -> Vec<Variant> {
-    let (one_server, group_servers) = (workers + 1, workers + gssp_servers);
-    let gssp = ["sync.mode=gssp"];
-    // Every baseline runs at the schedule that trained it fastest, pinned here so that a
-    // scenario config's own optimiser settings (those of its gssp) never reach them: the
-    // synchronous modes and local SGD at momentum 0.9, lr 0.05 (bsp took 42-44 s to 98% at
-    // lr 0.05, 41 s at 0.08); asp and ssp at the momentum and learning rate of the best of a
-    // grid over both, with and without `optim.staleness_lr` (docs/benchmarks.md, issue 12):
-    // momentum 0.9 at lr 0.05 makes 16 stale workers diverge. These settings win over the
-    // `common` ones; the gssp variants take the config's.
-    let synchronous = |name: &str, ranks: usize, own: &[&str]| {
-        let schedule = [
-            "optim.momentum=0.9",
-            "optim.lr=0.05",
-            "optim.delay_compensation=0",
-        ];
-        Variant::new(name, ranks, &[own, &schedule[..]].concat())
-    };
-    vec![
-        synchronous("allreduce", workers, &["sync.mode=allreduce"]),
-        synchronous("bsp", one_server, &["sync.mode=bsp"]),
-        Variant::new(
-            "asp",
-            one_server,
-            &[
-                "sync.mode=asp",
-                "optim.momentum=0",
-                "optim.lr=0.5",
-                "optim.delay_compensation=0",
-            ],
-        ),
-        Variant::new(
-            "ssp",
-            one_server,
-            &[
-                "sync.mode=ssp",
-                "sync.staleness=3",
-                "optim.momentum=0.5",
-                "optim.lr=0.15",
-                "optim.delay_compensation=0",
-            ],
-        ),
-        // DC-ASGD: tuned asp plus delay compensation; lambda 2 was the best of 0.5, 2 and 8
-        // (60 s runs, seed 42: 21, 20 and 26 s to 98%; docs/benchmarks.md).
-        Variant::new(
-            "asp-dc",
-            one_server,
-            &[
-                "sync.mode=asp",
-                "optim.momentum=0",
-                "optim.lr=0.5",
-                "optim.delay_compensation=2",
-            ],
-        ),
-        // Local SGD at the config's momentum and lr: averaging every 2 steps reached 98% in
-        // 40 s, every 8 and every 32 never in 60 s (seed 42; docs/benchmarks.md).
-        synchronous(
-            "localsgd",
-            workers,
-            &["sync.mode=localsgd", "sync.local_steps=2"],
-        ),
-        Variant::new("gssp", group_servers, &[gssp[0], "compression.kind=dense"]),
-        Variant::new(
-            "gssp-topk",
-            group_servers,
-            &[
-                gssp[0],
-                "compression.kind=topk",
-                "compression.policy=uniform",
-            ],
-        ),
-        Variant::new(
-            "gssp-gdtopk",
-            group_servers,
-            &[gssp[0], "compression.kind=topk", "compression.policy=speed"],
-        ),
-    ]
-}
-
 fn paper_once(
-    config: &Path,
+    (config, variants): (&Path, &Path),
     budget_s: f64,
     modes: &[String],
     common: &[String],
@@ -723,8 +599,7 @@ fn paper_once(
     let budget = format!("run.time_budget_s={budget_s}");
     let mut all_common = vec![budget, "run.epochs=0".to_string()];
     all_common.extend(common.iter().cloned());
-    let workers = configured_workers(config, &all_common)?;
-    let variants = paper_variants(workers, gssp_servers(config, &all_common)?);
+    let variants = super::variants::load(variants, config, &all_common)?;
     let names: Vec<&str> = variants.iter().map(|v| v.name.as_str()).collect();
     if let Some(bad) = modes.iter().find(|m| !names.contains(&m.as_str())) {
         anyhow::bail!(
@@ -769,62 +644,6 @@ mod tests {
             "no pt2pt: MPI's default"
         );
         assert_eq!(one_sided_components(None, ""), None, "no ompi_info");
-    }
-
-    /// A scenario config tunes gssp's optimiser; the baselines keep the schedule each was
-    /// tuned at, whatever the config says.
-    #[test]
-    fn scenario_optimiser_settings_reach_gssp_only() {
-        let optim = |config: &str, v: &Variant| {
-            let cfg = crate::config::Config::load(Path::new(config), &v.overrides).unwrap();
-            let o = cfg.optim;
-            (o.momentum, o.lr, o.delay_compensation)
-        };
-        let paper = "configs/paper_lenet5_mnist.toml";
-        let transient = "configs/paper_lenet5_mnist_transient.toml";
-        for v in paper_variants(16, 4) {
-            let (base, scenario) = (optim(paper, &v), optim(transient, &v));
-            if v.name.starts_with("gssp") {
-                assert_eq!(scenario, (0.0, 0.5, 2.0), "{}", v.name);
-                assert_eq!(base, (0.9, 0.05, 0.0), "{}", v.name);
-            } else {
-                assert_eq!(
-                    base, scenario,
-                    "{} follows the scenario's optimiser",
-                    v.name
-                );
-            }
-        }
-        let dc = |name: &str| {
-            let v = paper_variants(16, 4)
-                .into_iter()
-                .find(|v| v.name == name)
-                .unwrap();
-            optim(transient, &v).2
-        };
-        assert_eq!((dc("asp"), dc("asp-dc"), dc("ssp")), (0.0, 2.0, 0.0));
-    }
-
-    /// gssp runs with the config's group count, or "auto" with `sync.max_groups` server
-    /// ranks: a `--set sync.groups=...` reaches it.
-    #[test]
-    fn gssp_variants_take_the_configured_group_count() {
-        let paper = Path::new("configs/paper_lenet5_mnist.toml");
-        let gssp_ranks = |sets: &[&str]| {
-            let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-            let servers = gssp_servers(paper, &sets).unwrap();
-            let variants = paper_variants(16, servers);
-            let v = variants.iter().find(|v| v.name == "gssp-gdtopk").unwrap();
-            let all: Vec<String> = sets.iter().chain(&v.overrides).cloned().collect();
-            let cfg = crate::config::Config::load(paper, &all).unwrap();
-            cfg.validate_for_world(v.ranks).unwrap();
-            (v.ranks, cfg.sync.groups)
-        };
-        use crate::config::Groups;
-        assert_eq!(gssp_ranks(&[]), (20, Groups::Count(4)));
-        assert_eq!(gssp_ranks(&["sync.groups=2"]), (18, Groups::Count(2)));
-        let (ranks, groups) = gssp_ranks(&["sync.groups=auto", "sync.max_groups=6"]);
-        assert_eq!((ranks, groups), (22, Groups::Auto));
     }
 
     fn row(mode: &str, seed: u64, t: Option<f64>, acc: f64) -> BenchRow {

@@ -13,6 +13,7 @@ pub mod gpu;
 pub mod jobs;
 pub mod scale;
 pub mod step;
+pub mod variants;
 
 pub use step::step;
 

@@ -31,7 +31,7 @@ pub fn default_configs() -> Vec<PathBuf> {
 /// rows pool the `bench.json` of that size in every one of them that ran it, their seeds
 /// combined (the table and plot then cover every seed run, in several sittings).
 pub fn scale(
-    configs: &[PathBuf],
+    (configs, variants): (&[PathBuf], &Path),
     budget_s: f64,
     (seeds, modes, from): (&[u64], &[String], &[PathBuf]),
     common: &[String],
@@ -39,11 +39,11 @@ pub fn scale(
 ) -> Result<Vec<SizeResult>> {
     let mut sizes = Vec::new();
     for config in configs {
-        let workers = super::jobs::configured_workers(config, common)?;
+        let workers = super::variants::configured_workers(config, common)?;
         let dir = out.join(format!("{workers}-workers"));
         let rows = if from.is_empty() {
             eprintln!("bench scale: {workers} workers ({})", config.display());
-            paper(config, budget_s, (seeds, modes), common, &dir)?
+            paper((config, variants), budget_s, (seeds, modes), common, &dir)?
         } else {
             pooled_rows(from, workers, &dir)?
         };

@@ -138,7 +138,7 @@ impl MeasuredRun {
         let staleness = if layout.staleness.len() == groups.len() {
             layout.staleness.clone()
         } else {
-            vec![cfg.sync.staleness.bound().unwrap_or(0); groups.len()]
+            vec![cfg.sync.gssp.staleness.bound().unwrap_or(0); groups.len()]
         };
         let profile_s = layout.profile_cost_s.unwrap_or(0.0);
         let (times, start_s): (Vec<f64>, Vec<f64>) = workers
@@ -160,7 +160,7 @@ impl MeasuredRun {
             params,
             groups,
             staleness,
-            local_steps: cfg.sync.local_steps,
+            local_steps: cfg.sync.localsgd.local_steps,
             delay_compensation: cfg.optim.delay_compensation > 0.0,
             exchange_bytes: cost.exchange_bytes,
             exchange_every: cost.exchange_every,

@@ -3,7 +3,7 @@
 //!
 //! - each worker's seconds per iteration without waiting (compute and its own copies),
 //!   optionally with transient stragglers (`straggler_prob`, `straggler_factor`);
-//! - the timing cost model of [`crate::protocol::costmodel`] (the same one `sync.groups = "auto"` and
+//! - the timing cost model of [`crate::protocol::costmodel`] (the same one `sync.gssp.groups = "auto"` and
 //!   regrouping use): per message `latency + bytes / bandwidth` on the sender's link,
 //!   `apply_ns_per_param` per parameter applied, the exchange's message size from the
 //!   compression settings;
@@ -212,7 +212,7 @@ pub struct Plan {
     pub horizon_s: f64,
     pub predictions: Vec<Prediction>,
     /// The fewest gssp groups within [`AUTO_GROUPS_TOLERANCE`] of the fastest gssp row (the
-    /// rule of `sync.groups = "auto"`).
+    /// rule of `sync.gssp.groups = "auto"`).
     pub recommended_groups: usize,
 }
 

@@ -1,0 +1,205 @@
+//! The variants a comparison runs (`bench paper`, `bench scale`), read from a TOML file:
+//! each a name and the `--set` overrides that make it, after the scenario config's own
+//! settings (configs/bench/variants.toml holds the tuned baselines).
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+use crate::config::Config;
+
+/// One job of a comparison.
+#[derive(Debug, Clone)]
+pub struct Variant {
+    pub name: String,
+    pub ranks: usize,
+    pub overrides: Vec<String>,
+}
+
+impl Variant {
+    pub fn new(name: &str, ranks: usize, overrides: &[&str]) -> Variant {
+        Variant {
+            name: name.into(),
+            ranks,
+            overrides: overrides.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+}
+
+/// The workers of `config` (with `overrides`): its `heterogeneity.slowdown` list, else its
+/// tiers; gssp gets four groups whatever their speeds.
+pub fn configured_workers(config: &Path, overrides: &[String]) -> Result<usize> {
+    let h = crate::config::Config::load(config, overrides)?.heterogeneity;
+    let workers = if h.slowdown.is_empty() {
+        h.tiers.iter().map(|t| t.workers).sum()
+    } else {
+        h.slowdown.len()
+    };
+    if workers < 4 {
+        bail!(
+            "{}: the comparison needs at least 4 workers (one per gssp group) in heterogeneity.tiers or .slowdown, got {workers}",
+            config.display()
+        );
+    }
+    Ok(workers)
+}
+
+/// The variants file the benches read unless told otherwise.
+pub const DEFAULT_FILE: &str = "configs/bench/variants.toml";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VariantsFile {
+    variant: Vec<VariantEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VariantEntry {
+    name: String,
+    set: Vec<String>,
+}
+
+/// The variants of `file` on scenario `config` with `common` overrides (applied before
+/// each variant's): every variant is loaded and validated for its world size, the
+/// scenario's workers plus its mode's servers, so a bad entry is named before any run.
+pub fn load(file: &Path, config: &Path, common: &[String]) -> Result<Vec<Variant>> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("--variants: cannot read {}", file.display()))?;
+    let parsed: VariantsFile =
+        toml::from_str(&text).with_context(|| format!("--variants: {}", file.display()))?;
+    if parsed.variant.is_empty() {
+        bail!("--variants: {} lists no [[variant]]", file.display());
+    }
+    let workers = configured_workers(config, common)?;
+    let mut variants: Vec<Variant> = Vec::with_capacity(parsed.variant.len());
+    for entry in parsed.variant {
+        if variants.iter().any(|v| v.name == entry.name) {
+            bail!(
+                "--variants: {}: variant {:?} twice",
+                file.display(),
+                entry.name
+            );
+        }
+        let overrides: Vec<String> = common.iter().chain(&entry.set).cloned().collect();
+        let cfg = Config::load(config, &overrides)
+            .with_context(|| format!("variant {:?} of {}", entry.name, file.display()))?;
+        let ranks = workers + cfg.num_servers();
+        cfg.validate_for_world(ranks)
+            .with_context(|| format!("variant {:?} of {}", entry.name, file.display()))?;
+        variants.push(Variant {
+            name: entry.name,
+            ranks,
+            overrides: entry.set,
+        });
+    }
+    Ok(variants)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paper() -> Vec<Variant> {
+        load(
+            Path::new(DEFAULT_FILE),
+            Path::new("configs/paper_lenet5_mnist.toml"),
+            &[],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_shipped_variants_load_with_their_world_sizes() {
+        let ranks: Vec<(String, usize)> = paper().into_iter().map(|v| (v.name, v.ranks)).collect();
+        let want = [
+            ("allreduce", 16),
+            ("bsp", 17),
+            ("asp", 17),
+            ("ssp", 17),
+            ("asp-dc", 17),
+            ("localsgd", 16),
+            ("gssp", 20),
+            ("gssp-topk", 20),
+            ("gssp-gdtopk", 20),
+        ];
+        let want: Vec<(String, usize)> = want.iter().map(|(n, r)| (n.to_string(), *r)).collect();
+        assert_eq!(ranks, want);
+    }
+
+    /// A scenario config tunes gssp's optimiser; the baselines keep the schedule each was
+    /// tuned at, whatever the config says.
+    #[test]
+    fn scenario_optimiser_settings_reach_gssp_only() {
+        let optim = |config: &str, v: &Variant| {
+            let cfg = Config::load(Path::new(config), &v.overrides).unwrap();
+            let o = cfg.optim;
+            (o.momentum, o.lr, o.delay_compensation)
+        };
+        let paper_config = "configs/paper_lenet5_mnist.toml";
+        let transient = "configs/paper_lenet5_mnist_transient.toml";
+        let variants = paper();
+        for v in &variants {
+            let (base, scenario) = (optim(paper_config, v), optim(transient, v));
+            if v.name.starts_with("gssp") {
+                assert_eq!(scenario, (0.0, 0.5, 2.0), "{}", v.name);
+                assert_eq!(base, (0.9, 0.05, 0.0), "{}", v.name);
+            } else {
+                assert_eq!(
+                    base, scenario,
+                    "{} follows the scenario's optimiser",
+                    v.name
+                );
+            }
+        }
+        let dc = |name: &str| {
+            let v = variants.iter().find(|v| v.name == name).unwrap();
+            optim(transient, v).2
+        };
+        assert_eq!((dc("asp"), dc("asp-dc"), dc("ssp")), (0.0, 2.0, 0.0));
+    }
+
+    /// gssp runs with the config's group count, or "auto" with `sync.gssp.max_groups`
+    /// server ranks: a `--set sync.gssp.groups=...` reaches it.
+    #[test]
+    fn gssp_variants_take_the_configured_group_count() {
+        let config = Path::new("configs/paper_lenet5_mnist.toml");
+        let gssp_ranks = |sets: &[&str]| {
+            let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+            let variants = load(Path::new(DEFAULT_FILE), config, &sets).unwrap();
+            let v = variants.iter().find(|v| v.name == "gssp-gdtopk").unwrap();
+            let all: Vec<String> = sets.iter().chain(&v.overrides).cloned().collect();
+            let cfg = Config::load(config, &all).unwrap();
+            cfg.validate_for_world(v.ranks).unwrap();
+            (v.ranks, cfg.sync.gssp.groups)
+        };
+        use crate::config::Groups;
+        assert_eq!(gssp_ranks(&[]), (20, Groups::Count(4)));
+        assert_eq!(gssp_ranks(&["sync.gssp.groups=2"]), (18, Groups::Count(2)));
+        let (ranks, groups) = gssp_ranks(&["sync.gssp.groups=auto", "sync.gssp.max_groups=6"]);
+        assert_eq!((ranks, groups), (22, Groups::Auto));
+    }
+
+    #[test]
+    fn a_bad_variant_is_named_before_any_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("v.toml");
+        let config = Path::new("configs/paper_lenet5_mnist.toml");
+        std::fs::write(
+            &file,
+            "[[variant]]\nname = \"x\"\nset = [\"optim.lrr=1\"]\n",
+        )
+        .unwrap();
+        let msg = format!("{:#}", load(&file, config, &[]).unwrap_err());
+        assert!(msg.starts_with("variant \"x\" of "), "{msg}");
+        assert!(msg.contains("unknown key optim.lrr"), "{msg}");
+        std::fs::write(&file, "[[variant]]\nname = \"x\"\nset = []\nsets = []\n").unwrap();
+        let msg = format!("{:#}", load(&file, config, &[]).unwrap_err());
+        assert!(msg.contains("unknown field `sets`"), "{msg}");
+        let twice = "[[variant]]\nname = \"x\"\nset = []\n[[variant]]\nname = \"x\"\nset = []\n";
+        std::fs::write(&file, twice).unwrap();
+        let msg = format!("{:#}", load(&file, config, &[]).unwrap_err());
+        assert!(msg.ends_with("variant \"x\" twice"), "{msg}");
+    }
+}
