@@ -108,7 +108,7 @@ fn gpu_mirror(rank: usize) -> Result<Option<Box<dyn MirrorDevice>>> {
     };
     let gpu = cuda::Cuda::new(gpu)?;
     log::info!("rank {rank}: sparse exchanges select on {}", gpu.describe());
-    Ok(Some(Box::new(cuda::CudaMirror::new(gpu))))
+    Ok(Some(Box::new(crate::compress::CudaMirror::new(gpu))))
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -169,7 +169,7 @@ fn run_on<B: Backend>(
         let model = CostModel::new(cfg, step.net.num_params());
         let formed =
             crate::runtime::profiling::form_groups(comm, &cfg.sync, &model, &profiled, || {
-                step.compute_paced(&corpus, &mut pacer);
+                step.compute_paced(&corpus, &mut pacer)
             })?;
         layout.keep_servers(formed.groups.len());
         layout.staleness = match (
@@ -719,13 +719,13 @@ fn finish<B: Backend>(
     let mut evals = Vec::new();
     for (row, weights) in models.snapshots {
         step.net.params_from_host(&weights);
-        let ev = evaluator.evaluate(&mut step.net, corpus);
+        let ev = evaluator.evaluate(&mut step.net, corpus)?;
         let row = ev.row(row.time_s, row.epoch, row.iteration);
         eval_log.push(&row)?;
         evals.push(row);
     }
     step.net.params_from_host(&final_weights);
-    let ev = evaluator.evaluate_final(&mut step.net, corpus);
+    let ev = evaluator.evaluate_final(&mut step.net, corpus)?;
     let last = ev.row(wall_s, epoch, total_iters as u64);
     eval_log.push(&last)?;
     eval_log.flush()?;

@@ -65,7 +65,7 @@ pub fn work<B: Backend>(
             let weights = step.net.params_on_host(&mut stage);
             snapshots.maybe_take(time_s, epoch, iteration, weights);
         }
-        let (loss, compute_s) = step.compute_paced(corpus, pacer);
+        let (loss, compute_s) = step.compute_paced(corpus, pacer)?;
 
         // Waiting for the slowest rank and the transfer are one call here; it is counted
         // as waiting, since on a heterogeneous cluster the wait dominates.

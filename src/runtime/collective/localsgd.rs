@@ -81,7 +81,7 @@ pub fn work<B: Backend>(
         crate::telemetry::progress::Progress::new(cfg, corpus.train_len(), comm.rank() == 0);
     loop {
         let epoch = iteration as f64 * samples_per_step;
-        let (loss, compute_s) = step.compute_paced(corpus, pacer);
+        let (loss, compute_s) = step.compute_paced(corpus, pacer)?;
         let lr = optim::lr_at(&cfg.optim, epoch, progress);
         optimizer
             .step(&mut step.net, lr, 1.0)
