@@ -12,9 +12,9 @@
 use std::ops::Range;
 
 use gssp::compress::topk::{Difference, TopK};
-use gssp::compress::PeerView;
+use gssp::compress::{CudaMirror, PeerView};
 use gssp::compute::backend::cpu::Cpu;
-use gssp::compute::backend::cuda::{Cuda, CudaMirror};
+use gssp::compute::backend::cuda::Cuda;
 use gssp::compute::backend::{
     AdamStep, Backend, BatchNormDims, BatchNormMode, Conv2dDims, EmbeddingDims, LinearDims,
     LstmDims, LstmSpan, SgdStep, Span, Window2d,
@@ -606,15 +606,18 @@ fn topk_returns_the_cpu_index_set_with_exact_ties() {
     };
     let (dev_after, dev_before) = (up(&g, &after), up(&g, &before));
     for (&k, (plain, diff)) in ks.iter().zip(&want) {
-        let (idx, val) = g.topk(&dev_after, None, n, k);
+        let (idx, val) = g.topk(&dev_after, None, n, k).expect("top-k");
         assert_eq!(&idx, plain, "top-{k} of one buffer");
         let want_vals: Vec<f32> = plain.iter().map(|&i| after[i as usize]).collect();
         assert_eq!(val, want_vals, "top-{k} values");
-        let (idx, _) = g.topk(&dev_after, Some(&dev_before), n, k);
+        let (idx, _) = g
+            .topk(&dev_after, Some(&dev_before), n, k)
+            .expect("top-k of a difference");
         assert_eq!(&idx, diff, "top-{k} of a difference");
     }
     let mut dense = up(&g, &[1.0; 100]);
-    g.scatter_add(&mut dense, &[3, 50, 99], &[1.0, 2.0, 3.0], 0.5);
+    g.scatter_add(&mut dense, &[3, 50, 99], &[1.0, 2.0, 3.0], 0.5)
+        .expect("scatter-add");
     let host = down(&g, &dense, 100);
     assert_eq!((host[3], host[50], host[99], host[4]), (1.5, 2.0, 2.5, 1.0));
 }

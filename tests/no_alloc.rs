@@ -75,7 +75,7 @@ fn allocations_in_steps(
     let mut sgd = gssp::compute::optim::NetworkSgd::new(&step.net, 0.9, 5e-4);
     let mut run = |iters: usize| {
         for _ in 0..iters {
-            step.compute(&corpus);
+            step.compute(&corpus).expect("a CPU step");
             sgd.step(&mut step.net, 0.01, 1.0);
         }
     };

@@ -99,7 +99,7 @@ impl PeerView {
             return Ok(());
         }
         self.sync(device);
-        device.select(weights, k, idx, vals);
+        device.select(weights, k, idx, vals)?;
         self.count_taken(idx, vals)
     }
 

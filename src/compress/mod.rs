@@ -13,6 +13,8 @@ pub mod ratio;
 pub mod topk;
 
 pub use feedback::PeerView;
+#[cfg(feature = "cuda")]
+pub use mirror::CudaMirror;
 pub use mirror::{HostMirror, MirrorDevice};
 pub use ratio::{k_for_ratio, RatioError, RatioSettings, SpeedMeter};
 pub use topk::{sum_pass, topk_vs_sum_bench, TopK};
@@ -43,6 +45,10 @@ pub enum CompressError {
     /// LAPACK or a shape check refused a low-rank factorisation (a bug, not bad input).
     #[error("low-rank factorisation failed: {0}")]
     Factorization(String),
+    /// The device that selects a group server's exchanges failed (see [`mirror`]); the
+    /// device's own error, as text, so that this type stays comparable.
+    #[error("{0}")]
+    Device(String),
     /// A delta whose length differs from the model's.
     #[error("length mismatch: the model has {expected} values but the buffer has {got}")]
     LengthMismatch { expected: usize, got: usize },

@@ -79,7 +79,7 @@ pub fn work<B: Backend>(
         if averaging == Averaging::Gradients && comm.rank() == 0 && snapshots.due(time_s) {
             replica.snapshot(snapshots, time_s);
         }
-        let (loss, compute_s) = replica.step.compute_paced(corpus, pacer);
+        let (loss, compute_s) = replica.step.compute_paced(corpus, pacer)?;
         let done = match averaging {
             Averaging::Gradients => replica.average_gradients(saver, snapshots, time_s)?,
             Averaging::Parameters { every } => {

@@ -138,13 +138,13 @@ fn evaluate<B: Backend>(
     let mut evals = Vec::new();
     for (row, weights) in models.snapshots {
         step.net.params_from_host(&weights);
-        let ev = evaluator.evaluate(&mut step.net, corpus);
+        let ev = evaluator.evaluate(&mut step.net, corpus)?;
         let row = ev.row(row.time_s, row.epoch, row.iteration);
         eval_log.push(&row)?;
         evals.push(row);
     }
     step.net.params_from_host(&final_weights);
-    let ev = evaluator.evaluate_final(&mut step.net, corpus);
+    let ev = evaluator.evaluate_final(&mut step.net, corpus)?;
     let last = ev.row(totals.wall_s, totals.epochs, totals.iterations);
     eval_log.push(&last)?;
     eval_log.flush()?;

@@ -39,13 +39,14 @@ pub struct WorkerGroups {
 /// rank 0 first picks the group count `model` predicts fastest ([`choose_group_count`]).
 ///
 /// `worker_ranks` are the world ranks of all workers; `iterate` runs one local iteration of
-/// this rank (only called on workers). Collective over `comm`, the world, when profiling.
-pub fn form_groups<C: Collectives>(
+/// this rank (only called on workers; its failure stops the profiling). Collective over
+/// `comm`, the world, when profiling.
+pub fn form_groups<C: Collectives, R>(
     comm: &C,
     cfg: &GsspConfig,
     model: &CostModel,
     worker_ranks: &[usize],
-    mut iterate: impl FnMut(),
+    mut iterate: impl FnMut() -> anyhow::Result<R>,
 ) -> anyhow::Result<WorkerGroups> {
     if cfg.grouping == Grouping::Static {
         return Ok(WorkerGroups {
@@ -63,12 +64,12 @@ pub fn form_groups<C: Collectives>(
         // The pacer's calibration iterations first (no padding while calibrating), then the
         // timed ones, each on its own.
         for _ in 0..CALIBRATION_ITERATIONS {
-            iterate();
+            iterate()?;
         }
         let mut samples = Vec::with_capacity(cfg.profile_iters);
         for _ in 0..cfg.profile_iters {
             let t = Instant::now();
-            iterate();
+            iterate()?;
             samples.push(t.elapsed().as_secs_f64());
         }
         seconds = persistent_time(&samples);

@@ -198,7 +198,7 @@ fn gpu_mirror() -> Result<Option<Box<dyn MirrorDevice>>> {
     };
     let gpu = cuda::Cuda::new(gpu)?;
     log::info!("sparse exchanges select on {}", gpu.describe());
-    Ok(Some(Box::new(cuda::CudaMirror::new(gpu))))
+    Ok(Some(Box::new(crate::compress::CudaMirror::new(gpu))))
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -265,7 +265,7 @@ fn form_groups_by_profile<B: Backend>(
     let workers = Layout::from_config(cfg, comm.size()).worker_ranks();
     let model = CostModel::new(cfg, step.net.num_params());
     form_groups(comm, &cfg.sync.gssp, &model, &workers, || {
-        step.compute_paced(corpus, pacer);
+        step.compute_paced(corpus, pacer)
     })
 }
 

@@ -76,7 +76,7 @@ fn run_single_on<B: Backend>(
         let t0 = Instant::now();
         let progress = cfg.run.progress(step.epoch(), train_s);
         let lr = optim::lr_at(&cfg.optim, step.epoch(), progress);
-        let loss = step.compute(&corpus);
+        let loss = step.compute(&corpus)?;
         if !loss.is_finite() {
             anyhow::bail!("training diverged: loss is {loss} at iteration {iteration}; lower optim.lr (now {})", cfg.optim.lr);
         }
@@ -112,14 +112,14 @@ fn run_single_on<B: Backend>(
         if cfg.run.eval_every_epochs > 0.0 && step.epoch() >= next_eval - 1e-9 {
             next_eval += cfg.run.eval_every_epochs;
             if !cfg.run.should_stop(step.epoch(), train_s) {
-                let ev = evaluator.evaluate(&mut step.net, &corpus);
+                let ev = evaluator.evaluate(&mut step.net, &corpus)?;
                 let row = ev.row(train_s, step.epoch(), iteration);
                 record_eval(&row, &mut eval_log, &mut evals)?;
             }
         }
     }
     shown.finish();
-    let ev = evaluator.evaluate_final(&mut step.net, &corpus);
+    let ev = evaluator.evaluate_final(&mut step.net, &corpus)?;
     record_eval(
         &ev.row(train_s, step.epoch(), iteration),
         &mut eval_log,
@@ -252,7 +252,7 @@ pub fn evaluate_exported(cfg: &Config, path: &std::path::Path) -> Result<Exporte
     let mut net = Model::build(cfg, &corpus, 0)?;
     let expected = model::export::metadata::<Cpu>(cfg, &net);
     let metadata = model::export::load_into::<Cpu>(&mut net, &expected, path)?;
-    let ev = Evaluator::new(&corpus, &net).evaluate_final(&mut net, &corpus);
+    let ev = Evaluator::new(&corpus, &net).evaluate_final(&mut net, &corpus)?;
     Ok(ExportedEval {
         model_file: path.display().to_string(),
         model: net.name().to_string(),

@@ -90,7 +90,7 @@ pub fn work<B: Backend>(
     stats.wait_s += t_first.elapsed().as_secs_f64();
     let mut clock = done;
     while !header.stop {
-        let (loss, compute_s) = step.compute_paced(corpus, pacer);
+        let (loss, compute_s) = step.compute_paced(corpus, pacer)?;
 
         let t1 = Instant::now();
         let before = link.stats();

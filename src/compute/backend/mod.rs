@@ -11,13 +11,17 @@
 //! them once per step. Activations are NCHW, batch first; a linear weight is `[out x in]`
 //! and a convolution weight `[out_c x in_c*k*k]`, PyTorch's layouts.
 //!
-//! The CPU backend ([`cpu::Cpu`]) is the only one that trains in this build; [`cuda`]
-//! holds the GPU's device selection and the project's own kernels, compiled with NVRTC.
-//! docs/architecture.md shows how another backend plugs in.
+//! The CPU backend ([`cpu::Cpu`]) never fails; the CUDA backend ([`cuda`], feature
+//! `cuda`) keeps the first failure of its operations and reports it through
+//! [`Backend::status`] ([`BackendError`]). docs/architecture.md shows how another backend
+//! plugs in.
 
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+mod error;
+
+pub use error::BackendError;
 
 use std::ops::Range;
 
@@ -283,6 +287,15 @@ pub struct AdamStep {
 /// leave a worker, weights arrive and snapshots are evaluated.
 pub trait Backend: Sized + 'static {
     type Buf;
+
+    /// The first failure of an operation so far, after waiting for the queued ones; `Ok`
+    /// on a backend that cannot fail (the default). A device backend skips every
+    /// operation after a failure (leaving its outputs as they are, returning NaN for a
+    /// loss or a norm), so the callers check this once per step, where its results are
+    /// about to be used: after a training or evaluation step.
+    fn status(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
 
     /// A zeroed buffer of `len` values.
     fn alloc(&self, len: usize) -> Self::Buf;

@@ -11,10 +11,10 @@
 //! is). BLEU is the final evaluation's only: greedy decoding of test2016 costs as much as
 //! a few hundred training steps.
 
-use crate::compute::backend::Backend;
+use crate::compute::backend::{Backend, BackendError};
 use crate::compute::eval::corpus_bleu;
 use crate::compute::model::seq2seq::Seq2Seq;
-use crate::compute::model::Network;
+use crate::compute::model::{Network, Trainable};
 use crate::data::bucket::TextBatch;
 use crate::data::multi30k::EncodedPairs;
 use crate::data::text::detokenize;
@@ -155,8 +155,19 @@ impl Evaluator {
         ev
     }
 
-    /// Loss and accuracy (and for text the perplexities) of `net` on the held-out data.
-    pub fn evaluate<B: Backend>(&mut self, net: &mut Model<B>, corpus: &Corpus) -> Evaluation {
+    /// Loss and accuracy (and for text the perplexities) of `net` on the held-out data, or
+    /// the backend's failure ([`Backend::status`]).
+    pub fn evaluate<B: Backend>(
+        &mut self,
+        net: &mut Model<B>,
+        corpus: &Corpus,
+    ) -> Result<Evaluation, BackendError> {
+        let ev = self.evaluate_on(net, corpus);
+        net.backend().status()?;
+        Ok(ev)
+    }
+
+    fn evaluate_on<B: Backend>(&mut self, net: &mut Model<B>, corpus: &Corpus) -> Evaluation {
         match (&mut self.kind, net, corpus) {
             (
                 Kind::Images {
@@ -198,14 +209,15 @@ impl Evaluator {
         &mut self,
         net: &mut Model<B>,
         corpus: &Corpus,
-    ) -> Evaluation {
-        let mut ev = self.evaluate(net, corpus);
-        if let (Model::Text(n), Corpus::Text(text)) = (net, corpus) {
+    ) -> Result<Evaluation, BackendError> {
+        let mut ev = self.evaluate(net, corpus)?;
+        if let (Model::Text(n), Corpus::Text(text)) = (&mut *net, corpus) {
             let hyps = translate(n, text);
+            n.backend().status()?;
             ev.bleu = Some(corpus_bleu(&hyps, &text.test_refs, true).score());
             ev.translations = Some(hyps);
         }
-        ev
+        Ok(ev)
     }
 }
 

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 
 use crate::compute::backend::cpu::Cpu;
 use crate::compute::backend::Backend;
-
+use crate::compute::model::Trainable;
 use crate::compute::pace::Pacer;
 use crate::config::{Augment, Config};
 use crate::data::augment::Augmenter;
@@ -93,8 +93,19 @@ impl<B: Backend> ComputeStep<B> {
     }
 
     /// One forward/backward pass on the next batch; returns the batch loss (NaN where
-    /// the model refused the batch: the sync modes stop on a non-finite loss, naming it).
-    pub fn compute(&mut self, corpus: &Corpus) -> f32 {
+    /// the model refused the batch: the sync modes stop on a non-finite loss, naming it),
+    /// or the backend's failure ([`Backend::status`]), naming the step.
+    pub fn compute(&mut self, corpus: &Corpus) -> Result<f32> {
+        let step = self.batches();
+        let loss = self.forward_backward(corpus);
+        self.net
+            .backend()
+            .status()
+            .with_context(|| format!("training step {}", step + 1))?;
+        Ok(loss)
+    }
+
+    fn forward_backward(&mut self, corpus: &Corpus) -> f32 {
         match (&mut self.feed, &mut self.net, corpus) {
             (
                 Feed::Images {
@@ -134,11 +145,11 @@ impl<B: Backend> ComputeStep<B> {
 
     /// [`ComputeStep::compute`], then the pad of the emulated slowdown. Returns the batch
     /// loss and the seconds both took.
-    pub fn compute_paced(&mut self, corpus: &Corpus, pacer: &mut Pacer) -> (f32, f64) {
+    pub fn compute_paced(&mut self, corpus: &Corpus, pacer: &mut Pacer) -> Result<(f32, f64)> {
         let t0 = Instant::now();
-        let loss = self.compute(corpus);
+        let loss = self.compute(corpus)?;
         pacer.sleep_pad(t0.elapsed().as_secs_f64());
-        (loss, t0.elapsed().as_secs_f64())
+        Ok((loss, t0.elapsed().as_secs_f64()))
     }
 
     /// Batches this worker has computed (over all epochs).

@@ -55,21 +55,22 @@ pub fn step(
     let corpus = Corpus::load(&cfg.data, cfg.run.seed)?;
     let mut step = ComputeStep::new(&cfg, &corpus, 1, 0)?;
     let mut sgd = NetworkSgd::new(&step.net, 0.9, 5e-4);
-    let mut run = |iters: usize| {
+    let mut run = |iters: usize| -> Result<()> {
         for _ in 0..iters {
-            step.compute(&corpus);
+            step.compute(&corpus)?;
             sgd.step(&mut step.net, 0.01, 1.0);
         }
+        Ok(())
     };
     // Warm-up (caches, OpenBLAS buffers), then rounds of a tenth of a second or more.
     let t = Instant::now();
-    run(1);
+    run(1)?;
     let per_round = ((0.1 / t.elapsed().as_secs_f64().max(1e-6)) as usize).clamp(1, 10);
-    run(per_round);
+    run(per_round)?;
     let t = Instant::now();
     let mut iters = 0;
     while t.elapsed().as_secs_f64() < seconds {
-        run(per_round);
+        run(per_round)?;
         iters += per_round;
     }
     let s = t.elapsed().as_secs_f64();

@@ -10,10 +10,22 @@
 //! replica on the device would cost a gradient upload and a weights download per push,
 //! against one weights upload per exchange here.
 //!
-//! The CUDA implementation is `backend::cuda::CudaMirror`; [`HostMirror`] is the same
-//! contract on the host, the reference the CUDA one is checked against.
+//! [`HostMirror`] keeps the mirror in host memory, the reference the others are checked
+//! against; `CudaMirror` (feature `cuda`) keeps it on a GPU.
+//!
+//! A device may fail. `load` and `set` return nothing (the view's bookkeeping does not
+//! wait for the device): a device keeps its first failure and returns it from the next
+//! `select`, whose `Result` the exchange already handles.
 
-use super::topk::{select_unsent, TopK};
+#[cfg(feature = "cuda")]
+mod cuda;
+mod host;
+
+#[cfg(feature = "cuda")]
+pub use cuda::CudaMirror;
+pub use host::HostMirror;
+
+use super::CompressError;
 
 /// A device holding a mirror of a peer view and selecting from it.
 pub trait MirrorDevice {
@@ -22,45 +34,24 @@ pub trait MirrorDevice {
     /// `mirror[index[j]] = values[j]` (distinct indices).
     fn set(&mut self, index: &[u32], values: &[f32]);
     /// The `min(k, n)` largest `|weights - mirror|`: their indices ascending into `idx`
-    /// (the lower index first among equal magnitudes, as [`TopK`]) and their differences
-    /// into `vals`. Leaves the mirror as it is.
-    fn select(&mut self, weights: &[f32], k: usize, idx: &mut Vec<u32>, vals: &mut Vec<f32>);
-}
-
-/// [`MirrorDevice`] in host memory.
-#[derive(Debug, Default)]
-pub struct HostMirror {
-    view: Vec<f32>,
-    topk: TopK,
-}
-
-impl HostMirror {
-    pub fn new() -> Self {
-        Self::default()
-    }
-}
-
-impl MirrorDevice for HostMirror {
-    fn load(&mut self, view: &[f32]) {
-        self.view.clear();
-        self.view.extend_from_slice(view);
-    }
-
-    fn set(&mut self, index: &[u32], values: &[f32]) {
-        for (&i, &v) in index.iter().zip(values) {
-            self.view[i as usize] = v;
-        }
-    }
-
-    fn select(&mut self, weights: &[f32], k: usize, idx: &mut Vec<u32>, vals: &mut Vec<f32>) {
-        select_unsent(&mut self.topk, weights, &self.view, k, idx, vals);
-    }
+    /// (the lower index first among equal magnitudes, as [`super::TopK`]) and their
+    /// differences into `vals`. Leaves the mirror as it is. Fails with
+    /// [`CompressError::Device`] where the device failed, in this call or in a `load` or
+    /// `set` since the last one.
+    fn select(
+        &mut self,
+        weights: &[f32],
+        k: usize,
+        idx: &mut Vec<u32>,
+        vals: &mut Vec<f32>,
+    ) -> Result<(), CompressError>;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compress::{CompressError, PeerView};
+    use crate::compress::topk::TopK;
+    use crate::compress::PeerView;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
@@ -81,7 +72,13 @@ mod tests {
             self.set_entries += index.len();
             self.inner.set(index, values)
         }
-        fn select(&mut self, w: &[f32], k: usize, idx: &mut Vec<u32>, vals: &mut Vec<f32>) {
+        fn select(
+            &mut self,
+            w: &[f32],
+            k: usize,
+            idx: &mut Vec<u32>,
+            vals: &mut Vec<f32>,
+        ) -> Result<(), CompressError> {
             self.inner.select(w, k, idx, vals)
         }
     }
