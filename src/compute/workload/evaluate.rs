@@ -14,7 +14,7 @@
 use crate::compute::backend::Backend;
 use crate::compute::eval::corpus_bleu;
 use crate::compute::model::seq2seq::Seq2Seq;
-use crate::compute::model::Network;
+use crate::compute::model::{Network, Trainable};
 use crate::data::bucket::TextBatch;
 use crate::data::multi30k::EncodedPairs;
 use crate::data::text::detokenize;
