@@ -32,7 +32,7 @@ use gssp::compute::backend::cpu::Cpu;
 use gssp::compute::eval::bleu::{corpus_bleu, BleuStats};
 use gssp::compute::eval::tok13a::tokenize_13a;
 use gssp::compute::model::export::{from_bytes, to_bytes};
-use gssp::compute::model::zoo;
+use gssp::compute::model::{zoo, Trainable};
 use gssp::compute::pace::worker_factors;
 use gssp::config::Config;
 use gssp::data::lines::{read_lines, split_lines};

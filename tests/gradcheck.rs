@@ -18,7 +18,7 @@
 
 use gssp::compute::backend::cpu::Cpu;
 use gssp::compute::model::zoo::{self, custom};
-use gssp::compute::model::{Builder, Network};
+use gssp::compute::model::{Builder, Network, Trainable};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

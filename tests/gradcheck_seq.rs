@@ -16,7 +16,9 @@ use gssp::compute::model::embedding::Embedding;
 use gssp::compute::model::layers::Linear;
 use gssp::compute::model::lstm::{Lstm, LstmConfig, LstmState};
 use gssp::compute::model::seq2seq::{Seq2Seq, Seq2SeqConfig};
-use gssp::compute::model::{initial_values, Flat, Mode, Module, Plan};
+use gssp::compute::model::{
+    initial_values, Flat, Layer, Mode, Module, NamedTensors, Plan, Trainable,
+};
 use gssp::data::bucket::TextBatch;
 use gssp::data::text::{EOS_ID, SOS_ID};
 use rand::{Rng, SeedableRng};
@@ -83,10 +85,21 @@ fn random(len: usize, seed: u64) -> Vec<f32> {
     (0..len).map(|_| rng.gen_range(-1.0..1.0)).collect()
 }
 
-fn flat(plan: &Plan, seed: u64) -> Flat<Cpu> {
+/// The tensors of a test model's `children`, each under its name, as a module tree
+/// names them.
+fn named(children: &[(&str, &dyn Module<Cpu>)]) -> NamedTensors {
+    let mut tensors = NamedTensors::default();
+    for (name, child) in children {
+        tensors.child(name, *child);
+    }
+    tensors.sort();
+    tensors
+}
+
+fn flat(plan: &Plan, tensors: &NamedTensors, seed: u64) -> Flat<Cpu> {
     let n = plan.num_params();
     Flat {
-        params: initial_values(&plan.params, seed),
+        params: initial_values(&tensors.params, seed),
         grads: vec![0.0; n],
         state: vec![],
         scratch: vec![0.0; plan.scratch],
@@ -133,7 +146,6 @@ impl LstmModel {
     fn new(layers: usize, dropout: f32) -> Self {
         let (steps, batch, input, hidden, classes) = (4, 3, 3, 4, 5);
         let mut plan = Plan::new(batch);
-        plan.enter(Some("rnn"));
         let cfg = LstmConfig {
             layers,
             input,
@@ -141,19 +153,17 @@ impl LstmModel {
             dropout,
         };
         let lstm = Lstm::new(&Cpu, &mut plan, cfg, steps);
-        plan.leave();
         // The head sees every (step, column) as a row.
         plan.max_batch = steps * batch;
-        plan.enter(Some("fc"));
         let head = Linear::new(&Cpu, &mut plan, (hidden, 1, 1), classes);
-        plan.leave();
+        let tensors = named(&[("rnn", &lstm as &dyn Module<Cpu>), ("fc", &head)]);
         let mut init = LstmState::zeros(&Cpu, layers, batch, hidden);
         for l in 0..layers {
             init.h[l] = random(batch * hidden, 10 + l as u64);
             init.c[l] = random(batch * hidden, 20 + l as u64);
         }
         LstmModel {
-            flat: flat(&plan, 3),
+            flat: flat(&plan, &tensors, 3),
             lstm,
             head,
             x: random(steps * batch * input, 4),
@@ -236,15 +246,14 @@ fn lstm_two_layers_with_dropout_between_them() {
 #[test]
 fn lstm_tensors_are_named_and_shaped_as_pytorch_lays_them_out() {
     let mut plan = Plan::new(2);
-    plan.enter(Some("rnn"));
     let cfg = LstmConfig {
         layers: 2,
         input: 3,
         hidden: 5,
         dropout: 0.5,
     };
-    let _ = Lstm::new(&Cpu, &mut plan, cfg, 4);
-    let got: Vec<(String, Vec<usize>)> = plan
+    let lstm = Lstm::new(&Cpu, &mut plan, cfg, 4);
+    let got: Vec<(String, Vec<usize>)> = named(&[("rnn", &lstm)])
         .params
         .iter()
         .map(|s| (s.name.clone(), s.shape.clone()))
@@ -349,14 +358,11 @@ fn embedding_gradient_goes_into_the_rows_used() {
     // [T = 3, B = 2]: id 1 three times, ids 5 and 6 never.
     let ids = vec![1, 2, 1, 3, 4, 1];
     let mut plan = Plan::new(ids.len());
-    plan.enter(Some("embedding"));
     let emb = Embedding::new(&Cpu, &mut plan, vocab, dim, ids.len());
-    plan.leave();
-    plan.enter(Some("fc"));
     let head = Linear::new(&Cpu, &mut plan, (dim, 1, 1), classes);
-    plan.leave();
+    let tensors = named(&[("embedding", &emb as &dyn Module<Cpu>), ("fc", &head)]);
     let mut m = EmbeddingModel {
-        flat: flat(&plan, 8),
+        flat: flat(&plan, &tensors, 8),
         emb,
         head,
         labels: vec![3, 1, PAD, 4, 2, 1],
@@ -373,15 +379,15 @@ fn embedding_gradient_goes_into_the_rows_used() {
     for used in [1, 2, 3, 4] {
         assert!(row(used).iter().any(|&g| g != 0.0), "row {used}");
     }
-    assert_eq!(plan.params[0].name, "embedding.weight");
-    assert_eq!(plan.params[0].shape, vec![vocab, dim]);
+    assert_eq!(tensors.params[0].name, "embedding.weight");
+    assert_eq!(tensors.params[0].shape, vec![vocab, dim]);
 }
 
 #[test]
 fn embedding_refuses_an_id_outside_the_vocabulary() {
     let mut plan = Plan::new(4);
     let mut emb = Embedding::new(&Cpu, &mut plan, 5, 2, 4);
-    let f = flat(&plan, 1);
+    let f = flat(&plan, &named(&[("embedding", &emb)]), 1);
     let e = emb.forward(&Cpu, &f, &[1, 5]).unwrap_err();
     assert!(e.to_string().contains("token id 5"), "{e}");
     let e = emb.forward_rows(&Cpu, &f, &[1, 2], 3).unwrap_err();
@@ -521,32 +527,28 @@ fn encoder_final_state_feeds_a_decoder_run_a_step_at_a_time() {
         hidden,
         dropout: 0.25,
     };
-    plan.enter(Some("encoder"));
-    plan.enter(Some("embedding"));
     let src_emb = Embedding::new(&Cpu, &mut plan, vocab, emb, ts * batch);
-    plan.leave();
-    plan.enter(Some("rnn"));
     let enc = Lstm::new(&Cpu, &mut plan, cfg, ts);
-    plan.leave();
-    plan.leave();
-    plan.enter(Some("decoder"));
-    plan.enter(Some("embedding"));
     let tgt_emb = Embedding::new(&Cpu, &mut plan, vocab, emb, tt * batch);
-    plan.leave();
-    plan.enter(Some("rnn"));
     let dec = Lstm::new(&Cpu, &mut plan, cfg, tt);
-    plan.leave();
     plan.max_batch = tt * batch;
-    plan.enter(Some("fc_out"));
     let head = Linear::new(&Cpu, &mut plan, (hidden, 1, 1), vocab);
-    plan.leave();
-    plan.leave();
+    let mut tensors = NamedTensors::default();
+    tensors.enter("encoder");
+    tensors.child("embedding", &src_emb);
+    tensors.child("rnn", &enc);
+    tensors.leave();
+    tensors.enter("decoder");
+    tensors.child("embedding", &tgt_emb);
+    tensors.child("rnn", &dec);
+    tensors.child("fc_out", &head);
+    tensors.leave();
     // Time-major; column 1's source ends in pads.
     let src = vec![2, 3, 4, 5, 1, PAD, 5, PAD];
     let tgt = vec![2, 2, 3, 4, 5, 1];
     let labels = vec![3, 4, 5, 1, 1, PAD];
     let mut m = Seq2SeqModel {
-        flat: flat(&plan, 11),
+        flat: flat(&plan, &tensors, 11),
         src_emb,
         tgt_emb,
         enc,
@@ -562,7 +564,7 @@ fn encoder_final_state_feeds_a_decoder_run_a_step_at_a_time() {
     };
     let grads = check(&mut m);
     // The encoder learns through the decoder's initial state.
-    let enc_range = plan
+    let enc_range = tensors
         .params
         .iter()
         .find(|s| s.name == "encoder.rnn.weight_hh_l1")

@@ -5,6 +5,7 @@
 
 use gssp::compute::backend::cpu::Cpu;
 use gssp::compute::model::seq2seq::{Seq2Seq, Seq2SeqConfig};
+use gssp::compute::model::Trainable;
 use gssp::data::bucket::TextBatch;
 use gssp::data::text::{EOS_ID, PAD_ID as PAD, SOS_ID};
 use rand::{Rng, SeedableRng};

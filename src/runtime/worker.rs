@@ -11,6 +11,7 @@ use crate::comm::p2p::{WeightsHeader, WorkerLink};
 use crate::comm::{Collectives, Comm};
 use crate::compute::backend::cpu::Cpu;
 use crate::compute::backend::Backend;
+use crate::compute::model::Trainable;
 use crate::compute::pace::Pacer;
 use crate::compute::workload::{ComputeStep, Corpus};
 use crate::runtime::faults::Faults;

@@ -1,5 +1,6 @@
-//! Builds a [`Sequential`] while tracking the shape and naming tensors as PyTorch's
-//! `nn.Sequential` would (`0.weight`, `3.body.1.running_mean`, ...).
+//! Builds a [`Sequential`] while tracking the shape. The layers are numbered and the
+//! residual blocks' branches named (`body`, `skip`) as in PyTorch's reference, so their
+//! tensors get PyTorch's names (`0.weight`, `3.body.1.running_mean`, ...) from the tree.
 
 use crate::compute::backend::Backend;
 
@@ -7,7 +8,7 @@ use super::compose::{Residual, Sequential};
 use super::layers::{
     BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, Pool2d, PoolKind, Relu,
 };
-use super::module::{Module, Plan, Shape};
+use super::module::{Layer, Plan, Shape};
 
 /// Fills a branch of a residual block (its body or its skip path).
 pub type Branch<'f, B> = &'f dyn Fn(&mut Builder<B>);
@@ -17,7 +18,7 @@ pub struct Builder<'p, B: Backend> {
     plan: &'p mut Plan,
     input: Shape,
     shape: Shape,
-    modules: Vec<Box<dyn Module<B>>>,
+    modules: Vec<Box<dyn Layer<B>>>,
 }
 
 impl<'p, B: Backend> Builder<'p, B> {
@@ -40,14 +41,12 @@ impl<'p, B: Backend> Builder<'p, B> {
         Sequential::new(self.input, self.modules)
     }
 
-    /// Appends the module `make` builds for the current shape, as the next numbered child.
-    pub fn push<M: Module<B> + 'static>(
+    /// Appends the layer `make` builds for the current shape, as the next numbered child.
+    pub fn push<M: Layer<B> + 'static>(
         &mut self,
         make: impl FnOnce(&B, &mut Plan, Shape) -> M,
     ) -> &mut Self {
-        self.plan.enter(None);
         let m = make(self.be, self.plan, self.shape);
-        self.plan.leave();
         self.shape = m.out_shape();
         self.modules.push(Box::new(m));
         self
@@ -114,8 +113,8 @@ impl<'p, B: Backend> Builder<'p, B> {
     ) -> &mut Self {
         let input = self.shape;
         self.push(|be, plan, _| {
-            let body = Self::branch(be, plan, input, "body", body);
-            let skip = skip.map(|f| Self::branch(be, plan, input, "skip", f));
+            let body = Self::branch(be, plan, input, body);
+            let skip = skip.map(|f| Self::branch(be, plan, input, f));
             Residual::new(be, plan, body, skip, relu)
         })
     }
@@ -124,14 +123,10 @@ impl<'p, B: Backend> Builder<'p, B> {
         be: &B,
         plan: &mut Plan,
         input: Shape,
-        field: &str,
         fill: impl FnOnce(&mut Builder<B>),
     ) -> Sequential<B> {
-        plan.enter(Some(field));
         let mut b = Builder::new(be, plan, input);
         fill(&mut b);
-        let seq = b.finish();
-        plan.leave();
-        seq
+        b.finish()
     }
 }

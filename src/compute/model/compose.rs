@@ -3,16 +3,17 @@
 
 use crate::compute::backend::Backend;
 
-use super::module::{shape_len, Flat, Mode, Module, Plan, Shape};
+use super::module::{shape_len, Flat, Layer, Mode, Module, NamedTensors, Plan, Shape};
 
-/// Modules applied one after the other.
+/// Layers applied one after the other, named `0`, `1`, ... as PyTorch's `nn.Sequential`
+/// names its children.
 pub struct Sequential<B: Backend> {
-    modules: Vec<Box<dyn Module<B>>>,
+    modules: Vec<Box<dyn Layer<B>>>,
     input: Shape,
 }
 
 impl<B: Backend> Sequential<B> {
-    pub fn new(input: Shape, modules: Vec<Box<dyn Module<B>>>) -> Self {
+    pub fn new(input: Shape, modules: Vec<Box<dyn Layer<B>>>) -> Self {
         Sequential { modules, input }
     }
 
@@ -22,6 +23,18 @@ impl<B: Backend> Sequential<B> {
 }
 
 impl<B: Backend> Module<B> for Sequential<B> {
+    fn visit(&self, tensors: &mut NamedTensors) {
+        for (i, m) in self.modules.iter().enumerate() {
+            tensors.child(&i.to_string(), m.as_ref());
+        }
+    }
+
+    fn activation_len(&self) -> usize {
+        self.modules.iter().map(|m| m.activation_len()).sum()
+    }
+}
+
+impl<B: Backend> Layer<B> for Sequential<B> {
     fn out_shape(&self) -> Shape {
         self.modules.last().map_or(self.input, |m| m.out_shape())
     }
@@ -64,10 +77,6 @@ impl<B: Backend> Module<B> for Sequential<B> {
             .first()
             .expect("an empty sequence is never run")
             .input_grad()
-    }
-
-    fn activation_len(&self) -> usize {
-        self.modules.iter().map(|m| m.activation_len()).sum()
     }
 }
 
@@ -126,6 +135,26 @@ impl<B: Backend> Residual<B> {
 }
 
 impl<B: Backend> Module<B> for Residual<B> {
+    fn visit(&self, tensors: &mut NamedTensors) {
+        tensors.child("body", &self.body);
+        if let Some(skip) = &self.skip {
+            tensors.child("skip", skip);
+        }
+    }
+
+    fn activation_len(&self) -> usize {
+        let own = self.max_batch * (self.in_len + shape_len(self.out_shape));
+        let own = own
+            + 2 * if self.relu {
+                self.max_batch * shape_len(self.out_shape)
+            } else {
+                0
+            };
+        own + self.body.activation_len() + self.skip.as_ref().map_or(0, |s| s.activation_len())
+    }
+}
+
+impl<B: Backend> Layer<B> for Residual<B> {
     fn out_shape(&self) -> Shape {
         self.out_shape
     }
@@ -191,16 +220,5 @@ impl<B: Backend> Module<B> for Residual<B> {
 
     fn input_grad(&self) -> &B::Buf {
         &self.dinp
-    }
-
-    fn activation_len(&self) -> usize {
-        let own = self.max_batch * (self.in_len + shape_len(self.out_shape));
-        let own = own
-            + 2 * if self.relu {
-                self.max_batch * shape_len(self.out_shape)
-            } else {
-                0
-            };
-        own + self.body.activation_len() + self.skip.as_ref().map_or(0, |s| s.activation_len())
     }
 }

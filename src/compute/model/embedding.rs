@@ -1,32 +1,32 @@
 //! Token embedding: a `[vocab x dim]` table whose rows are looked up by token id.
 //!
-//! Not a [`super::Module`]: its input is host token ids, not an activation buffer. The
-//! gradient goes only into the rows a batch used (a scatter-add; a repeated id sums), so
-//! every other row's gradient stays zero, as in PyTorch's dense `nn.Embedding` gradient.
+//! A [`Module`] but not a [`super::Layer`]: its input is host token ids, not an activation
+//! buffer, so its forward and backward are its own. The gradient goes only into the rows
+//! a batch used (a scatter-add; a repeated id sums), so every other row's gradient stays
+//! zero, as in PyTorch's dense `nn.Embedding` gradient.
 //! `<pad>` has an ordinary row (no `padding_idx`), as in the reference seq2seq model;
 //! pad positions are masked in the loss, so their rows get no gradient through it.
 
 use crate::compute::backend::{Backend, EmbeddingDims, Span};
 
-use super::module::{Flat, Init, Plan};
+use super::module::{Flat, FlatTensor, Init, Module, NamedTensors, Plan};
 use super::ModelError;
 
 /// An embedding table, `weight` `[vocab, dim]` initialised N(0, 1) as PyTorch's
 /// `nn.Embedding`, and its output `[rows x dim]` for up to `max_rows` ids.
 pub struct Embedding<B: Backend> {
-    at: Span,
+    weight: FlatTensor,
     dims: EmbeddingDims,
     out: B::Buf,
     max_rows: usize,
 }
 
 impl<B: Backend> Embedding<B> {
-    /// Declares `weight` in the current module of `plan`; the output holds `max_rows`
-    /// rows (for a time-major batch, longest sequence times batch size).
+    /// Declares `weight` through `plan`; the output holds `max_rows` rows (for a
+    /// time-major batch, longest sequence times batch size).
     pub fn new(be: &B, plan: &mut Plan, vocab: usize, dim: usize, max_rows: usize) -> Self {
-        let weight = plan.param("weight", &[vocab, dim], Init::Normal { std: 1.0 });
         Embedding {
-            at: Span { weight, bias: None },
+            weight: plan.param(&[vocab, dim], Init::Normal { std: 1.0 }),
             dims: EmbeddingDims { vocab, dim },
             out: be.alloc(max_rows * dim),
             max_rows,
@@ -58,14 +58,8 @@ impl<B: Backend> Embedding<B> {
         first_row: usize,
     ) -> Result<(), ModelError> {
         self.check(ids, first_row)?;
-        be.embedding_forward(
-            &mut self.out,
-            ids,
-            first_row,
-            &flat.params,
-            &self.at,
-            &self.dims,
-        );
+        let at = self.span();
+        be.embedding_forward(&mut self.out, ids, first_row, &flat.params, &at, &self.dims);
         Ok(())
     }
 
@@ -79,8 +73,16 @@ impl<B: Backend> Embedding<B> {
         ids: &[u32],
     ) -> Result<(), ModelError> {
         self.check(ids, 0)?;
-        be.embedding_backward(&mut flat.grads, dout, ids, &self.at, &self.dims);
+        be.embedding_backward(&mut flat.grads, dout, ids, &self.span(), &self.dims);
         Ok(())
+    }
+
+    /// Where the backend's operations find the table.
+    fn span(&self) -> Span {
+        Span {
+            weight: self.weight.range.clone(),
+            bias: None,
+        }
     }
 
     /// `[rows x dim]`.
@@ -107,5 +109,15 @@ impl<B: Backend> Embedding<B> {
             });
         }
         Ok(())
+    }
+}
+
+impl<B: Backend> Module<B> for Embedding<B> {
+    fn visit(&self, tensors: &mut NamedTensors) {
+        tensors.param("weight", &self.weight);
+    }
+
+    fn activation_len(&self) -> usize {
+        self.max_rows * self.dims.dim
     }
 }

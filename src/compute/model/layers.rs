@@ -1,10 +1,13 @@
-//! Layers: each a [`Module`] over the backend's operations.
+//! Layers: each a [`Layer`] over the backend's operations, and a [`Module`] that reports
+//! the tensors it declared.
 
 use crate::compute::backend::{
     Backend, BatchNormDims, BatchNormMode, Conv2dDims, LinearDims, Span, Window2d,
 };
 
-use super::module::{shape_len, Flat, Init, Mode, Module, Plan, Shape};
+use super::module::{
+    shape_len, Flat, FlatTensor, Init, Layer, Mode, Module, NamedTensors, Plan, Shape,
+};
 
 /// A layer's own activation buffers: its output and the gradient of its input, each for
 /// the largest batch.
@@ -29,9 +32,14 @@ impl<B: Backend> Acts<B> {
             max_batch: plan.max_batch,
         }
     }
+
+    /// Values allocated: output and input gradient.
+    fn len(&self) -> usize {
+        self.max_batch * (self.in_len + self.out_len)
+    }
 }
 
-/// The [`Module`] methods every layer answers from its [`Acts`].
+/// The [`Layer`] methods every layer answers from its [`Acts`].
 macro_rules! acts_accessors {
     () => {
         fn out_shape(&self) -> Shape {
@@ -43,19 +51,66 @@ macro_rules! acts_accessors {
         fn input_grad(&self) -> &B::Buf {
             &self.acts.dinp
         }
-        fn activation_len(&self) -> usize {
-            self.acts.max_batch * (self.acts.in_len + self.acts.out_len)
-        }
     };
 }
 
-/// PyTorch's default initialisation of a weight of `shape` (`[out, ...]`) and, with
-/// `bias`, its bias `[out]`, for `fan_in` inputs.
-fn weight_and_bias(plan: &mut Plan, shape: &[usize], bias: bool, fan_in: usize) -> Span {
-    let weight = plan.param("weight", shape, Init::KaimingUniform { fan_in });
-    let bound = 1.0 / (fan_in as f32).sqrt();
-    let bias = bias.then(|| plan.param("bias", &shape[..1], Init::Uniform { bound }));
-    Span { weight, bias }
+/// The [`Module`] of a layer whose tensors are its [`WeightBias`] `$tensors`, or of one
+/// without tensors: its activations are all it has besides.
+macro_rules! acts_module {
+    ($layer:ident, $tensors:ident) => {
+        impl<B: Backend> Module<B> for $layer<B> {
+            fn visit(&self, tensors: &mut NamedTensors) {
+                self.$tensors.visit(tensors);
+            }
+            fn activation_len(&self) -> usize {
+                self.acts.len()
+            }
+        }
+    };
+    ($($layer:ident),*) => {$(
+        impl<B: Backend> Module<B> for $layer<B> {
+            fn visit(&self, _: &mut NamedTensors) {}
+            fn activation_len(&self) -> usize {
+                self.acts.len()
+            }
+        }
+    )*};
+}
+
+acts_module!(Conv2d, at);
+acts_module!(Linear, at);
+acts_module!(Relu, Pool2d, GlobalAvgPool, Dropout, Flatten);
+
+/// A weight and an optional bias, PyTorch's `weight` and `bias` of a module.
+struct WeightBias {
+    weight: FlatTensor,
+    bias: Option<FlatTensor>,
+}
+
+impl WeightBias {
+    /// PyTorch's default initialisation of a weight of `shape` (`[out, ...]`) and, with
+    /// `bias`, its bias `[out]`, for `fan_in` inputs.
+    fn default_init(plan: &mut Plan, shape: &[usize], bias: bool, fan_in: usize) -> Self {
+        let weight = plan.param(shape, Init::KaimingUniform { fan_in });
+        let bound = 1.0 / (fan_in as f32).sqrt();
+        let bias = bias.then(|| plan.param(&shape[..1], Init::Uniform { bound }));
+        WeightBias { weight, bias }
+    }
+
+    /// Where the backend's operations find them.
+    fn span(&self) -> Span {
+        Span {
+            weight: self.weight.range.clone(),
+            bias: self.bias.as_ref().map(|b| b.range.clone()),
+        }
+    }
+
+    fn visit(&self, tensors: &mut NamedTensors) {
+        tensors.param("weight", &self.weight);
+        if let Some(bias) = &self.bias {
+            tensors.param("bias", bias);
+        }
+    }
 }
 
 /// 2-D convolution with stride and zero padding; weight `[out_c x in_c*k*k]`, optional
@@ -64,7 +119,7 @@ pub struct Conv2d<B: Backend> {
     acts: Acts<B>,
     window: Window2d,
     out_c: usize,
-    at: Span,
+    at: WeightBias,
 }
 
 impl<B: Backend> Conv2d<B> {
@@ -90,7 +145,7 @@ impl<B: Backend> Conv2d<B> {
         let fan_in = window.col_rows();
         // The weight's columns are im2col rows: (input channel, kernel row, kernel column).
         let shape = [out_c, input.0, kernel, kernel];
-        let at = weight_and_bias(plan, &shape, bias, fan_in);
+        let at = WeightBias::default_init(plan, &shape, bias, fan_in);
         let dims = Conv2dDims {
             batch: plan.max_batch,
             out_c,
@@ -115,7 +170,7 @@ impl<B: Backend> Conv2d<B> {
     }
 }
 
-impl<B: Backend> Module<B> for Conv2d<B> {
+impl<B: Backend> Layer<B> for Conv2d<B> {
     acts_accessors!();
     fn forward(&mut self, be: &B, flat: &mut Flat<B>, inp: &B::Buf, n: usize, _: Mode) {
         let dims = self.dims(n);
@@ -124,7 +179,7 @@ impl<B: Backend> Module<B> for Conv2d<B> {
             &mut flat.scratch,
             inp,
             &flat.params,
-            &self.at,
+            &self.at.span(),
             &dims,
         );
     }
@@ -146,7 +201,7 @@ impl<B: Backend> Module<B> for Conv2d<B> {
             dout,
             inp,
             &flat.params,
-            &self.at,
+            &self.at.span(),
             &dims,
         );
     }
@@ -157,13 +212,13 @@ pub struct Linear<B: Backend> {
     acts: Acts<B>,
     in_f: usize,
     out_f: usize,
-    at: Span,
+    at: WeightBias,
 }
 
 impl<B: Backend> Linear<B> {
     pub fn new(be: &B, plan: &mut Plan, input: Shape, out_f: usize) -> Self {
         let in_f = shape_len(input);
-        let at = weight_and_bias(plan, &[out_f, in_f], true, in_f);
+        let at = WeightBias::default_init(plan, &[out_f, in_f], true, in_f);
         Linear {
             acts: Acts::new(be, plan, input, (out_f, 1, 1)),
             in_f,
@@ -181,11 +236,12 @@ impl<B: Backend> Linear<B> {
     }
 }
 
-impl<B: Backend> Module<B> for Linear<B> {
+impl<B: Backend> Layer<B> for Linear<B> {
     acts_accessors!();
     fn forward(&mut self, be: &B, flat: &mut Flat<B>, inp: &B::Buf, n: usize, _: Mode) {
         let dims = self.dims(n);
-        be.linear_forward(&mut self.acts.out, inp, &flat.params, &self.at, &dims);
+        let at = self.at.span();
+        be.linear_forward(&mut self.acts.out, inp, &flat.params, &at, &dims);
     }
     fn backward(
         &mut self,
@@ -204,7 +260,7 @@ impl<B: Backend> Module<B> for Linear<B> {
             dout,
             inp,
             &flat.params,
-            &self.at,
+            &self.at.span(),
             &dims,
         );
     }
@@ -220,8 +276,9 @@ pub struct BatchNorm2d<B: Backend> {
     acts: Acts<B>,
     /// Batch mean and 1/std of the last training forward.
     saved: B::Buf,
-    at: Span,
-    stats: Span,
+    at: WeightBias,
+    running_mean: FlatTensor,
+    running_var: FlatTensor,
     channels: usize,
     plane: usize,
 }
@@ -229,19 +286,16 @@ pub struct BatchNorm2d<B: Backend> {
 impl<B: Backend> BatchNorm2d<B> {
     pub fn new(be: &B, plan: &mut Plan, input: Shape) -> Self {
         let c = input.0;
-        let at = Span {
-            weight: plan.param("weight", &[c], Init::Ones),
-            bias: Some(plan.param("bias", &[c], Init::Zeros)),
-        };
-        let stats = Span {
-            weight: plan.state("running_mean", &[c], Init::Zeros),
-            bias: Some(plan.state("running_var", &[c], Init::Ones)),
+        let at = WeightBias {
+            weight: plan.param(&[c], Init::Ones),
+            bias: Some(plan.param(&[c], Init::Zeros)),
         };
         BatchNorm2d {
+            running_mean: plan.state(&[c], Init::Zeros),
+            running_var: plan.state(&[c], Init::Ones),
             acts: Acts::new(be, plan, input, input),
             saved: be.alloc(2 * c),
             at,
-            stats,
             channels: c,
             plane: input.1 * input.2,
         }
@@ -258,6 +312,17 @@ impl<B: Backend> BatchNorm2d<B> {
 }
 
 impl<B: Backend> Module<B> for BatchNorm2d<B> {
+    fn visit(&self, tensors: &mut NamedTensors) {
+        self.at.visit(tensors);
+        tensors.state("running_mean", &self.running_mean);
+        tensors.state("running_var", &self.running_var);
+    }
+    fn activation_len(&self) -> usize {
+        self.acts.len()
+    }
+}
+
+impl<B: Backend> Layer<B> for BatchNorm2d<B> {
     acts_accessors!();
     fn forward(&mut self, be: &B, flat: &mut Flat<B>, inp: &B::Buf, n: usize, mode: Mode) {
         let mode = match mode {
@@ -271,6 +336,10 @@ impl<B: Backend> Module<B> for BatchNorm2d<B> {
             Mode::Eval => BatchNormMode::Eval,
         };
         let dims = self.dims(n);
+        let stats = Span {
+            weight: self.running_mean.range.clone(),
+            bias: Some(self.running_var.range.clone()),
+        };
         let Flat { params, state, .. } = flat;
         be.batchnorm_forward(
             &mut self.acts.out,
@@ -278,8 +347,8 @@ impl<B: Backend> Module<B> for BatchNorm2d<B> {
             state,
             inp,
             params,
-            &self.at,
-            &self.stats,
+            &self.at.span(),
+            &stats,
             &dims,
             mode,
         );
@@ -302,7 +371,7 @@ impl<B: Backend> Module<B> for BatchNorm2d<B> {
             inp,
             &self.saved,
             params,
-            &self.at,
+            &self.at.span(),
             &dims,
         );
     }
@@ -321,7 +390,7 @@ impl<B: Backend> Relu<B> {
     }
 }
 
-impl<B: Backend> Module<B> for Relu<B> {
+impl<B: Backend> Layer<B> for Relu<B> {
     acts_accessors!();
     fn forward(&mut self, be: &B, _: &mut Flat<B>, inp: &B::Buf, n: usize, _: Mode) {
         be.relu_forward(&mut self.acts.out, inp, n * self.acts.in_len);
@@ -393,7 +462,7 @@ impl<B: Backend> Pool2d<B> {
     }
 }
 
-impl<B: Backend> Module<B> for Pool2d<B> {
+impl<B: Backend> Layer<B> for Pool2d<B> {
     acts_accessors!();
     fn forward(&mut self, be: &B, _: &mut Flat<B>, inp: &B::Buf, n: usize, _: Mode) {
         let planes = n * self.window.channels;
@@ -446,7 +515,7 @@ impl<B: Backend> GlobalAvgPool<B> {
     }
 }
 
-impl<B: Backend> Module<B> for GlobalAvgPool<B> {
+impl<B: Backend> Layer<B> for GlobalAvgPool<B> {
     acts_accessors!();
     fn forward(&mut self, be: &B, _: &mut Flat<B>, inp: &B::Buf, n: usize, _: Mode) {
         be.global_avgpool_forward(&mut self.acts.out, inp, n * self.channels, self.plane);
@@ -489,7 +558,7 @@ impl<B: Backend> Dropout<B> {
     }
 }
 
-impl<B: Backend> Module<B> for Dropout<B> {
+impl<B: Backend> Layer<B> for Dropout<B> {
     acts_accessors!();
     fn forward(&mut self, be: &B, flat: &mut Flat<B>, inp: &B::Buf, n: usize, mode: Mode) {
         let len = n * self.acts.in_len;
@@ -535,7 +604,7 @@ impl<B: Backend> Flatten<B> {
     }
 }
 
-impl<B: Backend> Module<B> for Flatten<B> {
+impl<B: Backend> Layer<B> for Flatten<B> {
     acts_accessors!();
     fn forward(&mut self, be: &B, _: &mut Flat<B>, inp: &B::Buf, n: usize, _: Mode) {
         be.copy(&mut self.acts.out, inp, n * self.acts.in_len);

@@ -3,7 +3,9 @@
 //! `bias_hh_l{k}` `[4H]`, all initialised U(-1/sqrt(H), 1/sqrt(H))), with dropout on the
 //! outputs of every layer but the last while training.
 //!
-//! A sequence is run in three moves, so that an encoder can hand its state to a decoder
+//! A [`Module`] (it names its tensors as `nn.LSTM` does) but not a [`super::Layer`]: it
+//! carries a state in and out, so its forward and backward are its own. A sequence is run
+//! in three moves, so that an encoder can hand its state to a decoder
 //! and a decoder can run a step at a time:
 //!
 //! 1. [`Lstm::begin`]: the sequence's length T and batch B, the initial state (zeros, or
@@ -28,7 +30,8 @@ use std::ops::Range;
 
 use crate::compute::backend::{Backend, LstmDims, LstmSpan};
 
-use super::module::{Flat, Init, Mode, Plan};
+use super::module::{Flat, FlatTensor, Init, Mode, Module, NamedTensors, Plan};
+use super::row_dropout::RowDropout;
 use super::ModelError;
 
 /// Sizes of a stack of LSTM layers.
@@ -68,17 +71,36 @@ impl<B: Backend> LstmState<B> {
     }
 }
 
-/// A layer above the first reads the output of the one below through dropout.
-struct Dropped<B: Backend> {
-    /// The dropped input `[T x B x H]`, its mask, and the gradient of the undropped one.
-    out: B::Buf,
-    mask: B::Buf,
-    dx: B::Buf,
-    seed: u64,
+/// One layer's tensors, PyTorch's `weight_ih_l{k}`, `weight_hh_l{k}`, `bias_ih_l{k}`,
+/// `bias_hh_l{k}`.
+struct LayerTensors {
+    weight_ih: FlatTensor,
+    weight_hh: FlatTensor,
+    bias_ih: FlatTensor,
+    bias_hh: FlatTensor,
+}
+
+impl LayerTensors {
+    /// Where the backend's operations find them.
+    fn span(&self) -> LstmSpan {
+        LstmSpan {
+            weight_ih: self.weight_ih.range.clone(),
+            weight_hh: self.weight_hh.range.clone(),
+            bias_ih: self.bias_ih.range.clone(),
+            bias_hh: self.bias_hh.range.clone(),
+        }
+    }
+
+    fn visit(&self, tensors: &mut NamedTensors, layer: usize) {
+        tensors.param(&format!("weight_ih_l{layer}"), &self.weight_ih);
+        tensors.param(&format!("weight_hh_l{layer}"), &self.weight_hh);
+        tensors.param(&format!("bias_ih_l{layer}"), &self.bias_ih);
+        tensors.param(&format!("bias_hh_l{layer}"), &self.bias_hh);
+    }
 }
 
 struct Layer<B: Backend> {
-    at: LstmSpan,
+    at: LayerTensors,
     input: usize,
     /// h_t and c_t `[T x B x H]`, the activated gates `[T x B x 4H]`.
     out: B::Buf,
@@ -87,7 +109,8 @@ struct Layer<B: Backend> {
     dgates: B::Buf,
     /// Gradient of this layer's input `[T x B x I_l]`.
     dinp: B::Buf,
-    dropped: Option<Dropped<B>>,
+    /// A layer above the first reads the output of the one below through dropout.
+    dropped: Option<RowDropout<B>>,
 }
 
 /// The sequence being run.
@@ -114,9 +137,8 @@ pub struct Lstm<B: Backend> {
 }
 
 impl<B: Backend> Lstm<B> {
-    /// Declares the layers' tensors in the current module of `plan` (`weight_ih_l0`, ...,
-    /// PyTorch's names) and allocates activations for `max_steps` steps of
-    /// `plan.max_batch` sequences.
+    /// Declares the layers' tensors through `plan` and allocates activations for
+    /// `max_steps` steps of `plan.max_batch` sequences.
     pub fn new(be: &B, plan: &mut Plan, cfg: LstmConfig, max_steps: usize) -> Self {
         let LstmConfig {
             layers,
@@ -133,18 +155,13 @@ impl<B: Backend> Lstm<B> {
         let layers = (0..layers)
             .map(|l| {
                 let in_l = if l == 0 { input } else { h };
-                let at = LstmSpan {
-                    weight_ih: plan.param(&format!("weight_ih_l{l}"), &[4 * h, in_l], init),
-                    weight_hh: plan.param(&format!("weight_hh_l{l}"), &[4 * h, h], init),
-                    bias_ih: plan.param(&format!("bias_ih_l{l}"), &[4 * h], init),
-                    bias_hh: plan.param(&format!("bias_hh_l{l}"), &[4 * h], init),
+                let at = LayerTensors {
+                    weight_ih: plan.param(&[4 * h, in_l], init),
+                    weight_hh: plan.param(&[4 * h, h], init),
+                    bias_ih: plan.param(&[4 * h], init),
+                    bias_hh: plan.param(&[4 * h], init),
                 };
-                let dropped = (l > 0).then(|| Dropped {
-                    out: be.alloc(rows * h),
-                    mask: be.alloc(rows * h),
-                    dx: be.alloc(rows * h),
-                    seed: plan.next_seed(),
-                });
+                let dropped = (l > 0).then(|| RowDropout::new(be, plan, rows * h));
                 Layer {
                     at,
                     input: in_l,
@@ -253,16 +270,8 @@ impl<B: Backend> Lstm<B> {
                 (Some(d), Some(prev)) => {
                     let rows = run.batch * h;
                     let range = steps.start * rows..steps.end * rows;
-                    let seed = d.seed ^ run.seed;
-                    be.dropout_forward_range(
-                        &mut d.out,
-                        &mut d.mask,
-                        &prev.out,
-                        range,
-                        run.dropout,
-                        seed,
-                    );
-                    &d.out
+                    d.forward(be, &prev.out, range, run.dropout, run.seed);
+                    d.output()
                 }
                 _ => inp,
             };
@@ -274,7 +283,7 @@ impl<B: Backend> Lstm<B> {
                 x,
                 self.init.layer(l),
                 &flat.params,
-                &layer.at,
+                &layer.at.span(),
                 &dims,
                 steps.clone(),
             );
@@ -329,10 +338,14 @@ impl<B: Backend> Lstm<B> {
                 hidden: h,
             };
             let d = match rest.first() {
-                Some(above) => &above.dropped.as_ref().expect("layers above 0 drop").dx,
+                Some(above) => above
+                    .dropped
+                    .as_ref()
+                    .expect("layers above 0 drop")
+                    .input_grad(),
                 None => dout,
             };
-            let x = layer.dropped.as_ref().map_or(inp, |dr| &dr.out);
+            let x = layer.dropped.as_ref().map_or(inp, |dr| dr.output());
             let dinp = (l > 0 || need_dinp).then_some(&mut layer.dinp);
             be.lstm_backward(
                 dinp,
@@ -345,12 +358,11 @@ impl<B: Backend> Lstm<B> {
                 self.init.layer(l),
                 (&layer.out, &layer.cells, &layer.gates),
                 &flat.params,
-                &layer.at,
+                &layer.at.span(),
                 &dims,
             );
             if let Some(dr) = &mut layer.dropped {
-                let len = run.steps * run.batch * h;
-                be.dropout_backward(&mut dr.dx, &layer.dinp, &dr.mask, len);
+                dr.backward(be, &layer.dinp, run.steps * run.batch * h);
             }
         }
     }
@@ -376,15 +388,24 @@ impl<B: Backend> Lstm<B> {
     pub fn init_grad(&self) -> &LstmState<B> {
         &self.dinit
     }
+}
+
+impl<B: Backend> Module<B> for Lstm<B> {
+    fn visit(&self, tensors: &mut NamedTensors) {
+        for (l, layer) in self.layers.iter().enumerate() {
+            layer.at.visit(tensors, l);
+        }
+    }
 
     /// Values allocated for activations and state (memory reports).
-    pub fn activation_len(&self) -> usize {
+    fn activation_len(&self) -> usize {
         let rows = self.max_steps * self.max_batch;
         let h = self.cfg.hidden;
+        let dropped = |l: &Layer<B>| l.dropped.as_ref().map_or(0, |d| d.activation_len());
         let per_layer: usize = self
             .layers
             .iter()
-            .map(|l| rows * (10 * h + l.input) + l.dropped.as_ref().map_or(0, |_| 3 * rows * h))
+            .map(|l| rows * (10 * h + l.input) + dropped(l))
             .sum();
         per_layer + 6 * self.cfg.layers * self.max_batch * h
     }

@@ -30,17 +30,19 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::compute::backend::cpu::Cpu;
 use crate::compute::backend::{Backend, XentStats};
 use crate::data::bucket::TextBatch;
 use crate::data::text::{EOS_ID, PAD_ID, SOS_ID};
 
 use super::embedding::Embedding;
+use super::flat::FlatModel;
 use super::layers::Linear;
 use super::lstm::{Lstm, LstmConfig};
-use super::module::{Flat, Init, Mode, Module, Plan, TensorSpec};
+use super::module::{Init, Layer, Mode, Module, NamedTensors, Plan};
+use super::row_dropout::RowDropout;
+use super::trainable::Trainable;
 use super::zoo::scaled;
-use super::{initial_values, mask_hash, ModelError};
+use super::{mask_hash, ModelError};
 
 /// Sentences per evaluation batch of `seq2seq` (at least the training batch): wide
 /// enough for efficient GEMMs, small enough for its logits (64 decoder steps x 128
@@ -152,47 +154,92 @@ impl Seq2SeqConfig {
     }
 }
 
-/// Inverted dropout on an embedding's output `[T x B x E]`, by ranges of rows so that a
-/// decoder step drops only its own (each value's draw depends on its index, so the mask
-/// is the same as at once).
-struct Dropped<B: Backend> {
-    out: B::Buf,
-    mask: B::Buf,
-    /// Gradient of the undropped input.
-    dx: B::Buf,
-    seed: u64,
+/// `encoder`: the source embedding, dropout on it, the LSTM.
+struct Encoder<B: Backend> {
+    embedding: Embedding<B>,
+    dropout: RowDropout<B>,
+    rnn: Lstm<B>,
 }
 
-impl<B: Backend> Dropped<B> {
-    fn new(be: &B, plan: &mut Plan, len: usize) -> Self {
-        Dropped {
-            out: be.alloc(len),
-            mask: be.alloc(len),
-            dx: be.alloc(len),
-            seed: plan.next_seed(),
-        }
-    }
-
-    /// With `p = 0` (evaluation) a copy, so the LSTMs always read `out`.
-    fn forward(&mut self, be: &B, inp: &B::Buf, values: std::ops::Range<usize>, p: f32, step: u64) {
-        let seed = self.seed ^ step;
-        be.dropout_forward_range(&mut self.out, &mut self.mask, inp, values, p, seed);
-    }
-
-    fn backward(&mut self, be: &B, dout: &B::Buf, len: usize) {
-        be.dropout_backward(&mut self.dx, dout, &self.mask, len);
-    }
+/// `decoder`: the target embedding, dropout on it, the LSTM, the output head.
+struct Decoder<B: Backend> {
+    embedding: Embedding<B>,
+    dropout: RowDropout<B>,
+    rnn: Lstm<B>,
+    fc_out: Linear<B>,
 }
 
 /// The layers, apart from the buffers, so that a step can borrow both.
 struct Layers<B: Backend> {
-    src_emb: Embedding<B>,
-    src_drop: Dropped<B>,
-    enc: Lstm<B>,
-    tgt_emb: Embedding<B>,
-    tgt_drop: Dropped<B>,
-    dec: Lstm<B>,
-    head: Linear<B>,
+    encoder: Encoder<B>,
+    decoder: Decoder<B>,
+}
+
+impl<B: Backend> Layers<B> {
+    /// Declares the tensors in the reference's order (encoder, then decoder) and
+    /// allocates the activations for `cfg`'s workspace.
+    fn new(be: &B, plan: &mut Plan, cfg: &Seq2SeqConfig) -> Self {
+        let (e, h, b) = (cfg.emb_dim(), cfg.hidden_dim(), cfg.max_batch);
+        let (ts, s) = (cfg.max_src_len, cfg.max_dec_steps());
+        let lstm = LstmConfig {
+            layers: cfg.layers,
+            input: e,
+            hidden: h,
+            dropout: cfg.dropout,
+        };
+        let encoder = Encoder {
+            embedding: Embedding::new(be, plan, cfg.src_vocab, e, ts * b),
+            dropout: RowDropout::new(be, plan, ts * b * e),
+            rnn: Lstm::new(be, plan, lstm, ts),
+        };
+        let embedding = Embedding::new(be, plan, cfg.tgt_vocab, e, s * b);
+        let dropout = RowDropout::new(be, plan, s * b * e);
+        let rnn = Lstm::new(be, plan, lstm, s);
+        // The head sees every (step, column) as a row.
+        plan.max_batch = s * b;
+        let decoder = Decoder {
+            embedding,
+            dropout,
+            rnn,
+            fc_out: Linear::new(be, plan, (h, 1, 1), cfg.tgt_vocab),
+        };
+        Layers { encoder, decoder }
+    }
+}
+
+impl<B: Backend> Module<B> for Encoder<B> {
+    fn visit(&self, tensors: &mut NamedTensors) {
+        tensors.child("embedding", &self.embedding);
+        tensors.child("rnn", &self.rnn);
+    }
+
+    fn activation_len(&self) -> usize {
+        self.embedding.activation_len() + self.dropout.activation_len() + self.rnn.activation_len()
+    }
+}
+
+impl<B: Backend> Module<B> for Decoder<B> {
+    fn visit(&self, tensors: &mut NamedTensors) {
+        tensors.child("embedding", &self.embedding);
+        tensors.child("rnn", &self.rnn);
+        tensors.child("fc_out", &self.fc_out);
+    }
+
+    fn activation_len(&self) -> usize {
+        let emb = self.embedding.activation_len() + self.dropout.activation_len();
+        emb + self.rnn.activation_len() + self.fc_out.activation_len()
+    }
+}
+
+impl<B: Backend> Module<B> for Layers<B> {
+    fn visit(&self, tensors: &mut NamedTensors) {
+        tensors.child("encoder", &self.encoder);
+        tensors.child("decoder", &self.decoder);
+    }
+
+    fn activation_len(&self) -> usize {
+        self.encoder.activation_len() + self.decoder.activation_len()
+    }
 }
 
 /// Sizes of one batch: source rows, columns, decoder steps.
@@ -205,10 +252,8 @@ struct Dims {
 
 /// An LSTM encoder-decoder; see the module doc for a step.
 pub struct Seq2Seq<B: Backend> {
-    be: B,
     cfg: Seq2SeqConfig,
-    flat: Flat<B>,
-    params: Vec<TensorSpec>,
+    model: FlatModel<B>,
     nets: Layers<B>,
     /// The encoder's output gradient: its outputs feed no loss.
     zeros: B::Buf,
@@ -225,95 +270,27 @@ impl<B: Backend> Seq2Seq<B> {
     /// The model of `cfg` on `be`, initialised from `seed` (the same weights on every rank).
     pub fn new(be: B, cfg: Seq2SeqConfig, seed: u64) -> Self {
         cfg.assert_valid();
-        let (e, h, b) = (cfg.emb_dim(), cfg.hidden_dim(), cfg.max_batch);
+        let (h, b) = (cfg.hidden_dim(), cfg.max_batch);
         let (ts, s) = (cfg.max_src_len, cfg.max_dec_steps());
         let mut plan = Plan::new(b);
-        let lstm = |input| LstmConfig {
-            layers: cfg.layers,
-            input,
-            hidden: h,
-            dropout: cfg.dropout,
-        };
-        plan.enter(Some("encoder"));
-        plan.enter(Some("embedding"));
-        let src_emb = Embedding::new(&be, &mut plan, cfg.src_vocab, e, ts * b);
-        plan.leave();
-        let src_drop = Dropped::new(&be, &mut plan, ts * b * e);
-        plan.enter(Some("rnn"));
-        let enc = Lstm::new(&be, &mut plan, lstm(e), ts);
-        plan.leave();
-        plan.leave();
-        plan.enter(Some("decoder"));
-        plan.enter(Some("embedding"));
-        let tgt_emb = Embedding::new(&be, &mut plan, cfg.tgt_vocab, e, s * b);
-        plan.leave();
-        let tgt_drop = Dropped::new(&be, &mut plan, s * b * e);
-        plan.enter(Some("rnn"));
-        let dec = Lstm::new(&be, &mut plan, lstm(e), s);
-        plan.leave();
-        // The head sees every (step, column) as a row.
-        plan.max_batch = s * b;
-        plan.enter(Some("fc_out"));
-        let head = Linear::new(&be, &mut plan, (h, 1, 1), cfg.tgt_vocab);
-        plan.leave();
-        plan.leave();
-        for spec in &mut plan.params {
-            spec.init = Init::Uniform { bound: INIT_BOUND };
-        }
-        let n = plan.num_params();
-        let mut flat = Flat {
-            params: be.alloc(n),
-            grads: be.alloc(n),
-            state: be.alloc(0),
-            scratch: be.alloc(plan.scratch),
-            dropout_seed: 0,
-        };
-        be.upload(&mut flat.params, &initial_values(&plan.params, seed));
+        plan.init_params_as(Init::Uniform { bound: INIT_BOUND });
+        let nets = Layers::new(&be, &mut plan, &cfg);
+        let zeros = be.alloc(ts * b * h);
+        let dlogits = be.alloc(s * b * cfg.tgt_vocab);
         Seq2Seq {
-            zeros: be.alloc(ts * b * h),
-            dlogits: be.alloc(s * b * cfg.tgt_vocab),
+            model: FlatModel::new(be, &plan, NamedTensors::of(&nets), seed),
+            zeros,
+            dlogits,
             step_logits: vec![0.0; b * cfg.tgt_vocab],
             inputs: vec![PAD_ID; s * b],
-            be,
             cfg,
-            flat,
-            params: plan.params,
-            nets: Layers {
-                src_emb,
-                src_drop,
-                enc,
-                tgt_emb,
-                tgt_drop,
-                dec,
-                head,
-            },
+            nets,
             stream: 0,
         }
     }
 
     pub fn config(&self) -> &Seq2SeqConfig {
         &self.cfg
-    }
-    pub fn backend(&self) -> &B {
-        &self.be
-    }
-    pub fn num_params(&self) -> usize {
-        self.params.last().map_or(0, |s| s.range.end)
-    }
-    /// The trained tensors: PyTorch's names and shapes, ranges in the flat buffer.
-    pub fn param_specs(&self) -> &[TensorSpec] {
-        &self.params
-    }
-
-    /// Bytes of activations and work space allocated for the largest batch.
-    pub fn workspace_bytes(&self) -> usize {
-        let (cfg, n) = (&self.cfg, &self.nets);
-        let (e, b, s) = (cfg.emb_dim(), cfg.max_batch, cfg.max_dec_steps());
-        let rows = (cfg.max_src_len + s) * b;
-        // Embedding outputs, dropout out/mask/dx, encoder zeros, dlogits.
-        let own = rows * e * 4 + cfg.max_src_len * b * cfg.hidden_dim() + s * b * cfg.tgt_vocab;
-        let layers = n.enc.activation_len() + n.dec.activation_len() + n.head.activation_len();
-        4 * (own + layers + self.step_logits.len())
     }
 
     /// The ids the decoder read in the last training step (teacher-forced or predicted):
@@ -343,33 +320,6 @@ impl<B: Backend> Seq2Seq<B> {
         ChaCha8Rng::seed_from_u64(mask_hash(self.stream, step) ^ TEACHER_TAG)
     }
 
-    pub fn params_to_host(&self, host: &mut [f32]) {
-        self.be.download(host, &self.flat.params);
-    }
-    pub fn params_from_host(&mut self, host: &[f32]) {
-        assert_eq!(host.len(), self.num_params(), "weights of another model");
-        self.be.upload(&mut self.flat.params, host);
-    }
-    pub fn grads_to_host(&self, host: &mut [f32]) {
-        self.be.download(host, &self.flat.grads);
-    }
-    pub fn grads_from_host(&mut self, host: &[f32]) {
-        assert_eq!(host.len(), self.num_params(), "gradients of another model");
-        self.be.upload(&mut self.flat.grads, host);
-    }
-
-    /// The parameters and the gradients, as the backend holds them.
-    pub fn buffers(&self) -> (&B::Buf, &B::Buf) {
-        (&self.flat.params, &self.flat.grads)
-    }
-
-    /// The backend, the parameters and the gradients, for an optimizer that runs over
-    /// the model's own buffers.
-    pub fn optimizer_buffers(&mut self) -> (&B, &mut B::Buf, &mut B::Buf) {
-        let Flat { params, grads, .. } = &mut self.flat;
-        (&self.be, params, grads)
-    }
-
     /// Training step `step`: overwrites the gradient buffer with the gradient of the
     /// masked mean cross-entropy of `batch` and returns its stats.
     pub fn forward_backward(
@@ -394,18 +344,21 @@ impl<B: Backend> Seq2Seq<B> {
     pub fn evaluate_batch(&mut self, batch: &TextBatch) -> Result<XentStats, ModelError> {
         let d = self.check_batch(batch)?;
         self.encode(&batch.src, d, Mode::Eval)?;
-        let (be, n, f) = (&self.be, &mut self.nets, &mut self.flat);
+        let (be, f) = self.model.parts_mut();
+        let Layers { encoder, decoder } = &mut self.nets;
         let v = self.cfg.tgt_vocab;
         let rows = d.s * d.b;
-        n.tgt_emb.forward(be, f, &batch.tgt[..rows])?;
-        n.tgt_drop
-            .forward(be, n.tgt_emb.output(), 0..rows * n.tgt_emb.dim(), 0.0, 0);
-        let init = Some(n.enc.final_state());
-        n.dec
-            .forward(be, f, &n.tgt_drop.out, d.s, d.b, init, Mode::Eval)?;
-        n.head.forward(be, f, n.dec.output(), rows, Mode::Eval);
+        let emb = &mut decoder.embedding;
+        emb.forward(be, f, &batch.tgt[..rows])?;
+        let values = 0..rows * emb.dim();
+        decoder.dropout.forward(be, emb.output(), values, 0.0, 0);
+        let init = Some(encoder.rnn.final_state());
+        let x = decoder.dropout.output();
+        decoder.rnn.forward(be, f, x, d.s, d.b, init, Mode::Eval)?;
+        let head = &mut decoder.fc_out;
+        head.forward(be, f, decoder.rnn.output(), rows, Mode::Eval);
         let labels = &batch.tgt[d.b..(d.s + 1) * d.b];
-        Ok(be.softmax_xent_masked(&mut self.dlogits, n.head.output(), labels, PAD_ID, v))
+        Ok(be.softmax_xent_masked(&mut self.dlogits, head.output(), labels, PAD_ID, v))
     }
 
     /// Greedy translations of `batch`'s sources (its targets are not read): from `<sos>`,
@@ -419,15 +372,10 @@ impl<B: Backend> Seq2Seq<B> {
         let d = self.check_source(batch)?;
         check_size("max length", max_len, 1, self.cfg.max_dec_steps())?;
         self.encode(&batch.src, d, Mode::Eval)?;
-        let (n, f) = (&mut self.nets, &self.flat);
-        n.dec.begin(
-            &self.be,
-            f,
-            max_len,
-            d.b,
-            Some(n.enc.final_state()),
-            Mode::Eval,
-        )?;
+        let (be, f) = self.model.parts_mut();
+        let Layers { encoder, decoder } = &mut self.nets;
+        let init = Some(encoder.rnn.final_state());
+        decoder.rnn.begin(be, f, max_len, d.b, init, Mode::Eval)?;
         let mut out = vec![Vec::new(); d.b];
         let mut done = vec![false; d.b];
         // Each step reads the ids the last one predicted, in the same place.
@@ -485,13 +433,14 @@ impl<B: Backend> Seq2Seq<B> {
     /// Encoder forward over the whole source.
     fn encode(&mut self, src: &[u32], d: Dims, mode: Mode) -> Result<(), ModelError> {
         let p = self.dropout(mode);
-        let (be, n, f) = (&self.be, &mut self.nets, &self.flat);
-        n.src_emb.forward(be, f, src)?;
-        let len = d.ts * d.b * n.src_emb.dim();
-        n.src_drop
-            .forward(be, n.src_emb.output(), 0..len, p, f.dropout_seed);
-        n.enc
-            .forward(be, f, &n.src_drop.out, d.ts, d.b, None, mode)?;
+        let (be, f) = self.model.parts_mut();
+        let enc = &mut self.nets.encoder;
+        enc.embedding.forward(be, f, src)?;
+        let len = d.ts * d.b * enc.embedding.dim();
+        let emb = enc.embedding.output();
+        enc.dropout.forward(be, emb, 0..len, p, f.dropout_seed);
+        let x = enc.dropout.output();
+        enc.rnn.forward(be, f, x, d.ts, d.b, None, mode)?;
         Ok(())
     }
 
@@ -505,29 +454,27 @@ impl<B: Backend> Seq2Seq<B> {
 
     /// Decoder step `t`, reading the ids at `inputs[first..first + b]`.
     fn decoder_step(&mut self, t: usize, b: usize, first: usize, p: f32) -> Result<(), ModelError> {
-        let (be, n, f) = (&self.be, &mut self.nets, &self.flat);
-        n.tgt_emb
-            .forward_rows(be, f, &self.inputs[first..first + b], t * b)?;
-        let row = b * n.tgt_emb.dim();
-        n.tgt_drop.forward(
-            be,
-            n.tgt_emb.output(),
-            t * row..(t + 1) * row,
-            p,
-            f.dropout_seed,
-        );
-        n.dec.forward_steps(be, f, &n.tgt_drop.out, t..t + 1);
+        let (be, f) = self.model.parts_mut();
+        let dec = &mut self.nets.decoder;
+        let ids = &self.inputs[first..first + b];
+        dec.embedding.forward_rows(be, f, ids, t * b)?;
+        let row = b * dec.embedding.dim();
+        let emb = dec.embedding.output();
+        let values = t * row..(t + 1) * row;
+        dec.dropout.forward(be, emb, values, p, f.dropout_seed);
+        dec.rnn.forward_steps(be, f, dec.dropout.output(), t..t + 1);
         Ok(())
     }
 
     /// The arg-max of the last decoder step's prediction for each of `b` columns, into
     /// `inputs[first..first + b]`.
     fn predict(&mut self, first: usize, b: usize) {
-        let (be, n, v) = (&self.be, &mut self.nets, self.cfg.tgt_vocab);
-        let top = n.dec.final_state().h.last().expect("at least one layer");
-        n.head.forward(be, &mut self.flat, top, b, Mode::Eval);
+        let (be, f) = self.model.parts_mut();
+        let (dec, v) = (&mut self.nets.decoder, self.cfg.tgt_vocab);
+        let top = dec.rnn.final_state().h.last().expect("at least one layer");
+        dec.fc_out.forward(be, f, top, b, Mode::Eval);
         let host = &mut self.step_logits[..b * v];
-        be.download(host, n.head.output());
+        be.download(host, dec.fc_out.output());
         let ids = &mut self.inputs[first..first + b];
         for (id, row) in ids.iter_mut().zip(host.chunks_exact(v)) {
             *id = argmax(row);
@@ -541,12 +488,12 @@ impl<B: Backend> Seq2Seq<B> {
         step: u64,
     ) -> Result<(XentStats, Dims), ModelError> {
         let d = self.check_batch(batch)?;
-        self.flat.dropout_seed = mask_hash(self.stream, step);
+        self.model.set_dropout_seed(mask_hash(self.stream, step));
         self.encode(&batch.src, d, Mode::Train)?;
-        let n = &mut self.nets;
-        let init = Some(n.enc.final_state());
-        n.dec
-            .begin(&self.be, &self.flat, d.s, d.b, init, Mode::Train)?;
+        let (be, f) = self.model.parts_mut();
+        let Layers { encoder, decoder } = &mut self.nets;
+        let init = Some(encoder.rnn.final_state());
+        decoder.rnn.begin(be, f, d.s, d.b, init, Mode::Train)?;
         let b = d.b;
         self.inputs[..b].copy_from_slice(&batch.tgt[..b]);
         let mut draws = self.teacher_draws(step);
@@ -563,34 +510,40 @@ impl<B: Backend> Seq2Seq<B> {
                 self.predict(next.start, b);
             }
         }
-        let (be, n) = (&self.be, &mut self.nets);
+        let (be, f) = self.model.parts_mut();
+        let dec = &mut self.nets.decoder;
         let rows = d.s * b;
-        n.head
-            .forward(be, &mut self.flat, n.dec.output(), rows, Mode::Train);
+        dec.fc_out
+            .forward(be, f, dec.rnn.output(), rows, Mode::Train);
         let labels = &batch.tgt[b..(d.s + 1) * b];
         let v = self.cfg.tgt_vocab;
-        let st = be.softmax_xent_masked(&mut self.dlogits, n.head.output(), labels, PAD_ID, v);
+        let logits = dec.fc_out.output();
+        let st = be.softmax_xent_masked(&mut self.dlogits, logits, labels, PAD_ID, v);
         Ok((st, d))
     }
 
     /// Steps 3-4 of the module doc, after [`Seq2Seq::train_forward`].
     fn backward(&mut self, src: &[u32], d: Dims) -> Result<(), ModelError> {
-        let (be, n, f) = (&self.be, &mut self.nets, &mut self.flat);
-        let len = self.params.last().map_or(0, |s| s.range.end);
-        be.fill(&mut f.grads, 0..len, 0.0);
-        let (rows, e) = (d.s * d.b, n.tgt_emb.dim());
-        n.head
-            .backward(be, f, n.dec.output(), &self.dlogits, rows, true);
-        n.dec
-            .backward(be, f, &n.tgt_drop.out, n.head.input_grad(), None, true);
-        n.tgt_drop.backward(be, n.dec.input_grad(), rows * e);
-        n.tgt_emb
-            .backward(be, f, &n.tgt_drop.dx, &self.inputs[..rows])?;
-        let dfinal = Some(n.dec.init_grad());
-        n.enc
-            .backward(be, f, &n.src_drop.out, &self.zeros, dfinal, true);
-        n.src_drop.backward(be, n.enc.input_grad(), d.ts * d.b * e);
-        n.src_emb.backward(be, f, &n.src_drop.dx, src)
+        self.model.zero_grads();
+        let (be, f) = self.model.parts_mut();
+        let Layers { encoder, decoder } = &mut self.nets;
+        let (rows, e) = (d.s * d.b, decoder.embedding.dim());
+        let dec = decoder;
+        dec.fc_out
+            .backward(be, f, dec.rnn.output(), &self.dlogits, rows, true);
+        let x = dec.dropout.output();
+        dec.rnn
+            .backward(be, f, x, dec.fc_out.input_grad(), None, true);
+        dec.dropout.backward(be, dec.rnn.input_grad(), rows * e);
+        let dx = dec.dropout.input_grad();
+        dec.embedding.backward(be, f, dx, &self.inputs[..rows])?;
+        let dfinal = Some(dec.rnn.init_grad());
+        let enc = encoder;
+        let x = enc.dropout.output();
+        enc.rnn.backward(be, f, x, &self.zeros, dfinal, true);
+        enc.dropout
+            .backward(be, enc.rnn.input_grad(), d.ts * d.b * e);
+        enc.embedding.backward(be, f, enc.dropout.input_grad(), src)
     }
 }
 
@@ -632,19 +585,34 @@ fn check_size(what: &'static str, got: usize, min: usize, max: usize) -> Result<
     Ok(())
 }
 
-/// The CPU buffers are host memory: lent out without copies.
-impl Seq2Seq<Cpu> {
-    pub fn params(&self) -> &[f32] {
-        &self.flat.params
+impl<B: Backend> Module<B> for Seq2Seq<B> {
+    fn visit(&self, tensors: &mut NamedTensors) {
+        self.nets.visit(tensors);
     }
-    pub fn params_mut(&mut self) -> &mut [f32] {
-        &mut self.flat.params
+
+    /// The layers' activations, the encoder's zero output gradient, the logits' gradient
+    /// and a decoder step's logits on the host.
+    fn activation_len(&self) -> usize {
+        let (cfg, b, s) = (&self.cfg, self.cfg.max_batch, self.cfg.max_dec_steps());
+        let own = cfg.max_src_len * b * cfg.hidden_dim() + s * b * cfg.tgt_vocab;
+        own + self.nets.activation_len() + self.step_logits.len()
     }
-    pub fn grads(&self) -> &[f32] {
-        &self.flat.grads
+}
+
+impl<B: Backend> Trainable<B> for Seq2Seq<B> {
+    fn name(&self) -> &str {
+        "seq2seq"
     }
-    /// Parameters (read) and gradients (write) at once, for an optimizer step.
-    pub fn params_and_grads_mut(&mut self) -> (&mut [f32], &mut [f32]) {
-        (&mut self.flat.params, &mut self.flat.grads)
+    fn flat_model(&self) -> &FlatModel<B> {
+        &self.model
+    }
+    fn flat_model_mut(&mut self) -> &mut FlatModel<B> {
+        &mut self.model
+    }
+    fn data_metadata(&self) -> Vec<(String, String)> {
+        vec![
+            ("src_vocab".to_string(), self.cfg.src_vocab.to_string()),
+            ("tgt_vocab".to_string(), self.cfg.tgt_vocab.to_string()),
+        ]
     }
 }

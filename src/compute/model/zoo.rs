@@ -150,6 +150,7 @@ pub fn vgg19<B: Backend>(
 mod tests {
     use super::*;
     use crate::compute::backend::cpu::Cpu;
+    use crate::compute::model::Trainable;
 
     #[test]
     fn parameter_counts_match_pytorch() {

@@ -14,7 +14,7 @@ use anyhow::{Context, Result};
 use crate::compute::backend::cuda::Cuda;
 use crate::compute::backend::{AdamStep, Backend, SgdStep};
 use crate::compute::model::seq2seq::Seq2Seq;
-use crate::compute::model::zoo;
+use crate::compute::model::{zoo, Trainable};
 
 /// `n` deterministic values in [-0.5, 0.5) (xorshift from `seed`).
 fn random_values(n: usize, seed: u64) -> Vec<f32> {

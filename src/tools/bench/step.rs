@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 
 use crate::compute::backend::cpu::Cpu;
 use crate::compute::model::seq2seq::{Seq2Seq, Seq2SeqConfig};
+use crate::compute::model::Trainable;
 use crate::compute::optim::{Adam, AdamConfig, NetworkSgd};
 use crate::compute::workload::{ComputeStep, Corpus};
 use crate::config::Config;
