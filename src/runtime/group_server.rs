@@ -19,10 +19,10 @@ use crate::protocol::layout::Layout;
 use crate::protocol::param_server::{Apply, ParamServer, UpdateRule};
 use crate::runtime::exchange::GroupExchange;
 use crate::runtime::finish::RoleOutcome;
-use crate::runtime::peers::{Exchange, NoExchange};
+use crate::runtime::peers::{Exchange, NoPeers};
 use crate::runtime::regrouper::Regrouper;
 use crate::runtime::saver::{self, Saver};
-use crate::runtime::server::{self, Peers, ServeContext, ServeStats};
+use crate::runtime::server::{self, Outside, ServeContext, ServeStats};
 use crate::runtime::setup::RunContext;
 use crate::telemetry::{ServerRow, Snapshots};
 
@@ -128,12 +128,12 @@ pub fn serve_group(
             ex.resume(&m.group_pushes, m.speed)
                 .with_context(|| path.unwrap_or_default())?;
         }
-        let peers = Peers {
-            exchange: &mut ex,
+        let outside = Outside {
+            peers: &mut ex,
             regroup: regroup.as_mut(),
         };
         let stats = server::serve(
-            served.0, served.1, served.2, peers, &mut log, snapshots, saver,
+            served.0, served.1, served.2, outside, &mut log, snapshots, saver,
         )?;
         outcome.regroups = regroup.map(|r| r.history).unwrap_or_default();
         outcome.replica_error = Some(ex.finish(served.1)?);
@@ -144,14 +144,14 @@ pub fn serve_group(
         ex.close()?;
         (stats, known)
     } else {
-        let peers = Peers {
-            exchange: &mut NoExchange,
+        let outside = Outside {
+            peers: &mut NoPeers,
             regroup: None,
         };
         let stats = server::serve(
-            served.0, served.1, served.2, peers, &mut log, snapshots, saver,
+            served.0, served.1, served.2, outside, &mut log, snapshots, saver,
         )?;
-        let known = NoExchange.saved_state(serve_ctx.resumed_pushes.unwrap_or(0) + stats.pushes);
+        let known = NoPeers.saved_state(serve_ctx.resumed_pushes.unwrap_or(0) + stats.pushes);
         (stats, known)
     };
     log.flush()?;

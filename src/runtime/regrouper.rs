@@ -1,6 +1,6 @@
 //! Regrouping during a gssp run, on the group servers: each times its workers
 //! ([`SpeedWindow`]); every `sync.gssp.regroup_every_s` the servers meet, pool the windows through
-//! [`Exchange::share`], and take the same [`decide`] decision (the pure part, in
+//! [`Meetings::share`], and take the same [`decide`] decision (the pure part, in
 //! [`crate::protocol::regroup`]).
 //!
 //! A group whose members change gets a communicator of its new members: its server tells
@@ -24,7 +24,7 @@ use crate::protocol::costmodel::CostModel;
 use crate::protocol::layout::Layout;
 use crate::protocol::param_server::ParamServer;
 use crate::protocol::regroup::{decide, Confirmation, Move, RegroupEvent, SpeedWindow};
-use crate::runtime::peers::Exchange;
+use crate::runtime::peers::Meetings;
 
 /// Values each server contributes per worker slot at a meeting: median seconds per
 /// iteration, spread, iterations in the window, and whether the worker is still on its way
@@ -179,18 +179,18 @@ impl<'w> Regrouper<'w> {
         self.switch_when_told(link, ps, time_s)
     }
 
-    /// The meeting (collective over the group servers, through `exchange`): pools the
+    /// The meeting (collective over the group servers, through `meetings`): pools the
     /// windows, decides, records the event, and starts this group's change of members when
     /// it has one.
     pub fn meet(
         &mut self,
-        exchange: &mut dyn Exchange,
+        meetings: &mut dyn Meetings,
         link: &mut ServerLink,
         ps: &mut ParamServer,
         time_s: f64,
     ) -> Result<()> {
         self.next_s = time_s + self.every_s;
-        let rows = exchange.share(&self.row())?;
+        let rows = meetings.share(&self.row())?;
         let pooled = Pooled::from_rows(&rows, &self.groups, self.slots.len());
         let decision = match pooled.moving {
             Some(w) => Err(format!("worker rank {} is still moving", self.slots[w])),

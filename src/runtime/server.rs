@@ -3,7 +3,7 @@
 //!
 //! The loop takes whichever worker's push arrives first (a matched probe from any source,
 //! `MPI_Mprobe` then `MPI_Mrecv`, in [`ServerLink::wait_push`]), never waiting for a
-//! particular worker; applies it through [`ParamServer`]; lets the [`Exchange`] hook talk to
+//! particular worker; applies it through [`ParamServer`]; lets its [`Peers`] (the exchange) talk to
 //! other groups; and answers every worker the SSP rule allows.
 
 use std::time::Instant;
@@ -16,7 +16,7 @@ use crate::comm::SubComm;
 use crate::compute::optim;
 use crate::config::Config;
 use crate::protocol::param_server::ParamServer;
-use crate::runtime::peers::{Exchange, Meet};
+use crate::runtime::peers::{Meet, Peers};
 use crate::runtime::regrouper::Regrouper;
 use crate::runtime::saver::{self, Saver};
 use crate::telemetry::clock::thread_cpu_s;
@@ -24,8 +24,8 @@ use crate::telemetry::{CsvLog, ServerRow, Snapshots};
 
 /// Who a server talks to besides its workers: its peers, and the regrouping it takes part
 /// in (gssp with `sync.gssp.regroup_every_s`).
-pub struct Peers<'a, 'w> {
-    pub exchange: &'a mut dyn Exchange,
+pub struct Outside<'a, 'w> {
+    pub peers: &'a mut dyn Peers,
     pub regroup: Option<&'a mut Regrouper<'w>>,
 }
 
@@ -81,16 +81,16 @@ pub fn serve(
     link: &mut ServerLink,
     ps: &mut ParamServer,
     ctx: &ServeContext<'_>,
-    peers: Peers<'_, '_>,
+    outside: Outside<'_, '_>,
     log: &mut CsvLog<ServerRow>,
     snapshots: &mut Snapshots,
     saver: &mut Saver<'_, SubComm>,
 ) -> Result<ServeStats> {
     let cfg = ctx.cfg;
-    let Peers {
-        exchange,
+    let Outside {
+        peers: exchange,
         mut regroup,
-    } = peers;
+    } = outside;
     let workers = link.workers();
     let samples_per_push = cfg.optim.batch_size as f64 / ctx.train_len as f64;
     let mut ready = Vec::with_capacity(workers);
@@ -259,7 +259,7 @@ pub fn serve(
 }
 
 /// Writes this server's part of a checkpoint at a quiet point: its replica, momentum,
-/// version, workers' clocks, what the exchange knows ([`Exchange::saved_state`]) and its
+/// version, workers' clocks, what the exchange knows ([`crate::runtime::peers::Exchange::saved_state`]) and its
 /// snapshots; then own pushes (over the whole run), epoch, and the agreed training clock.
 pub fn save(
     saver: &mut Saver<'_, SubComm>,
