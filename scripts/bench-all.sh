@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every figure of docs/benchmarks.md but the three-seed seq2seq ones (scripts/seq2seq-vs-pytorch.sh,
+# The standing figures of docs/results.md (docs/benchmarks.md describes each command) but the
+# three-seed seq2seq ones (scripts/seq2seq-vs-pytorch.sh,
 # scripts/seq2seq-four-tier.sh) and PowerSGD against GDTopK (scripts/powersgd-vs-gdtopk.sh),
 # one after the other (about 365 minutes on 2 cores, 65 of them the transient, speed-change
 # and recovering-straggler scenarios and 175 the three-seed scale study; the configs bench includes both
@@ -26,7 +27,7 @@ for scenario in transient speed_change; do
         | tee runs/bench-$scenario.txt
 done
 # A straggler that recovers: the transient scenario plus worker 3 5x slower from 3 s to 13 s,
-# regroup meetings every 2.5 s (docs/benchmarks.md, "a straggler that recovers").
+# regroup meetings every 2.5 s (docs/history.md, "a straggler that recovers").
 "$bin" bench paper --config configs/paper_lenet5_mnist_transient.toml \
     --set 'heterogeneity.changes=[{at_s=3.0,worker=3,factor=5.0},{at_s=13.0,worker=3,factor=1.0}]' \
     --set sync.gssp.regroup_every_s=2.5 --budget-s 60 --seeds 1,2,3 --modes gssp-gdtopk,asp-dc \

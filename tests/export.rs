@@ -3,7 +3,7 @@
 //! distributed mode whose final evaluation re-estimates batch-norm statistics. A damaged
 //! file, a missing one and a file of another model are each one error line naming the
 //! file. (That PyTorch loads the same files is checked by hand with
-//! `scripts/pytorch_reference.py --load`; see docs/benchmarks.md.)
+//! `scripts/pytorch_reference.py --load`; see docs/results.md.)
 
 mod common;
 

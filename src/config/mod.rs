@@ -175,7 +175,7 @@ pub enum LrSchedule {
     /// Cosine from `lr` down to 0 at the end of the run (`run.epochs` or
     /// `run.time_budget_s`, whichever ends it). The default: a run that ends at learning
     /// rate 0 leaves a settled final model, and gssp's final flush then carries almost
-    /// nothing (measured in docs/benchmarks.md).
+    /// nothing (measured in docs/history.md).
     Cosine,
 }
 
@@ -213,7 +213,7 @@ pub struct OptimConfig {
     /// corrected by `lambda * g * g * (w_now - w_then)` (0 = off).
     pub delay_compensation: f64,
     /// Clip the gradient of each step to this global L2 norm before the optimizer uses
-    /// it (0 = off); where that is in each mode: README, `[optim]`.
+    /// it (0 = off); where that is in each mode: docs/config.md, `[optim]`.
     pub clip_norm: f64,
 }
 
@@ -234,7 +234,7 @@ pub enum SyncMode {
     Ssp,
     Gssp,
     Allreduce,
-    /// Local SGD: `sync.local_steps` steps on each rank's replica, then an average.
+    /// Local SGD: `sync.localsgd.local_steps` steps on each rank's replica, then an average.
     Localsgd,
 }
 
@@ -269,7 +269,7 @@ impl<'de> Deserialize<'de> for Staleness {
 }
 
 /// The number of gssp groups: a number, or `"auto"` (profile grouping): the count the cost
-/// model predicts fastest, up to `sync.max_groups` ([`crate::protocol::costmodel::choose_group_count`]).
+/// model predicts fastest, up to `sync.gssp.max_groups` ([`crate::protocol::costmodel::choose_group_count`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Groups {
     Count(usize),
@@ -527,7 +527,7 @@ pub struct HeterogeneityConfig {
     pub changes: Vec<SpeedChange>,
     /// Emulated network link of every rank, Gbit/s (0 = none: the node's own transport).
     /// Each message holds its sender for its transfer and queues at a busy receiver
-    /// ([`crate::compute::pace::EmulatedLink`]), so one node can stand in for a cluster whose
+    /// ([`crate::comm::link::EmulatedLink`]), so one node can stand in for a cluster whose
     /// network is slow against its compute.
     pub link_gbps: f64,
 }
@@ -590,7 +590,7 @@ impl DeviceConfig {
 }
 
 /// The cluster's figures for the timing cost model ([`crate::protocol::costmodel`]): what
-/// `sync.groups = "auto"` and regrouping predict speeds with. The defaults describe one
+/// `sync.gssp.groups = "auto"` and regrouping predict speeds with. The defaults describe one
 /// node's shared memory (measured on the LeNet-5 paper scenario).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
@@ -620,7 +620,7 @@ pub const MAX_CLASSES: usize = u8::MAX as usize + 1;
 /// height, width).
 pub const CIFAR_INPUT: (usize, usize, usize) = (3, 32, 32);
 
-/// The default of `sync.regroup_min_gain`: the least relative gain in predicted throughput
+/// The default of `sync.gssp.regroup_min_gain`: the least relative gain in predicted throughput
 /// for a regroup to move workers. Below it a difference counts as noise (hysteresis).
 pub const REGROUP_MIN_GAIN: f64 = 0.10;
 

@@ -182,7 +182,7 @@ pub const AUTO_JITTER: f64 = 0.25;
 
 /// The largest automatic staleness bound: beyond it the stale gradients cost more accuracy
 /// than the waits they save (at s = 3 the paper scenario already stalled below 98%,
-/// docs/benchmarks.md), and a delay that long is a slow worker for regrouping, not noise.
+/// docs/history.md), and a delay that long is a slow worker for regrouping, not noise.
 pub const AUTO_STALENESS_MAX: usize = 8;
 
 /// Each group's SSP bound under `sync.gssp.staleness = "auto"`, from the profile.

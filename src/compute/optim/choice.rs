@@ -1,7 +1,7 @@
 //! The optimizer a config selects (`optim.kind`), for the two places an optimizer runs:
 //! a parameter server's host replica ([`HostOptimizer`]) and a worker's own network
 //! ([`NetworkOptimizer`]: single process, allreduce, localsgd). Both clip by global norm
-//! first when `optim.clip_norm > 0`; where that happens in each mode is in the README.
+//! first when `optim.clip_norm > 0`; where that happens in each mode: docs/config.md.
 
 use crate::compute::backend::Backend;
 use crate::compute::model::Trainable;

@@ -9,7 +9,7 @@
 //! weights once, as one synchronous step does (not W times):
 //! `g = scale * grad + share * weight_decay * w; v = momentum * v + g; w -= lr * v`.
 //! Momentum stays per update: stretched to one decay per round of W pushes, it makes the
-//! asynchronous modes oscillate on stale gradients (figures in docs/benchmarks.md).
+//! asynchronous modes oscillate on stale gradients (figures in docs/history.md).
 
 pub mod adam;
 pub mod choice;
