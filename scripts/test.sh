@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the whole test suite (unit tests, gradient
-# checks, real-data tests against ../shared/data, multi-rank tests under mpirun).
+# checks, real-data tests against ../shared/data, multi-rank tests under mpirun). At the
+# end it lists, one line each, the tests that could not run here and why (no GPU, no
+# tmpfs): `cargo test` hides what they print.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -14,4 +16,16 @@ else
     echo "test.sh: NVRTC could not be installed; the CUDA kernel compile checks will be skipped" >&2
 fi
 source scripts/env.sh
+GSSP_SKIPPED_LOG=$(mktemp)
+export GSSP_SKIPPED_LOG
+list_skipped() {
+    if [ -s "$GSSP_SKIPPED_LOG" ]; then
+        echo "test.sh: $(sort -u "$GSSP_SKIPPED_LOG" | wc -l) test(s) skipped here:"
+        sort -u "$GSSP_SKIPPED_LOG" | sed 's/^/  skipped: /'
+    else
+        echo "test.sh: no test skipped"
+    fi
+    rm -f "$GSSP_SKIPPED_LOG"
+}
+trap list_skipped EXIT
 cargo test --release "$@"

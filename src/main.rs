@@ -401,7 +401,7 @@ fn train(
     };
     comm.install_panic_abort();
     let rank = comm.rank();
-    let (cfg, resume) = match train_config(config, resume, overrides).and_then(|(c, r)| {
+    let loaded = train_config(config, resume, overrides).and_then(|(c, r)| {
         c.validate_for_world(comm.size())?;
         if let Some(r) = &r {
             anyhow::ensure!(
@@ -414,12 +414,13 @@ fn train(
             );
         }
         Ok((c, r))
-    }) {
+    });
+    // Every rank reads the config and the checkpoint for itself: on nodes that do not all
+    // see the same files, some may fail where others do not, and all must stop together.
+    let (cfg, resume) = match comm.fatal_on_all(loaded.map_err(|e| format!("{e:#}"))) {
         Ok(c) => c,
-        Err(e) => {
-            if rank == 0 {
-                eprintln!("error: {e:#}");
-            }
+        Err(f) => {
+            report_fatal(&f, rank, comm.size());
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -480,20 +481,8 @@ fn train(
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.downcast_ref::<FatalOnAll>().is_some() => {
-            // A setup error every rank knows of: the ranks that failed say why (rank 0
-            // alone when all failed alike), and all exit without aborting the job.
             if let Some(f) = e.downcast_ref::<FatalOnAll>() {
-                let all_failed = f.failed_ranks as usize == comm.size();
-                if let (Some(m), false) = (&f.local, all_failed && rank != 0) {
-                    eprintln!(
-                        "error: {}{m}",
-                        if all_failed {
-                            String::new()
-                        } else {
-                            format!("rank {rank}: ")
-                        }
-                    );
-                }
+                report_fatal(f, rank, comm.size());
             }
             ExitCode::from(EXIT_USAGE)
         }
@@ -505,6 +494,18 @@ fn train(
             }
             ExitCode::from(EXIT_USAGE)
         }
+    }
+}
+
+/// Prints an error every rank knows of ([`FatalOnAll`]): the ranks that failed say why,
+/// each naming itself, or rank 0 alone when all `size` ranks failed alike; then every rank
+/// exits without aborting the job.
+fn report_fatal(f: &FatalOnAll, rank: usize, size: usize) {
+    let all_failed = f.failed_ranks as usize == size;
+    match (&f.local, all_failed) {
+        (Some(m), true) if rank == 0 => eprintln!("error: {m}"),
+        (Some(m), false) => eprintln!("error: rank {rank}: {m}"),
+        _ => {}
     }
 }
 

@@ -405,6 +405,30 @@ fn a_damaged_checkpoint_is_an_error_naming_the_file() {
     );
 }
 
+/// A resumed worker reads its server's file for its clock (the run directory must be on a
+/// file system every node sees): where it cannot, each such rank names itself and the
+/// path, and the job ends at once.
+#[test]
+fn a_rank_that_cannot_read_what_it_needs_names_itself_and_the_path() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let run = finished_run(&scratch, "unreadable");
+    let file = latest_manifest(&run.dir).with_file_name("rank-0.safetensors");
+    std::fs::remove_file(&file).expect("remove the server's file");
+    let err = resume_fails(&run.dir, 3, &[]);
+    let path = file.display().to_string();
+    for rank in [1, 2] {
+        let line = err
+            .lines()
+            .find(|l| l.starts_with(&format!("error: rank {rank}: ")))
+            .unwrap_or_else(|| panic!("rank {rank} does not name itself:\n{err}"));
+        assert!(
+            line.contains(&path),
+            "rank {rank} does not name {path}:\n{err}"
+        );
+    }
+}
+
 #[test]
 fn a_wrong_resume_is_refused_with_the_reason() {
     let _lock = job_lock();

@@ -24,6 +24,8 @@ use gssp::compute::model::{zoo, Trainable};
 use gssp::data::bucket::TextBatch;
 use gssp::data::multi30k::EncodedPairs;
 
+mod skipped;
+
 /// The GPU, or `None` after printing why the test is skipped; with `GSSP_REQUIRE_GPU`
 /// set (scripts/gpu-check.sh) a missing GPU fails the test instead.
 fn gpu(test: &str) -> Option<Cuda> {
@@ -33,7 +35,7 @@ fn gpu(test: &str) -> Option<Cuda> {
             panic!("{test}: GSSP_REQUIRE_GPU is set but the GPU is not usable: {e:#}")
         }
         Err(e) => {
-            eprintln!("{test}: skipped: {e:#}");
+            skipped::skip(test, &format!("{e:#}"));
             None
         }
     }

@@ -7,6 +7,7 @@
 #![cfg(feature = "cuda")]
 
 mod common;
+mod skipped;
 
 use std::time::Duration;
 
@@ -53,7 +54,12 @@ fn every_distributed_mode_trains_on_the_gpu_or_stops_every_rank_saying_why() {
             .wait(Duration::from_secs(180));
         match &missing {
             Some(why) => {
-                eprintln!("{mode}: no GPU here ({why}): checking the refusal");
+                let test =
+                    "every_distributed_mode_trains_on_the_gpu_or_stops_every_rank_saying_why";
+                skipped::skip(
+                    test,
+                    &format!("{mode} on the GPU not run ({why}); its refusal checked"),
+                );
                 assert_eq!(job.code, Some(2), "{mode}: stderr:\n{}", job.stderr);
                 assert!(
                     job.stderr.contains("device.kind: \"cuda\" cannot run here")
@@ -88,7 +94,7 @@ fn every_distributed_mode_trains_on_the_gpu_or_stops_every_rank_saying_why() {
 fn allreduce_on_the_gpu_follows_the_cpu() {
     let _lock = job_lock();
     if let Some(why) = gpu_missing("allreduce_on_the_gpu_follows_the_cpu") {
-        eprintln!("allreduce_on_the_gpu_follows_the_cpu: skipped: {why}");
+        skipped::skip("allreduce_on_the_gpu_follows_the_cpu", &why);
         return;
     }
     let scratch = Scratch::new();
@@ -136,6 +142,11 @@ fn group_servers_select_on_the_gpu_or_stop_every_rank_saying_why() {
         common::spawn_mpirun(4, &args, &out.display().to_string()).wait(Duration::from_secs(180));
     match gpu_missing("group_servers_select_on_the_gpu") {
         Some(why) => {
+            let test = "group_servers_select_on_the_gpu";
+            skipped::skip(
+                test,
+                &format!("selection on the GPU not run ({why}); its refusal checked"),
+            );
             assert_eq!(job.code, Some(2), "stderr:\n{}", job.stderr);
             assert!(
                 job.stderr

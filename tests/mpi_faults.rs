@@ -2,6 +2,7 @@
 //! rank that dies mid-run takes the job down instead of leaving it hanging.
 
 mod common;
+mod skipped;
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -409,8 +410,9 @@ fn full_disk_is_a_clear_error_and_leaves_no_half_written_model() {
         .arg(&mount)
         .status();
     if !matches!(mounted, Ok(s) if s.success()) {
-        eprintln!(
-            "skipped: cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN): {mounted:?}"
+        skipped::skip(
+            "full_disk_is_a_clear_error_and_leaves_no_half_written_model",
+            &format!("cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN): {mounted:?}"),
         );
         return;
     }

@@ -54,9 +54,8 @@ const SLICE: Duration = Duration::from_micros(200);
 /// Waits `seconds`, entering MPI's progress engine every [`SLICE`]. A network card moves
 /// the messages already handed to it while its host does other work; the shared-memory
 /// transport moves the fragments of a large message only while its sender is inside MPI.
-/// A server held for its next reply's transfer would otherwise stall the reply before it
-/// (measured: a group's four 247 kB replies all arrived after the fourth one's hold, the
-/// first worker waiting 16 ms longer than its transfer).
+/// A server held for its next reply's transfer would otherwise stall the reply before it:
+/// a group's replies would all arrive after the last one's hold.
 fn wait_progressing(seconds: f64) {
     let Ok(total) = Duration::try_from_secs_f64(seconds) else {
         return;

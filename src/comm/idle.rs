@@ -1,9 +1,8 @@
 //! How a rank waits for a message: spinning inside MPI (MPI's own default, the lowest
 //! latency when every rank has a core of its own), or polling with short sleeps in between
 //! when the node runs more ranks than it has cores. There a spinning rank takes a core from
-//! one that has work: with 20 ranks on 2 cores, four idle group servers spinning in
-//! `MPI_Mprobe` delayed every reply by 10-15 ms. A poll every [`PAUSE`] adds at most about
-//! 0.1 ms to a wait, against iterations of 30 ms or more in the emulated clusters.
+//! one that has work, and every rank waiting for it waits longer. A poll every [`PAUSE`]
+//! adds at most one pause to a wait, short against an iteration.
 //! `GSSP_IDLE_WAIT=spin` or `=sleep` overrides the choice.
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -380,6 +380,32 @@ impl<T: Element> Window<T> {
         )
     }
 
+    /// The common part of a one-sided operation `name` on `target`'s elements
+    /// `offset..offset + len` (`what` in errors): checks the range, skips an empty one,
+    /// charges a transfer towards the target to the emulated link when it `sends`, and
+    /// makes the call `mpi(count, displacement)`.
+    ///
+    /// # Safety
+    /// The buffers `mpi` passes must stay alive (and, for a read, unread) until the
+    /// operation is completed.
+    unsafe fn contiguous(
+        &self,
+        (what, name): (&'static str, &'static str),
+        (target, offset, len): (c_int, usize, usize),
+        sends: bool,
+        mpi: impl FnOnce(c_int, ffi::MPI_Aint) -> c_int,
+    ) -> Result<(), CommError> {
+        self.check_range(what, offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let count = c_count(what, len)?;
+        if sends {
+            self.charge(target, len * std::mem::size_of::<T>());
+        }
+        check(name, mpi(count, offset as ffi::MPI_Aint))
+    }
+
     /// `MPI_Accumulate(SUM)` of `values` into `target`'s elements from `offset` on
     /// (element-wise atomic).
     ///
@@ -391,25 +417,16 @@ impl<T: Element> Window<T> {
         offset: usize,
         values: &[T],
     ) -> Result<(), CommError> {
-        self.check_range("accumulate_sum", offset, values.len())?;
-        if values.is_empty() {
-            return Ok(());
-        }
-        let count = c_count("accumulate_sum", values.len())?;
-        self.charge(target, std::mem::size_of_val(values));
-        check(
-            "MPI_Accumulate",
-            ffi::MPI_Accumulate(
-                values.as_ptr().cast(),
-                count,
-                T::datatype(),
-                target,
-                offset as ffi::MPI_Aint,
-                count,
-                T::datatype(),
-                ffi::RSMPI_SUM,
-                self.win,
-            ),
+        let at = (target, offset, values.len());
+        self.contiguous(
+            ("accumulate_sum", "MPI_Accumulate"),
+            at,
+            true,
+            |count, disp| {
+                let (dt, op) = (T::datatype(), ffi::RSMPI_SUM);
+                let origin = values.as_ptr().cast();
+                ffi::MPI_Accumulate(origin, count, dt, target, disp, count, dt, op, self.win)
+            },
         )
     }
 
@@ -423,25 +440,11 @@ impl<T: Element> Window<T> {
         offset: usize,
         values: &[T],
     ) -> Result<(), CommError> {
-        self.check_range("put", offset, values.len())?;
-        if values.is_empty() {
-            return Ok(());
-        }
-        let count = c_count("put", values.len())?;
-        self.charge(target, std::mem::size_of_val(values));
-        check(
-            "MPI_Put",
-            ffi::MPI_Put(
-                values.as_ptr().cast(),
-                count,
-                T::datatype(),
-                target,
-                offset as ffi::MPI_Aint,
-                count,
-                T::datatype(),
-                self.win,
-            ),
-        )
+        let at = (target, offset, values.len());
+        self.contiguous(("put", "MPI_Put"), at, true, |count, disp| {
+            let (dt, origin) = (T::datatype(), values.as_ptr().cast());
+            ffi::MPI_Put(origin, count, dt, target, disp, count, dt, self.win)
+        })
     }
 
     /// `MPI_Get` of `target`'s elements from `offset` on into `out`.
@@ -454,24 +457,11 @@ impl<T: Element> Window<T> {
         offset: usize,
         out: &mut [T],
     ) -> Result<(), CommError> {
-        self.check_range("get", offset, out.len())?;
-        if out.is_empty() {
-            return Ok(());
-        }
-        let count = c_count("get", out.len())?;
-        check(
-            "MPI_Get",
-            ffi::MPI_Get(
-                out.as_mut_ptr().cast(),
-                count,
-                T::datatype(),
-                target,
-                offset as ffi::MPI_Aint,
-                count,
-                T::datatype(),
-                self.win,
-            ),
-        )
+        let at = (target, offset, out.len());
+        self.contiguous(("get", "MPI_Get"), at, false, |count, disp| {
+            let (dt, origin) = (T::datatype(), out.as_mut_ptr().cast());
+            ffi::MPI_Get(origin, count, dt, target, disp, count, dt, self.win)
+        })
     }
 
     /// An atomic read (`MPI_Get_accumulate` of `zeros`) of `target`'s elements from
@@ -487,28 +477,18 @@ impl<T: Element> Window<T> {
         zeros: &[T],
         out: &mut [T],
     ) -> Result<(), CommError> {
-        self.check_range("fetch", offset, out.len())?;
-        if out.is_empty() {
-            return Ok(());
-        }
-        let count = c_count("fetch", out.len())?;
-        check(
-            "MPI_Get_accumulate",
+        let at = (target, offset, out.len());
+        let zeros = zeros.get(..out.len()).ok_or(CommError::Invalid {
+            what: "fetch",
+            detail: format!("{} zeros for {} values", zeros.len(), out.len()),
+        })?;
+        self.contiguous(("fetch", "MPI_Get_accumulate"), at, false, |count, disp| {
+            let (dt, op, result) = (T::datatype(), ffi::RSMPI_SUM, out.as_mut_ptr().cast());
+            let origin = zeros.as_ptr().cast();
             ffi::MPI_Get_accumulate(
-                zeros[..out.len()].as_ptr().cast(),
-                count,
-                T::datatype(),
-                out.as_mut_ptr().cast(),
-                count,
-                T::datatype(),
-                target,
-                offset as ffi::MPI_Aint,
-                count,
-                T::datatype(),
-                ffi::RSMPI_SUM,
-                self.win,
-            ),
-        )
+                origin, count, dt, result, count, dt, target, disp, count, dt, op, self.win,
+            )
+        })
     }
 }
 

@@ -223,11 +223,6 @@ impl PowerSgd {
         }
         q
     }
-
-    /// Forgets every warm start (after a dense flush, where the residual became zero).
-    pub fn reset(&mut self) {
-        self.warm.clear();
-    }
 }
 
 /// Orthonormal columns spanning `p`'s column space (reduced QR's Q); zero columns of `p`

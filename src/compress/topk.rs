@@ -8,6 +8,7 @@
 //! the exact selection among those few candidates; when the estimate was too high it widens
 //! (and finally takes every entry as a candidate), so the result is always exact.
 
+use crate::telemetry::stats::median;
 use std::time::Instant;
 
 use rand::{Rng, SeedableRng};
@@ -368,11 +369,6 @@ pub fn topk_vs_sum_bench(n: usize, ratio: f64, reps: usize, seed: u64) -> (f64, 
         t_sum.push(t0.elapsed().as_secs_f64());
     }
     (median(&mut t_topk), median(&mut t_sum))
-}
-
-fn median(xs: &mut [f64]) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
 }
 
 /// The `k` largest `|weights - view|`: their indices (ascending) into `idx` and their

@@ -175,7 +175,7 @@ pub enum LrSchedule {
     /// Cosine from `lr` down to 0 at the end of the run (`run.epochs` or
     /// `run.time_budget_s`, whichever ends it). The default: a run that ends at learning
     /// rate 0 leaves a settled final model, and gssp's final flush then carries almost
-    /// nothing (measured in docs/history.md).
+    /// nothing.
     Cosine,
 }
 
@@ -591,7 +591,7 @@ impl DeviceConfig {
 
 /// The cluster's figures for the timing cost model ([`crate::protocol::costmodel`]): what
 /// `sync.gssp.groups = "auto"` and regrouping predict speeds with. The defaults describe one
-/// node's shared memory (measured on the LeNet-5 paper scenario).
+/// node's shared memory.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct ClusterConfig {

@@ -16,8 +16,8 @@
 //!   `size / slowest seconds per iteration` iterations per second, unless its server
 //!   saturates first: at most `1 / server seconds per push`.
 //!
-//! The defaults describe one node's shared memory, measured here on the LeNet-5 paper
-//! scenario: 59 us per push for 61,706 parameters (33 us applying, 26 us answering).
+//! The defaults (`[cluster]`) describe one node's shared memory; on a cluster, set them
+//! to its network's latency and bandwidth and its servers' apply rate.
 
 use serde::{Deserialize, Serialize};
 
@@ -72,11 +72,6 @@ impl CostModel {
             exchange_bytes,
             exchange_every: cfg.sync.gssp.inter_group_every.max(1),
         }
-    }
-
-    /// Seconds one message of `bytes` occupies its sender's link.
-    pub fn message_s(&self, bytes: f64) -> f64 {
-        self.latency_s + bytes / self.bytes_per_s
     }
 
     /// Seconds one exchange costs a group server with `groups` groups: a message to and

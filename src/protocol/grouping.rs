@@ -181,8 +181,8 @@ pub fn balance_equal_speeds(
 pub const AUTO_JITTER: f64 = 0.25;
 
 /// The largest automatic staleness bound: beyond it the stale gradients cost more accuracy
-/// than the waits they save (at s = 3 the paper scenario already stalled below 98%,
-/// docs/history.md), and a delay that long is a slow worker for regrouping, not noise.
+/// than the waits they save, and a delay that long is a slow worker for regrouping, not
+/// noise.
 pub const AUTO_STALENESS_MAX: usize = 8;
 
 /// Each group's SSP bound under `sync.gssp.staleness = "auto"`, from the profile.
@@ -194,9 +194,8 @@ pub const AUTO_STALENESS_MAX: usize = 8;
 ///   minus its median, `worst[w] - times[w]`), a slow spell;
 /// - the release burst: a group released together gets its n replies one after another on
 ///   its server's link, so the last starts `(n - 1) * reply_s` after the first (`reply_s`,
-///   one reply's transfer, from the cost model's network; on a 0.5 Gbit/s link LeNet-5's
-///   four replies left the last worker 12 ms behind in a 30 ms iteration, and at bound 0
-///   that lag recurs every round).
+///   one reply's transfer, from the cost model's network); at bound 0 that lag recurs
+///   every round.
 ///
 /// The group gets the larger, counted in its fastest median iterations, less
 /// [`AUTO_JITTER`], rounded up, at most [`AUTO_STALENESS_MAX`]:

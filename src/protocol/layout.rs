@@ -111,3 +111,68 @@ impl Layout {
         self.groups.iter().flatten().copied().collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(overrides: &[&str]) -> Config {
+        let mut all = vec!["data.dataset=synthetic", "model.name=mlp"];
+        all.extend_from_slice(overrides);
+        let all: Vec<String> = all.iter().map(|s| s.to_string()).collect();
+        Config::from_str_with_overrides(
+            "[data]\ndataset = \"synthetic\"\n[model]\nname = \"mlp\"\n",
+            "t",
+            &all,
+        )
+        .expect("a valid config")
+    }
+
+    #[test]
+    fn every_rank_has_the_role_its_layout_gives_it() {
+        let mut layout = Layout::from_config(&config(&["sync.mode=gssp", "sync.gssp.groups=3"]), 8);
+        layout.groups = vec![vec![3, 6], vec![4, 7], vec![5]];
+        layout.keep_servers(2);
+        layout.groups.truncate(2);
+        layout.groups[1].push(5);
+        let roles: Vec<Role> = (0..8).map(|r| layout.role(r)).collect();
+        assert_eq!(
+            roles,
+            [
+                Role::Server { group: 0 },
+                Role::Server { group: 1 },
+                Role::Idle,
+                Role::Worker { group: 0 },
+                Role::Worker { group: 1 },
+                Role::Worker { group: 1 },
+                Role::Worker { group: 0 },
+                Role::Worker { group: 1 },
+            ]
+        );
+        let allreduce = Layout::from_config(&config(&["sync.mode=allreduce"]), 3);
+        assert!((0..3).all(|r| allreduce.role(r) == Role::Collective));
+    }
+
+    #[test]
+    fn a_server_bound_comes_from_its_modes_section() {
+        let bound = |sets: &[&str]| Layout::from_config(&config(sets), 4).staleness;
+        assert_eq!(bound(&["sync.mode=bsp", "sync.ssp.staleness=5"]), [0]);
+        assert_eq!(
+            bound(&[
+                "sync.mode=ssp",
+                "sync.ssp.staleness=5",
+                "sync.gssp.staleness=1"
+            ]),
+            [5]
+        );
+        assert_eq!(
+            bound(&[
+                "sync.mode=gssp",
+                "sync.ssp.staleness=5",
+                "sync.gssp.staleness=1"
+            ]),
+            [1]
+        );
+        assert_eq!(bound(&["sync.mode=gssp", "sync.gssp.staleness=auto"]), [0]);
+    }
+}

@@ -18,7 +18,7 @@
 //! each worker's w_then (one model copy per worker).
 
 use crate::compute::backend::cpu::Cpu;
-use crate::compute::optim::{clip_grad_norm, HostOptimizer, Sgd};
+use crate::compute::optim::{clip_grad_norm, ClipError, HostOptimizer, Sgd};
 use crate::config::StalenessLr;
 use crate::protocol::ssp_clock::SspClock;
 
@@ -167,8 +167,10 @@ impl ParamServer {
         }
     }
 
-    /// Handles worker `w`'s gradient at the schedule's learning rate `lr`.
-    pub fn on_push(&mut self, w: usize, grad: &[f32], lr: f64) -> Applied {
+    /// Handles worker `w`'s gradient at the schedule's learning rate `lr`. Fails, with
+    /// nothing applied, when the gradient to step on is not finite (a delay-compensated
+    /// push can overflow where its gradient did not).
+    pub fn on_push(&mut self, w: usize, grad: &[f32], lr: f64) -> Result<Applied, ClipError> {
         let staleness = self.version - self.sent_version[w];
         self.last_staleness[w] = staleness;
         self.clock.on_push(w);
@@ -191,14 +193,10 @@ impl ParamServer {
                         );
                     }
                     // A worker's batch gradient, clipped as PyTorch clips the gradient of
-                    // its step. The server checked it is finite.
+                    // its step.
                     if self.clip_norm > 0.0 {
-                        let _ = clip_grad_norm(
-                            &Cpu,
-                            &mut self.corrected,
-                            self.weights.len(),
-                            self.clip_norm,
-                        );
+                        let n = self.weights.len();
+                        clip_grad_norm(&Cpu, &mut self.corrected, n, self.clip_norm)?;
                     }
                     &self.corrected
                 };
@@ -217,7 +215,7 @@ impl ParamServer {
                         // The round's mean gradient to the limit: its sum to limit / scale.
                         let limit = self.clip_norm / f64::from(scale);
                         let n = self.weights.len();
-                        let _ = clip_grad_norm(&Cpu, &mut self.round_sum, n, limit);
+                        clip_grad_norm(&Cpu, &mut self.round_sum, n, limit)?;
                     }
                     self.optimizer
                         .step(&mut self.weights, &self.round_sum, lr, scale, 1.0);
@@ -227,7 +225,7 @@ impl ParamServer {
                 }
             }
         }
-        applied
+        Ok(applied)
     }
 
     /// Staleness of worker `w`'s latest push.
@@ -321,21 +319,36 @@ mod tests {
         // Both hold [1, 2]. Worker 0, fresh (w_now = w_then): no correction;
         // w = [1, 2] - [2, 4] / 2 = [0, 0].
         ps.release(&mut out);
-        ps.on_push(0, &[2.0, 4.0], 1.0);
+        ps.on_push(0, &[2.0, 4.0], 1.0).unwrap();
         assert_eq!(ps.weights(), &[0.0, 0.0]);
         // Worker 1 computed g = [2, -1] at [1, 2]; now w = [0, 0], w_now - w_then = [-1, -2].
         // Corrected: [2 + 0.5 * 4 * -1, -1 + 0.5 * 1 * -2] = [0, -2]; w = [0, 0] - [0, -2] / 2.
-        ps.on_push(1, &[2.0, -1.0], 1.0);
+        ps.on_push(1, &[2.0, -1.0], 1.0).unwrap();
         assert_eq!(ps.weights(), &[0.0, 1.0]);
         // Both released now, at [0, 1]: a push from either right away is uncorrected.
         ps.release(&mut out);
         assert_eq!(out, vec![0, 1]);
-        ps.on_push(1, &[2.0, 2.0], 1.0);
+        ps.on_push(1, &[2.0, 2.0], 1.0).unwrap();
         assert_eq!(ps.weights(), &[-1.0, 0.0]);
         // Worker 0 computed at [0, 1]; w_now - w_then = [-1, -1]:
         // corrected [4 + 0.5 * 16 * -1, 2 + 0.5 * 4 * -1] = [-4, 0]; w = [-1, 0] - [-4, 0] / 2.
-        ps.on_push(0, &[4.0, 2.0], 1.0);
+        ps.on_push(0, &[4.0, 2.0], 1.0).unwrap();
         assert_eq!(ps.weights(), &[1.0, 0.0]);
+    }
+
+    #[test]
+    fn a_compensated_gradient_that_overflows_is_refused_with_nothing_applied() {
+        let mut r = rule(2, 2, None, Apply::Immediate);
+        (r.delay_compensation, r.clip_norm) = (1e30, 1.0);
+        let mut ps = ParamServer::new(vec![1.0], r);
+        let mut out = Vec::new();
+        ps.release(&mut out);
+        ps.on_push(0, &[2.0], 1.0).unwrap();
+        let before = (ps.weights().to_vec(), ps.version());
+        // lambda g^2 (w_now - w_then) = 1e30 * 1e20 * -1: beyond f32.
+        let err = ps.on_push(1, &[1e10], 1.0).unwrap_err();
+        assert!(matches!(err, ClipError::NonFinite(_)), "{err}");
+        assert_eq!((ps.weights().to_vec(), ps.version()), before);
     }
 
     #[test]
@@ -369,7 +382,7 @@ mod tests {
         ps.release(&mut out); // both workers hold version 0
                               // Worker 0: fresh, full step: w = 0 - 1.0 * 4 / 2.
         assert_eq!(
-            ps.on_push(0, &[4.0], 1.0),
+            ps.on_push(0, &[4.0], 1.0).unwrap(),
             Applied {
                 staleness: 0,
                 lr: 1.0
@@ -377,11 +390,11 @@ mod tests {
         );
         assert_eq!(ps.weights(), &[-2.0]);
         ps.release(&mut out);
-        ps.on_push(0, &[4.0], 1.0); // version 2, worker 1 still on version 0
+        ps.on_push(0, &[4.0], 1.0).unwrap(); // version 2, worker 1 still on version 0
         assert_eq!(ps.weights(), &[-4.0]);
         // Worker 1 computed on version 0, two steps ago: half the step.
         assert_eq!(
-            ps.on_push(1, &[4.0], 1.0),
+            ps.on_push(1, &[4.0], 1.0).unwrap(),
             Applied {
                 staleness: 2,
                 lr: 0.5
@@ -395,8 +408,8 @@ mod tests {
         let mut r = rule(2, 2, Some(0), Apply::Round);
         r.staleness_lr = StalenessLr::Inverse;
         let mut ps = ParamServer::new(vec![0.0], r);
-        ps.on_push(0, &[1.0], 1.0);
-        assert_eq!(ps.on_push(1, &[3.0], 1.0).lr, 1.0);
+        ps.on_push(0, &[1.0], 1.0).unwrap();
+        assert_eq!(ps.on_push(1, &[3.0], 1.0).unwrap().lr, 1.0);
         assert_eq!(ps.weights(), &[-2.0]);
     }
 
@@ -404,11 +417,11 @@ mod tests {
     fn round_mode_steps_once_on_the_mean_of_all_pushes() {
         let mut ps = ParamServer::new(vec![0.0; 2], rule(2, 2, Some(0), Apply::Round));
         let mut out = Vec::new();
-        assert_eq!(ps.on_push(0, &[1.0, 2.0], 1.0).staleness, 0);
+        assert_eq!(ps.on_push(0, &[1.0, 2.0], 1.0).unwrap().staleness, 0);
         ps.release(&mut out);
         assert!(out.is_empty(), "bsp waits for everyone");
         assert_eq!(ps.weights(), &[0.0, 0.0]);
-        ps.on_push(1, &[3.0, 4.0], 1.0);
+        ps.on_push(1, &[3.0, 4.0], 1.0).unwrap();
         ps.release(&mut out);
         assert_eq!(out, vec![0, 1]);
         assert_eq!(ps.weights(), &[-2.0, -3.0]);
@@ -419,14 +432,14 @@ mod tests {
     fn immediate_mode_scales_each_push_by_one_over_w_and_counts_staleness() {
         let mut ps = ParamServer::new(vec![0.0], rule(4, 4, None, Apply::Immediate));
         let mut out = Vec::new();
-        ps.on_push(0, &[4.0], 1.0);
+        ps.on_push(0, &[4.0], 1.0).unwrap();
         assert_eq!(ps.weights(), &[-1.0]);
         ps.release(&mut out);
         assert_eq!(out, vec![0], "asp answers at once");
         // Worker 1 computed on version 0; one step has been applied since.
-        assert_eq!(ps.on_push(1, &[4.0], 1.0).staleness, 1);
+        assert_eq!(ps.on_push(1, &[4.0], 1.0).unwrap().staleness, 1);
         assert_eq!(
-            ps.on_push(0, &[4.0], 1.0).staleness,
+            ps.on_push(0, &[4.0], 1.0).unwrap().staleness,
             1,
             "worker 0 got version 1, now 2"
         );
@@ -435,7 +448,7 @@ mod tests {
     #[test]
     fn a_group_server_scales_by_the_workers_of_all_groups() {
         let mut ps = ParamServer::new(vec![0.0], rule(2, 8, Some(3), Apply::Immediate));
-        ps.on_push(0, &[8.0], 1.0);
+        ps.on_push(0, &[8.0], 1.0).unwrap();
         assert_eq!(ps.weights(), &[-1.0]);
     }
 
@@ -452,7 +465,7 @@ mod tests {
             "worker 0 is 2 ahead of worker 1, over the bound"
         );
         assert_eq!(
-            ps.on_push(1, &[0.0, 0.0], 0.1).staleness,
+            ps.on_push(1, &[0.0, 0.0], 0.1).unwrap().staleness,
             0,
             "got version 9"
         );
@@ -466,13 +479,13 @@ mod tests {
         r.clip_norm = 1.0;
         let mut ps = ParamServer::new(vec![0.0; 2], r);
         // g = [3, 4] (norm 5) clipped to [0.6, 0.8], scaled by 1/2.
-        ps.on_push(0, &[3.0, 4.0], 1.0);
+        ps.on_push(0, &[3.0, 4.0], 1.0).unwrap();
         assert!((ps.weights()[0] + 0.3).abs() < 1e-5 && (ps.weights()[1] + 0.4).abs() < 1e-5);
         let mut r = rule(2, 2, Some(0), Apply::Round);
         r.clip_norm = 1.0;
         let mut ps = ParamServer::new(vec![0.0; 2], r);
-        ps.on_push(0, &[6.0, 0.0], 1.0);
-        ps.on_push(1, &[0.0, 8.0], 1.0);
+        ps.on_push(0, &[6.0, 0.0], 1.0).unwrap();
+        ps.on_push(1, &[0.0, 8.0], 1.0).unwrap();
         // Mean [3, 4], norm 5, clipped to [0.6, 0.8].
         assert!((ps.weights()[0] + 0.6).abs() < 1e-5 && (ps.weights()[1] + 0.8).abs() < 1e-5);
     }
@@ -481,7 +494,7 @@ mod tests {
     fn retiring_a_worker_completes_a_bsp_round_without_it() {
         let mut ps = ParamServer::new(vec![0.0], rule(2, 2, Some(0), Apply::Round));
         ps.retire(1);
-        ps.on_push(0, &[2.0], 1.0);
+        ps.on_push(0, &[2.0], 1.0).unwrap();
         assert_eq!(ps.weights(), &[-2.0]);
     }
 }

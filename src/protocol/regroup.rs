@@ -155,7 +155,7 @@ fn size_imbalance(groups: &[Vec<usize>]) -> usize {
 }
 
 /// Whether the last regroup point called for a regroup: a [`Decision::Regroup`] passes
-/// only when the point before called for one too (module docs, item 6). Every server keeps
+/// only when the point before called for one too (persistence, in the module docs). Every server keeps
 /// one and feeds it the same pooled decisions, so they agree.
 #[derive(Debug, Clone, Default)]
 pub struct Confirmation {
@@ -440,6 +440,66 @@ impl RegroupEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_meeting_records_its_decision_and_the_groups_in_world_ranks() {
+        let ranks = [10, 11, 12, 13];
+        let times = [0.1, f64::NAN, 0.3, 0.4];
+        let mut e = RegroupEvent::pooled(2.5, &ranks, &times, vec![5, 1, 7, 8]);
+        assert_eq!(
+            e.seconds_per_iteration,
+            [Some(0.1), None, Some(0.3), Some(0.4)]
+        );
+        assert_eq!(e.record(Ok(Decision::TooFewSamples(1)), 0.1), None);
+        assert_eq!(
+            e.kept_because.as_deref(),
+            Some("worker rank 11 had fewer than 3 iterations in the window")
+        );
+        let mut e = RegroupEvent::pooled(2.5, &ranks, &times, vec![5, 5, 7, 8]);
+        let keep = Decision::Keep {
+            rate: 10.0,
+            candidate_rate: 10.5,
+        };
+        assert_eq!(e.record(Ok(keep), 0.1), None);
+        assert_eq!(
+            e.kept_because.as_deref(),
+            Some("the best groups would gain 5.0%, not more than 10%")
+        );
+        let moves = vec![Move {
+            worker: 1,
+            from: 0,
+            to: 1,
+        }];
+        let regroup = Decision::Regroup {
+            groups: vec![vec![0], vec![1, 2, 3]],
+            moves: moves.clone(),
+            rate: 10.0,
+            candidate_rate: 12.0,
+            reason: Reason::Faster,
+        };
+        let mut e = RegroupEvent::pooled(2.5, &ranks, &times, vec![5, 5, 7, 8]);
+        let (groups, moved) = e.record(Ok(regroup), 0.1).expect("a regroup");
+        assert!(e.regrouped && e.kept_because.is_none());
+        e.settle(&groups, &moved);
+        assert_eq!(e.groups, [vec![10], vec![11, 12, 13]]);
+        assert_eq!(
+            e.moves,
+            [Move {
+                worker: 11,
+                from: 0,
+                to: 1
+            }]
+        );
+        let mut e = RegroupEvent::pooled(2.5, &ranks, &times, vec![5, 5, 7, 8]);
+        assert_eq!(
+            e.record(Err("worker rank 12 is still moving".into()), 0.1),
+            None
+        );
+        assert_eq!(
+            e.kept_because.as_deref(),
+            Some("worker rank 12 is still moving")
+        );
+    }
 
     /// LeNet-5's size on one node: no server comes near saturation in these cases.
     fn model() -> CostModel {

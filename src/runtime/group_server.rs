@@ -5,6 +5,7 @@
 
 use anyhow::{Context, Result};
 
+use crate::checkpoint::RankMeta;
 use crate::comm::p2p::ServerLink;
 use crate::comm::{Collectives, SubComm};
 use crate::compress::powersgd::TensorShape;
@@ -13,7 +14,7 @@ use crate::compute::backend::Backend;
 use crate::compute::model::Trainable;
 use crate::compute::optim::HostOptimizer;
 use crate::compute::workload::Model;
-use crate::config::{Config, SyncMode};
+use crate::config::{Config, GsspConfig, Scheme, SyncMode};
 use crate::protocol::costmodel::CostModel;
 use crate::protocol::layout::Layout;
 use crate::protocol::param_server::{Apply, ParamServer, UpdateRule};
@@ -57,33 +58,17 @@ pub fn serve_group(
     saver: &mut Saver<'_, SubComm>,
 ) -> Result<RoleOutcome> {
     let (cfg, layout) = (ctx.cfg, ctx.layout);
-    let n = model.weights.len();
     let rank = layout.servers[group];
-    let exchanges = cfg.sync.mode == SyncMode::Gssp && layout.servers.len() > 1;
-    let mut regroup = (exchanges && cfg.sync.gssp.regroup_every_s > 0.0).then(|| {
-        let every = (
-            cfg.sync.gssp.regroup_every_s,
-            cfg.sync.gssp.regroup_min_gain,
-        );
-        let from = ctx.start.elapsed().as_secs_f64();
-        Regrouper::new(
-            ctx.comm,
-            layout,
-            group,
-            every,
-            (CostModel::new(cfg, n), from),
-        )
-    });
-    // A regrouping server has a slot for every worker of the run, absent while in another
-    // group; otherwise its slots are its group's workers, in the order of its communicator.
-    let (slots, ranks): (Vec<Option<usize>>, Vec<usize>) = match &regroup {
-        Some(r) => (r.initial_slots(layout), r.slot_ranks().to_vec()),
-        None => {
-            let mut members = layout.groups[group].clone();
-            members.sort_unstable();
-            ((1..=members.len()).map(Some).collect(), members)
-        }
+    // gssp with one group has no peers to exchange with: it is ssp with a group server.
+    let gssp = match cfg.sync.scheme() {
+        Scheme::Gssp(g) if layout.servers.len() > 1 => Some(g),
+        _ => None,
     };
+    let n = model.weights.len();
+    let mut regroup = gssp
+        .filter(|g| g.regroup_every_s > 0.0)
+        .map(|g| regrouper(ctx, group, g, n));
+    let (slots, ranks) = slots_of(layout, group, regroup.as_ref());
     let group_comm = ctx
         .comms
         .group
@@ -94,15 +79,7 @@ pub fn serve_group(
     for (w, _) in slots.iter().enumerate().filter(|(_, s)| s.is_none()) {
         ps.leave(w);
     }
-    let resumed = match ctx.resume {
-        Some(r) => {
-            let every_s = cfg.run.snapshot_every_s;
-            let (meta, restored) = saver::restore_server(r, rank, &mut ps, every_s)?;
-            *snapshots = restored;
-            Some(meta)
-        }
-        None => None,
-    };
+    let resumed = restore(ctx, rank, &mut ps, snapshots)?;
     let mut log = ctx
         .run
         .csv_continued::<ServerRow>(&format!("rank-{rank}.csv"))?;
@@ -116,43 +93,33 @@ pub fn serve_group(
     };
     let mut outcome = RoleOutcome::default();
     let served = (&mut link, &mut ps, &serve_ctx);
-    // gssp with one group has no peers to exchange with: it is ssp with a group server.
-    let (stats, known) = if exchanges {
-        let servers = ctx.servers()?;
-        let mut ex = GroupExchange::new(servers, cfg, served.1.weights(), &model.tensors)?;
-        if let Some(device) = mirror {
-            ex.select_on(device);
+    let (stats, known) = match gssp {
+        Some(_) => {
+            let what = (&model.tensors[..], mirror, resumed.as_ref());
+            let mut ex = exchange_for(ctx, rank, served.1.weights(), what)?;
+            let outside = Outside {
+                peers: &mut ex,
+                regroup: regroup.as_mut(),
+            };
+            let stats = server::serve(
+                served.0, served.1, served.2, outside, &mut log, snapshots, saver,
+            )?;
+            outcome.regroups = regroup.map(|r| r.history).unwrap_or_default();
+            let own = serve_ctx.resumed_pushes.unwrap_or(0) + stats.pushes;
+            let known = finish_exchange(ex, served.1, own, &mut outcome)?;
+            (stats, known)
         }
-        if let Some(m) = &resumed {
-            let path = ctx.resume.map(|r| r.path(rank).display().to_string());
-            ex.resume(&m.group_pushes, m.speed)
-                .with_context(|| path.unwrap_or_default())?;
+        None => {
+            let outside = Outside {
+                peers: &mut NoPeers,
+                regroup: None,
+            };
+            let stats = server::serve(
+                served.0, served.1, served.2, outside, &mut log, snapshots, saver,
+            )?;
+            let own = serve_ctx.resumed_pushes.unwrap_or(0) + stats.pushes;
+            (stats, NoPeers.saved_state(own))
         }
-        let outside = Outside {
-            peers: &mut ex,
-            regroup: regroup.as_mut(),
-        };
-        let stats = server::serve(
-            served.0, served.1, served.2, outside, &mut log, snapshots, saver,
-        )?;
-        outcome.regroups = regroup.map(|r| r.history).unwrap_or_default();
-        outcome.replica_error = Some(ex.finish(served.1)?);
-        outcome.bytes_inter_group = ex.bytes_sent();
-        outcome.exchanges_deferred = ex.deferred();
-        outcome.arrival_drains = ex.arrival_drains();
-        let known = ex.saved_state(serve_ctx.resumed_pushes.unwrap_or(0) + stats.pushes);
-        ex.close()?;
-        (stats, known)
-    } else {
-        let outside = Outside {
-            peers: &mut NoPeers,
-            regroup: None,
-        };
-        let stats = server::serve(
-            served.0, served.1, served.2, outside, &mut log, snapshots, saver,
-        )?;
-        let known = NoPeers.saved_state(serve_ctx.resumed_pushes.unwrap_or(0) + stats.pushes);
-        (stats, known)
     };
     log.flush()?;
     let own_pushes = serve_ctx.resumed_pushes.unwrap_or(0) + stats.pushes;
@@ -161,6 +128,98 @@ pub fn serve_group(
     outcome.server = Some(stats);
     outcome.final_weights = Some(ps.weights().to_vec());
     Ok(outcome)
+}
+
+/// The regrouping of group `group`'s server, meeting from now on.
+fn regrouper<'w>(
+    ctx: &RunContext<'w>,
+    group: usize,
+    gssp: &GsspConfig,
+    params: usize,
+) -> Regrouper<'w> {
+    let every = (gssp.regroup_every_s, gssp.regroup_min_gain);
+    let from = ctx.start.elapsed().as_secs_f64();
+    let model = CostModel::new(ctx.cfg, params);
+    Regrouper::new(ctx.comm, ctx.layout, group, every, (model, from))
+}
+
+/// A server's worker slots (each's rank on the group's communicator) and their world
+/// ranks. A regrouping server has a slot for every worker of the run, absent while in
+/// another group; otherwise its slots are its group's workers, in the order of its
+/// communicator.
+fn slots_of(
+    layout: &Layout,
+    group: usize,
+    regroup: Option<&Regrouper<'_>>,
+) -> (Vec<Option<usize>>, Vec<usize>) {
+    match regroup {
+        Some(r) => (r.initial_slots(layout), r.slot_ranks().to_vec()),
+        None => {
+            let mut members = layout.groups[group].clone();
+            members.sort_unstable();
+            ((1..=members.len()).map(Some).collect(), members)
+        }
+    }
+}
+
+/// Server `rank`'s state from the checkpoint a run resumes from (replica, optimizer,
+/// clocks, snapshots); what else it saved, `None` for a fresh run.
+fn restore(
+    ctx: &RunContext<'_>,
+    rank: usize,
+    ps: &mut ParamServer,
+    snapshots: &mut Snapshots,
+) -> Result<Option<RankMeta>> {
+    let Some(r) = ctx.resume else {
+        return Ok(None);
+    };
+    let every_s = ctx.cfg.run.snapshot_every_s;
+    let (meta, restored) = saver::restore_server(r, rank, ps, every_s)?;
+    *snapshots = restored;
+    Ok(Some(meta))
+}
+
+/// The inter-group exchange of server `rank`, starting from `weights` (collective over
+/// the group servers), selecting on `mirror` when given and continuing from the resumed
+/// checkpoint's counts.
+fn exchange_for<'c>(
+    ctx: &RunContext<'c>,
+    rank: usize,
+    weights: &[f32],
+    (tensors, mirror, resumed): (
+        &[TensorShape],
+        Option<Box<dyn MirrorDevice>>,
+        Option<&RankMeta>,
+    ),
+) -> Result<GroupExchange<'c>> {
+    let mut ex = GroupExchange::new(ctx.servers()?, ctx.cfg, weights, tensors)?;
+    if let Some(device) = mirror {
+        ex.select_on(device);
+    }
+    if let Some(m) = resumed {
+        let path = ctx.resume.map(|r| r.path(rank).display().to_string());
+        ex.resume(&m.group_pushes, m.speed)
+            .with_context(|| path.unwrap_or_default())?;
+    }
+    Ok(ex)
+}
+
+/// The exchange's end (final flush and the check that nothing was lost) and its figures;
+/// returns what the final checkpoint saves of it, after the final drain (this server's
+/// pushes are `own_pushes`).
+fn finish_exchange(
+    mut ex: GroupExchange<'_>,
+    ps: &mut ParamServer,
+    own_pushes: u64,
+    outcome: &mut RoleOutcome,
+) -> Result<(Vec<u64>, f64)> {
+    outcome.replica_error = Some(ex.finish(ps)?);
+    outcome.bytes_inter_group = ex.bytes_sent();
+    outcome.exchanges_deferred = ex.deferred();
+    outcome.arrival_drains = ex.arrival_drains();
+    let known = ex.saved_state(own_pushes);
+    ex.close()?;
+    Ok(known)
 }
 
 /// The update rule of group `group`'s server with `slots` worker slots, starting from

@@ -371,3 +371,34 @@ impl Pooled {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two servers' rows for slots 0..4: group 0 holds 0 and 1, group 1 holds 2 and 3;
+    /// each server fills its own workers' values, and server 1 says slot 3 is moving.
+    #[test]
+    fn pooling_takes_each_workers_values_from_its_own_server() {
+        let groups = vec![vec![0, 1], vec![2, 3]];
+        let nan = f64::NAN;
+        let row0 = [
+            0.1, 0.01, 5.0, 0.0, 0.2, 0.02, 6.0, 0.0, nan, nan, nan, 0.0, nan, nan, nan, 0.0,
+        ];
+        let row1 = [
+            nan, nan, nan, 0.0, nan, nan, nan, 0.0, 0.3, 0.03, 7.0, 0.0, 0.4, 0.04, 8.0, 1.0,
+        ];
+        let pooled = Pooled::from_rows(&[row0.to_vec(), row1.to_vec()], &groups, 4);
+        assert_eq!(pooled.times, [0.1, 0.2, 0.3, 0.4]);
+        assert_eq!(pooled.spreads, [0.01, 0.02, 0.03, 0.04]);
+        assert_eq!(pooled.counts, [5, 6, 7, 8]);
+        assert_eq!(pooled.moving, Some(3));
+        let row1_settled: Vec<f64> = row1
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| if i == 15 { 0.0 } else { v })
+            .collect();
+        let pooled = Pooled::from_rows(&[row0.to_vec(), row1_settled], &groups, 4);
+        assert_eq!(pooled.moving, None);
+    }
+}

@@ -11,7 +11,7 @@ use std::time::Instant;
 use anyhow::Result;
 
 use crate::checkpoint::{RankMeta, WEIGHTS};
-use crate::comm::p2p::ServerLink;
+use crate::comm::p2p::{PushRef, ServerLink};
 use crate::comm::SubComm;
 use crate::compute::optim;
 use crate::config::Config;
@@ -20,6 +20,7 @@ use crate::runtime::peers::{Meet, Peers};
 use crate::runtime::regrouper::Regrouper;
 use crate::runtime::saver::{self, Saver};
 use crate::telemetry::clock::thread_cpu_s;
+use crate::telemetry::progress::Progress;
 use crate::telemetry::{CsvLog, ServerRow, Snapshots};
 
 /// Who a server talks to besides its workers: its peers, and the regrouping it takes part
@@ -86,176 +87,345 @@ pub fn serve(
     snapshots: &mut Snapshots,
     saver: &mut Saver<'_, SubComm>,
 ) -> Result<ServeStats> {
-    let cfg = ctx.cfg;
-    let Outside {
-        peers: exchange,
-        mut regroup,
-    } = outside;
-    let workers = link.workers();
-    let samples_per_push = cfg.optim.batch_size as f64 / ctx.train_len as f64;
-    let mut ready = Vec::with_capacity(workers);
-    let mut stats = ServeStats::default();
-    // Pushes applied over the whole run (a resumed run counts those before its checkpoint).
     let before = ctx.resumed_pushes.unwrap_or(0);
-    if ctx.resumed_pushes.is_some() {
-        // Every worker waits for weights; the SSP bound says who gets them first.
-        ps.release(&mut ready);
-        link.send_weights(&ready, ps.version(), ps.weights(), |_| 0)?;
-    } else {
-        // Every worker of this group (a regrouping server has slots for the others too).
+    let samples_per_push = ctx.cfg.optim.batch_size as f64 / ctx.train_len as f64;
+    let epoch = outside.peers.global_pushes(before) as f64 * samples_per_push;
+    let mut server = Server {
+        link,
+        ps,
+        ctx,
+        peers: outside.peers,
+        regroup: outside.regroup,
+        log,
+        snapshots,
+        saver,
+        stats: ServeStats::default(),
+        before,
+        samples_per_push,
+        epoch,
+        stopping: false,
+        ready: Vec::new(),
+        shown: Progress::new(ctx.cfg, ctx.train_len, ctx.show_progress),
+    };
+    server.send_first_weights()?;
+    while let Some(pushed) = server.receive_and_apply()? {
+        server.after_push(pushed)?;
+    }
+    server.shown.finish();
+    server.link.finish()?;
+    server.stats.epoch = server.epoch;
+    server.stats.wall_s = ctx.start.elapsed().as_secs_f64();
+    Ok(server.stats)
+}
+
+/// One applied push, as the rest of the loop needs it.
+struct Pushed {
+    worker: usize,
+    loss: f32,
+    staleness: u64,
+    lr: f64,
+    /// Whether the push completed an optimizer step (in bsp, a round).
+    stepped: bool,
+    /// Seconds waiting for the push, copying it in, applying it; the thread's CPU seconds
+    /// at the start of the work and of the copy.
+    recv_wait_s: f64,
+    receive_s: f64,
+    apply_s: f64,
+    cpu_start: f64,
+    receive_cpu_s: f64,
+}
+
+/// What one exchange cost and sent.
+struct Exchanged {
+    ratio: f64,
+    seconds: f64,
+    time_s: f64,
+}
+
+/// The server loop's state.
+struct Server<'a, 'c, 's, 'p, 'w> {
+    link: &'a mut ServerLink,
+    ps: &'a mut ParamServer,
+    ctx: &'a ServeContext<'c>,
+    peers: &'p mut dyn Peers,
+    regroup: Option<&'p mut Regrouper<'w>>,
+    log: &'a mut CsvLog<ServerRow>,
+    snapshots: &'a mut Snapshots,
+    saver: &'a mut Saver<'s, SubComm>,
+    stats: ServeStats,
+    /// Pushes applied before the checkpoint the run resumed from.
+    before: u64,
+    samples_per_push: f64,
+    /// Epochs of all groups together, as far as this server knows.
+    epoch: f64,
+    stopping: bool,
+    ready: Vec<usize>,
+    shown: Progress,
+}
+
+impl Server<'_, '_, '_, '_, '_> {
+    fn time_s(&self) -> f64 {
+        self.ctx.start.elapsed().as_secs_f64()
+    }
+
+    /// Pushes applied over the whole run (a resumed run counts those before its
+    /// checkpoint).
+    fn own_pushes(&self) -> u64 {
+        self.before + self.stats.pushes
+    }
+
+    /// Whether this group's members are changing (no weights go out and the server does
+    /// not stop until they have their new communicator).
+    fn changing(&self) -> bool {
+        self.regroup
+            .as_deref()
+            .is_some_and(Regrouper::in_transition)
+    }
+
+    /// The first weights: to every worker of this group, or after a resume to those the
+    /// SSP bound lets go first (every worker then waits for weights).
+    fn send_first_weights(&mut self) -> Result<()> {
+        let (link, ps) = (&mut *self.link, &mut *self.ps);
+        if self.ctx.resumed_pushes.is_some() {
+            ps.release(&mut self.ready);
+            link.send_weights(&self.ready, ps.version(), ps.weights(), |_| 0)?;
+            return Ok(());
+        }
+        // A regrouping server has slots for the other groups' workers too.
+        let workers = link.workers();
         let everyone: Vec<usize> = (0..workers).filter(|&w| !link.is_retired(w)).collect();
         link.send_weights(&everyone, ps.version(), ps.weights(), |_| 0)?;
-        if let Some(r) = regroup.as_deref_mut() {
-            r.sent(&everyone, ctx.start.elapsed().as_secs_f64());
+        let time_s = self.time_s();
+        if let Some(r) = self.regroup.as_deref_mut() {
+            r.sent(&everyone, time_s);
         }
+        Ok(())
     }
-    let mut stopping = false;
-    let mut epoch = exchange.global_pushes(before) as f64 * samples_per_push;
-    let mut shown =
-        crate::telemetry::progress::Progress::new(cfg, ctx.train_len, ctx.show_progress);
-    loop {
+
+    /// Waits for the next push (whichever worker's comes first), checks it and applies it;
+    /// `None` once every worker has been told to stop. Every push is applied, also one that
+    /// arrives after the stop decision (the worker computed it and counts it), so no work
+    /// is lost.
+    fn receive_and_apply(&mut self) -> Result<Option<Pushed>> {
+        let cfg = self.ctx.cfg;
         let t_wait = Instant::now();
-        let Some(push) = link.wait_push()? else { break };
-        let (receive_s, receive_cpu_s) = (push.receive_s, push.receive_cpu_s);
-        let recv_wait_s = (t_wait.elapsed().as_secs_f64() - receive_s).max(0.0);
+        let Some(push) = self.link.wait_push()? else {
+            return Ok(None);
+        };
+        let recv_wait_s = (t_wait.elapsed().as_secs_f64() - push.receive_s).max(0.0);
         let (w, loss) = (push.worker, push.loss);
-        if let Some(r) = regroup.as_deref_mut() {
-            r.pushed(w, ctx.start.elapsed().as_secs_f64());
+        let time_s = self.ctx.start.elapsed().as_secs_f64();
+        if let Some(r) = self.regroup.as_deref_mut() {
+            r.pushed(w, time_s);
         }
-        let rank = ctx.worker_ranks.get(w).copied().unwrap_or(w);
-        if !loss.is_finite() {
-            anyhow::bail!(
-                "worker {w} (rank {rank}) pushed a non-finite loss ({loss}) at push {}; lower optim.lr (now {})",
-                stats.pushes,
-                cfg.optim.lr
-            );
-        }
-        // A NaN or infinity anywhere makes the sum non-finite: one cheap pass, and the
-        // search for the entry only when it fails. Applied, it would poison every replica.
-        if !push.payload.iter().sum::<f32>().is_finite() {
-            let what = match push.payload.iter().position(|v| !v.is_finite()) {
-                Some(i) => format!("entry {i} is {}", push.payload[i]),
-                None => "its entries overflow when summed".to_string(),
-            };
-            anyhow::bail!(
-                "worker {w} (rank {rank}) pushed a non-finite gradient ({what}) at its iteration {}; lower optim.lr (now {})",
-                push.clock,
-                cfg.optim.lr
-            );
-        }
-        // Every push is applied, also one that arrives after the stop decision (the
-        // worker computed it and counts it), so no work is lost.
-        let progress = cfg.run.progress(epoch, ctx.start.elapsed().as_secs_f64());
-        let lr = optim::lr_at(&cfg.optim, epoch, progress);
+        let rank = self.ctx.worker_ranks.get(w).copied().unwrap_or(w);
+        check_push(&push, rank, self.stats.pushes, cfg.optim.lr)?;
+        let progress = cfg.run.progress(self.epoch, time_s);
+        let lr = optim::lr_at(&cfg.optim, self.epoch, progress);
         let cpu_start = thread_cpu_s();
         let t_apply = Instant::now();
-        let version_before = ps.version();
-        let applied = ps.on_push(w, push.payload, lr);
-        let apply_s = t_apply.elapsed().as_secs_f64();
-        if let Some(r) = regroup.as_deref_mut() {
-            r.after_push(w, link, ps, ctx.start.elapsed().as_secs_f64())?;
+        let version_before = self.ps.version();
+        let applied = self.ps.on_push(w, push.payload, lr).map_err(|e| {
+            anyhow::anyhow!(
+                "worker {w} (rank {rank}), its iteration {}: {e}; lower optim.lr (now {})",
+                push.clock,
+                cfg.optim.lr
+            )
+        })?;
+        Ok(Some(Pushed {
+            worker: w,
+            loss,
+            staleness: applied.staleness,
+            lr: applied.lr,
+            stepped: self.ps.version() > version_before,
+            recv_wait_s,
+            receive_s: push.receive_s,
+            apply_s: t_apply.elapsed().as_secs_f64(),
+            cpu_start,
+            receive_cpu_s: push.receive_cpu_s,
+        }))
+    }
+
+    /// Everything after a push is applied: regrouping's part, the exchange with the other
+    /// groups, snapshots and progress, a meeting if one is due, the answers to the
+    /// workers, and the log.
+    fn after_push(&mut self, pushed: Pushed) -> Result<()> {
+        let time_s = self.time_s();
+        if let Some(r) = self.regroup.as_deref_mut() {
+            r.after_push(pushed.worker, self.link, self.ps, time_s)?;
         }
-        stats.pushes += 1;
-        let own_pushes = before + stats.pushes;
-
-        let cpu_exchange = thread_cpu_s();
-        let t_exchange = Instant::now();
-        let ratio = exchange.after_push(ps, own_pushes, epoch)?;
-        let exchange_s = t_exchange.elapsed().as_secs_f64();
-        stats.exchange_cpu_s += thread_cpu_s() - cpu_exchange;
-        epoch = exchange.global_pushes(own_pushes) as f64 * samples_per_push;
-        let time_s = ctx.start.elapsed().as_secs_f64();
-        // The iteration a snapshot records is every group's pushes (gssp: as far as this
-        // server knows), as the final evaluation counts every worker's iterations.
-        let pushes = exchange.global_pushes(own_pushes);
-        snapshots.maybe_take(time_s, epoch, pushes, ps.weights());
-        shown.tick(epoch, time_s, loss);
-
-        // Stop, or checkpoint, only after a completed step: in bsp every worker is then
-        // waiting, so no partial round is left behind.
-        let stepped = ps.version() > version_before;
-        // A group whose members change finishes the change first (its workers are forming
-        // their new communicator).
-        let changing = regroup.as_deref().is_some_and(Regrouper::in_transition);
-        stopping |= stepped && !changing && cfg.run.should_stop(epoch, time_s);
-        if !stopping && stepped && saver.due(time_s) {
-            match exchange.meet(time_s)? {
-                Meet::Stop => stopping = true,
-                Meet::Together { time_s } => {
-                    let t = Instant::now();
-                    exchange.quiesce(ps)?;
-                    let quiet_s = t.elapsed().as_secs_f64();
-                    let known = exchange.saved_state(own_pushes);
-                    save(saver, ps, known, (own_pushes, epoch, time_s), snapshots)?;
-                    if ctx.show_progress {
-                        log::info!(
-                            "checkpoint took {:.0} ms (quiet point {:.0} ms)",
-                            1e3 * t.elapsed().as_secs_f64(),
-                            1e3 * quiet_s
-                        );
-                    }
-                }
-            }
-        } else if let Some(r) = regroup
-            .as_deref_mut()
-            .filter(|r| !stopping && stepped && r.due(time_s))
-        {
-            // Checkpoints and regrouping do not mix (validated), so a meeting is either.
-            match exchange.meet(time_s)? {
-                Meet::Stop => stopping = true,
-                Meet::Together { time_s } => r.meet(exchange, link, ps, time_s)?,
-            }
+        self.stats.pushes += 1;
+        let exchanged = self.exchange(pushed.loss)?;
+        // Stop, or meet, only after a completed step: in bsp every worker is then waiting,
+        // so no partial round is left behind.
+        let stepped = pushed.stepped;
+        let stop = self.ctx.cfg.run.should_stop(self.epoch, exchanged.time_s);
+        self.stopping |= stepped && !self.changing() && stop;
+        if stepped && !self.stopping {
+            self.meet_if_due(exchanged.time_s)?;
         }
         let t_send = Instant::now();
-        if stopping {
-            for v in 0..workers {
+        self.answer()?;
+        let send_s = t_send.elapsed().as_secs_f64();
+        self.record(&pushed, &exchanged, send_s)
+    }
+
+    /// This server's part in the exchange between groups after the push, then the snapshot
+    /// and the progress line.
+    fn exchange(&mut self, loss: f32) -> Result<Exchanged> {
+        let own_pushes = self.own_pushes();
+        let cpu = thread_cpu_s();
+        let t = Instant::now();
+        let ratio = self.peers.after_push(self.ps, own_pushes, self.epoch)?;
+        let seconds = t.elapsed().as_secs_f64();
+        self.stats.exchange_cpu_s += thread_cpu_s() - cpu;
+        // The iteration a snapshot records is every group's pushes (gssp: as far as this
+        // server knows), as the final evaluation counts every worker's iterations.
+        let pushes = self.peers.global_pushes(own_pushes);
+        self.epoch = pushes as f64 * self.samples_per_push;
+        let time_s = self.time_s();
+        self.snapshots
+            .maybe_take(time_s, self.epoch, pushes, self.ps.weights());
+        self.shown.tick(self.epoch, time_s, loss);
+        Ok(Exchanged {
+            ratio,
+            seconds,
+            time_s,
+        })
+    }
+
+    /// A checkpoint or a regroup, when one is due at `time_s`: the group servers meet (a
+    /// server already finishing makes this one stop instead). Checkpoints and regrouping
+    /// do not mix (validated), so a meeting is one or the other.
+    fn meet_if_due(&mut self, time_s: f64) -> Result<()> {
+        let regroup_due = self.regroup.as_deref().is_some_and(|r| r.due(time_s));
+        let checkpoint_due = self.saver.due(time_s);
+        if !checkpoint_due && !regroup_due {
+            return Ok(());
+        }
+        let Meet::Together { time_s } = self.peers.meet(time_s)? else {
+            self.stopping = true;
+            return Ok(());
+        };
+        if checkpoint_due {
+            return self.checkpoint(time_s);
+        }
+        if let Some(r) = self.regroup.as_deref_mut() {
+            r.meet(self.peers, self.link, self.ps, time_s)?;
+        }
+        Ok(())
+    }
+
+    /// A checkpoint at the agreed `time_s`, at a quiet point of the exchange.
+    fn checkpoint(&mut self, time_s: f64) -> Result<()> {
+        let t = Instant::now();
+        self.peers.quiesce(self.ps)?;
+        let quiet_s = t.elapsed().as_secs_f64();
+        let own_pushes = self.own_pushes();
+        let known = self.peers.saved_state(own_pushes);
+        let at = (own_pushes, self.epoch, time_s);
+        save(self.saver, self.ps, known, at, self.snapshots)?;
+        if self.ctx.show_progress {
+            log::info!(
+                "checkpoint took {:.0} ms (quiet point {:.0} ms)",
+                1e3 * t.elapsed().as_secs_f64(),
+                1e3 * quiet_s
+            );
+        }
+        Ok(())
+    }
+
+    /// Answers the waiting workers: stop when the run is over, else weights to those the
+    /// SSP rule releases (none while this group's members change).
+    fn answer(&mut self) -> Result<()> {
+        let (link, ps) = (&mut *self.link, &mut *self.ps);
+        if self.stopping {
+            for v in 0..link.workers() {
                 if ps.clock().is_waiting(v) && !link.is_retired(v) {
                     link.send_stop(v, ps.version(), ps.last_staleness(v))?;
                     ps.retire(v);
                 }
             }
-        } else if !regroup.as_deref().is_some_and(Regrouper::in_transition) {
-            ready.clear();
-            ps.release(&mut ready);
-            link.send_weights(&ready, ps.version(), ps.weights(), |w| ps.last_staleness(w))?;
-            if let Some(r) = regroup.as_deref_mut() {
-                r.sent(&ready, ctx.start.elapsed().as_secs_f64());
-            }
+            return Ok(());
         }
-        let send_s = t_send.elapsed().as_secs_f64();
-        stats.busy_cpu_s += receive_cpu_s + (thread_cpu_s() - cpu_start);
-        stats.recv_wait_s += recv_wait_s;
-        stats.receive_s += receive_s;
-        stats.apply_s += apply_s;
-        stats.send_s += send_s;
-        stats.exchange_s += exchange_s;
-        stats.exchanges += u64::from(ratio > 0.0);
-        stats.staleness_sum += applied.staleness;
-        if stats.pushes.is_multiple_of(cfg.run.log_every as u64) {
-            log.push(&ServerRow {
-                time_s,
-                epoch,
-                pushes: own_pushes,
-                version: ps.version(),
-                worker: w,
-                staleness: applied.staleness,
-                clock_spread: ps.clock().spread(),
-                recv_wait_s,
-                receive_s,
-                apply_s,
-                send_s,
-                exchange_s,
-                loss,
-                lr: applied.lr,
-                ratio,
-            })?;
+        if self
+            .regroup
+            .as_deref()
+            .is_some_and(Regrouper::in_transition)
+        {
+            return Ok(());
         }
+        self.ready.clear();
+        ps.release(&mut self.ready);
+        link.send_weights(&self.ready, ps.version(), ps.weights(), |w| {
+            ps.last_staleness(w)
+        })?;
+        let time_s = self.ctx.start.elapsed().as_secs_f64();
+        if let Some(r) = self.regroup.as_deref_mut() {
+            r.sent(&self.ready, time_s);
+        }
+        Ok(())
     }
-    shown.finish();
-    link.finish()?;
-    stats.epoch = epoch;
-    stats.wall_s = ctx.start.elapsed().as_secs_f64();
-    Ok(stats)
+
+    /// Adds the push's times to the totals, and its row to the log every `log_every`.
+    fn record(&mut self, p: &Pushed, e: &Exchanged, send_s: f64) -> Result<()> {
+        let stats = &mut self.stats;
+        stats.busy_cpu_s += p.receive_cpu_s + (thread_cpu_s() - p.cpu_start);
+        stats.recv_wait_s += p.recv_wait_s;
+        stats.receive_s += p.receive_s;
+        stats.apply_s += p.apply_s;
+        stats.send_s += send_s;
+        stats.exchange_s += e.seconds;
+        stats.exchanges += u64::from(e.ratio > 0.0);
+        stats.staleness_sum += p.staleness;
+        if !stats
+            .pushes
+            .is_multiple_of(self.ctx.cfg.run.log_every as u64)
+        {
+            return Ok(());
+        }
+        self.log.push(&ServerRow {
+            time_s: e.time_s,
+            epoch: self.epoch,
+            pushes: self.own_pushes(),
+            version: self.ps.version(),
+            worker: p.worker,
+            staleness: p.staleness,
+            clock_spread: self.ps.clock().spread(),
+            recv_wait_s: p.recv_wait_s,
+            receive_s: p.receive_s,
+            apply_s: p.apply_s,
+            send_s,
+            exchange_s: e.seconds,
+            loss: p.loss,
+            lr: p.lr,
+            ratio: e.ratio,
+        })
+    }
+}
+
+/// Refuses a push whose loss or gradient is not finite: applied, it would poison every
+/// replica. A NaN or infinity anywhere makes the sum non-finite: one cheap pass, and the
+/// search for the entry only when it fails.
+fn check_push(push: &PushRef<'_>, rank: usize, pushes: u64, lr: f64) -> Result<()> {
+    let w = push.worker;
+    if !push.loss.is_finite() {
+        anyhow::bail!(
+            "worker {w} (rank {rank}) pushed a non-finite loss ({}) at push {pushes}; lower optim.lr (now {lr})",
+            push.loss
+        );
+    }
+    if !push.payload.iter().sum::<f32>().is_finite() {
+        let what = match push.payload.iter().position(|v| !v.is_finite()) {
+            Some(i) => format!("entry {i} is {}", push.payload[i]),
+            None => "its entries overflow when summed".to_string(),
+        };
+        anyhow::bail!(
+            "worker {w} (rank {rank}) pushed a non-finite gradient ({what}) at its iteration {}; lower optim.lr (now {lr})",
+            push.clock
+        );
+    }
+    Ok(())
 }
 
 /// Writes this server's part of a checkpoint at a quiet point: its replica, momentum,

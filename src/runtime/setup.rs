@@ -387,10 +387,11 @@ fn resumed_iterations(
     };
     let server = layout.servers[group];
     let index = layout.groups[group].iter().position(|&w| w == rank);
-    let file = r.load(server).map_err(|e| format!("rank {rank}: {e}"))?;
+    // Every rank reports its own failure, named by its rank ([`Collectives::fatal_on_all`]).
+    let file = r.load(server).map_err(|e| e.to_string())?;
     index
         .and_then(|i| file.meta.worker_clocks.get(i).copied())
-        .ok_or_else(|| format!("rank {rank}: {}: no clock for it", r.path(server).display()))
+        .ok_or_else(|| format!("{}: no clock for rank {rank}", r.path(server).display()))
 }
 
 /// The training clock's origin, the same on every rank (after a barrier). gssp's profiling

@@ -8,8 +8,8 @@
 //! rule scales the weight decay by `share` too, so that one round of W pushes decays the
 //! weights once, as one synchronous step does (not W times):
 //! `g = scale * grad + share * weight_decay * w; v = momentum * v + g; w -= lr * v`.
-//! Momentum stays per update: stretched to one decay per round of W pushes, it makes the
-//! asynchronous modes oscillate on stale gradients (figures in docs/history.md).
+//! Momentum stays per update: stretched to one decay per round of W pushes, it would
+//! carry each stale gradient W times longer, and the asynchronous modes oscillate.
 
 pub mod adam;
 pub mod choice;

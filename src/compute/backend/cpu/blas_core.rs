@@ -2,9 +2,8 @@
 //! and a release older than the CPU falls back to generic SSE3 ("Prescott") kernels:
 //! Debian 12's OpenBLAS 0.3.21 does so on Emerald Rapids, which runs AVX-512. The
 //! `OPENBLAS_CORETYPE` environment variable overrides the choice, but only before the
-//! library loads, so [`reexec_with_better_kernels`] restarts the program once with it set
-//! (LeNet-5's training step: 1.55x images per second, docs/history.md). A value the
-//! user set is always kept.
+//! library loads, so [`reexec_with_better_kernels`] restarts the program once with it set,
+//! to the best kernel family the CPU runs. A value the user set is always kept.
 
 use std::ffi::{c_char, CStr};
 
