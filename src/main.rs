@@ -430,21 +430,7 @@ fn train(
         (None, None) => PathBuf::from("runs").join(&cfg.run.name),
     };
     let result = (|| -> anyhow::Result<()> {
-        let run = match &resume {
-            Some(r) => {
-                if rank == 0 {
-                    log::info!(
-                        "resuming {} from checkpoint {} (training clock {:.1} s, epoch {:.3})",
-                        dir.display(),
-                        r.dir.display(),
-                        r.manifest.time_s,
-                        r.manifest.epoch
-                    );
-                }
-                RunDir::resume(&dir, r.manifest.time_s)?
-            }
-            None => RunDir::create(&dir)?,
-        };
+        let run = open_run_dir(&dir, resume.as_ref(), rank)?;
         if rank == 0 {
             run.write_text("config.toml", &cfg.to_toml_string())?;
         }
@@ -458,23 +444,7 @@ fn train(
             gssp::runtime::run::run(&comm, &cfg, &run, resume.as_ref())?
         };
         if let Some(s) = summary {
-            let (quality, unit) = match (s.final_test_perplexity, s.final_bleu) {
-                (Some(p), Some(b)) => (format!("test perplexity {p:.2}, BLEU {b:.2}"), "sentences"),
-                _ => (
-                    format!("test accuracy {:.2}%", 100.0 * s.final_test_accuracy),
-                    "images",
-                ),
-            };
-            println!(
-                "{} {} on {}: {quality} after {:.2} epochs, {:.1} s, {:.0} {unit}/s; run directory {}",
-                s.mode,
-                s.model,
-                s.dataset,
-                s.epochs,
-                s.wall_s,
-                s.images_per_s,
-                dir.display()
-            );
+            println!("{}; run directory {}", headline(&s), dir.display());
         }
         Ok(())
     })();
@@ -495,6 +465,39 @@ fn train(
             ExitCode::from(EXIT_USAGE)
         }
     }
+}
+
+/// The run directory `dir`: a new one, or the one a run resumes from (its logs cut to the
+/// checkpoint's clock).
+fn open_run_dir(dir: &Path, resume: Option<&Resume>, rank: usize) -> anyhow::Result<RunDir> {
+    let Some(r) = resume else {
+        return RunDir::create(dir);
+    };
+    if rank == 0 {
+        log::info!(
+            "resuming {} from checkpoint {} (training clock {:.1} s, epoch {:.3})",
+            dir.display(),
+            r.dir.display(),
+            r.manifest.time_s,
+            r.manifest.epoch
+        );
+    }
+    RunDir::resume(dir, r.manifest.time_s)
+}
+
+/// The one line a finished run prints: mode, model, data, quality, epochs, time, speed.
+fn headline(s: &gssp::telemetry::Summary) -> String {
+    let (quality, unit) = match (s.final_test_perplexity, s.final_bleu) {
+        (Some(p), Some(b)) => (format!("test perplexity {p:.2}, BLEU {b:.2}"), "sentences"),
+        _ => (
+            format!("test accuracy {:.2}%", 100.0 * s.final_test_accuracy),
+            "images",
+        ),
+    };
+    format!(
+        "{} {} on {}: {quality} after {:.2} epochs, {:.1} s, {:.0} {unit}/s",
+        s.mode, s.model, s.dataset, s.epochs, s.wall_s, s.images_per_s
+    )
 }
 
 /// Prints an error every rank knows of ([`FatalOnAll`]): the ranks that failed say why,

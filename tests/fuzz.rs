@@ -27,7 +27,7 @@ use toml::{Table, Value};
 
 use gssp::checkpoint::store::{from_bytes as checkpoint_from_bytes, to_bytes as checkpoint_bytes};
 use gssp::checkpoint::RankMeta;
-use gssp::compress::powersgd::{reconstruct, LowRankPlan, TensorShape};
+use gssp::compress::powersgd::{reconstruct, LowRankLayout, TensorShape};
 use gssp::compute::backend::cpu::Cpu;
 use gssp::compute::eval::bleu::{corpus_bleu, BleuStats};
 use gssp::compute::eval::tok13a::tokenize_13a;
@@ -872,7 +872,7 @@ proptest! {
             tensors.push(TensorShape::new(n..n + rows, &[rows]));
             n += rows;
         }
-        let plan = LowRankPlan::new(&tensors, n, rank);
+        let plan = LowRankLayout::new(&tensors, n, rank);
         let len = (plan.payload_len() as i64 + len_skew).max(0) as usize;
         let payload = vec![0.5f32; len];
         let mut covered = 0;

@@ -17,7 +17,7 @@ use gssp::compute::model::layers::Linear;
 use gssp::compute::model::lstm::{Lstm, LstmConfig, LstmState};
 use gssp::compute::model::seq2seq::{Seq2Seq, Seq2SeqConfig};
 use gssp::compute::model::{
-    initial_values, Flat, Layer, Mode, Module, NamedTensors, Plan, Trainable,
+    initial_values, Allocator, Flat, Layer, Mode, Module, NamedTensors, Trainable,
 };
 use gssp::data::bucket::TextBatch;
 use gssp::data::text::{EOS_ID, SOS_ID};
@@ -96,13 +96,13 @@ fn named(children: &[(&str, &dyn Module<Cpu>)]) -> NamedTensors {
     tensors
 }
 
-fn flat(plan: &Plan, tensors: &NamedTensors, seed: u64) -> Flat<Cpu> {
-    let n = plan.num_params();
+fn flat(alloc: &Allocator, tensors: &NamedTensors, seed: u64) -> Flat<Cpu> {
+    let n = alloc.num_params();
     Flat {
         params: initial_values(&tensors.params, seed),
         grads: vec![0.0; n],
         state: vec![],
-        scratch: vec![0.0; plan.scratch],
+        scratch: vec![0.0; alloc.scratch],
         dropout_seed: DROPOUT_SEED,
     }
 }
@@ -145,17 +145,17 @@ struct LstmModel {
 impl LstmModel {
     fn new(layers: usize, dropout: f32) -> Self {
         let (steps, batch, input, hidden, classes) = (4, 3, 3, 4, 5);
-        let mut plan = Plan::new(batch);
+        let mut alloc = Allocator::new(batch);
         let cfg = LstmConfig {
             layers,
             input,
             hidden,
             dropout,
         };
-        let lstm = Lstm::new(&Cpu, &mut plan, cfg, steps);
+        let lstm = Lstm::new(&Cpu, &mut alloc, cfg, steps);
         // The head sees every (step, column) as a row.
-        plan.max_batch = steps * batch;
-        let head = Linear::new(&Cpu, &mut plan, (hidden, 1, 1), classes);
+        alloc.max_batch = steps * batch;
+        let head = Linear::new(&Cpu, &mut alloc, (hidden, 1, 1), classes);
         let tensors = named(&[("rnn", &lstm as &dyn Module<Cpu>), ("fc", &head)]);
         let mut init = LstmState::zeros(&Cpu, layers, batch, hidden);
         for l in 0..layers {
@@ -163,7 +163,7 @@ impl LstmModel {
             init.c[l] = random(batch * hidden, 20 + l as u64);
         }
         LstmModel {
-            flat: flat(&plan, &tensors, 3),
+            flat: flat(&alloc, &tensors, 3),
             lstm,
             head,
             x: random(steps * batch * input, 4),
@@ -245,14 +245,14 @@ fn lstm_two_layers_with_dropout_between_them() {
 
 #[test]
 fn lstm_tensors_are_named_and_shaped_as_pytorch_lays_them_out() {
-    let mut plan = Plan::new(2);
+    let mut alloc = Allocator::new(2);
     let cfg = LstmConfig {
         layers: 2,
         input: 3,
         hidden: 5,
         dropout: 0.5,
     };
-    let lstm = Lstm::new(&Cpu, &mut plan, cfg, 4);
+    let lstm = Lstm::new(&Cpu, &mut alloc, cfg, 4);
     let got: Vec<(String, Vec<usize>)> = named(&[("rnn", &lstm)])
         .params
         .iter()
@@ -357,12 +357,12 @@ fn embedding_gradient_goes_into_the_rows_used() {
     let (vocab, dim, classes) = (7, 4, 5);
     // [T = 3, B = 2]: id 1 three times, ids 5 and 6 never.
     let ids = vec![1, 2, 1, 3, 4, 1];
-    let mut plan = Plan::new(ids.len());
-    let emb = Embedding::new(&Cpu, &mut plan, vocab, dim, ids.len());
-    let head = Linear::new(&Cpu, &mut plan, (dim, 1, 1), classes);
+    let mut alloc = Allocator::new(ids.len());
+    let emb = Embedding::new(&Cpu, &mut alloc, vocab, dim, ids.len());
+    let head = Linear::new(&Cpu, &mut alloc, (dim, 1, 1), classes);
     let tensors = named(&[("embedding", &emb as &dyn Module<Cpu>), ("fc", &head)]);
     let mut m = EmbeddingModel {
-        flat: flat(&plan, &tensors, 8),
+        flat: flat(&alloc, &tensors, 8),
         emb,
         head,
         labels: vec![3, 1, PAD, 4, 2, 1],
@@ -385,9 +385,9 @@ fn embedding_gradient_goes_into_the_rows_used() {
 
 #[test]
 fn embedding_refuses_an_id_outside_the_vocabulary() {
-    let mut plan = Plan::new(4);
-    let mut emb = Embedding::new(&Cpu, &mut plan, 5, 2, 4);
-    let f = flat(&plan, &named(&[("embedding", &emb)]), 1);
+    let mut alloc = Allocator::new(4);
+    let mut emb = Embedding::new(&Cpu, &mut alloc, 5, 2, 4);
+    let f = flat(&alloc, &named(&[("embedding", &emb)]), 1);
     let e = emb.forward(&Cpu, &f, &[1, 5]).unwrap_err();
     assert!(e.to_string().contains("token id 5"), "{e}");
     let e = emb.forward_rows(&Cpu, &f, &[1, 2], 3).unwrap_err();
@@ -520,19 +520,19 @@ impl Model for Seq2SeqModel {
 #[test]
 fn encoder_final_state_feeds_a_decoder_run_a_step_at_a_time() {
     let (vocab, emb, hidden, batch, ts, tt) = (6, 3, 4, 2, 4, 3);
-    let mut plan = Plan::new(batch);
+    let mut alloc = Allocator::new(batch);
     let cfg = LstmConfig {
         layers: 2,
         input: emb,
         hidden,
         dropout: 0.25,
     };
-    let src_emb = Embedding::new(&Cpu, &mut plan, vocab, emb, ts * batch);
-    let enc = Lstm::new(&Cpu, &mut plan, cfg, ts);
-    let tgt_emb = Embedding::new(&Cpu, &mut plan, vocab, emb, tt * batch);
-    let dec = Lstm::new(&Cpu, &mut plan, cfg, tt);
-    plan.max_batch = tt * batch;
-    let head = Linear::new(&Cpu, &mut plan, (hidden, 1, 1), vocab);
+    let src_emb = Embedding::new(&Cpu, &mut alloc, vocab, emb, ts * batch);
+    let enc = Lstm::new(&Cpu, &mut alloc, cfg, ts);
+    let tgt_emb = Embedding::new(&Cpu, &mut alloc, vocab, emb, tt * batch);
+    let dec = Lstm::new(&Cpu, &mut alloc, cfg, tt);
+    alloc.max_batch = tt * batch;
+    let head = Linear::new(&Cpu, &mut alloc, (hidden, 1, 1), vocab);
     let mut tensors = NamedTensors::default();
     tensors.enter("encoder");
     tensors.child("embedding", &src_emb);
@@ -548,7 +548,7 @@ fn encoder_final_state_feeds_a_decoder_run_a_step_at_a_time() {
     let tgt = vec![2, 2, 3, 4, 5, 1];
     let labels = vec![3, 4, 5, 1, 1, PAD];
     let mut m = Seq2SeqModel {
-        flat: flat(&plan, &tensors, 11),
+        flat: flat(&alloc, &tensors, 11),
         src_emb,
         tgt_emb,
         enc,

@@ -12,7 +12,7 @@
 //!
 //! Tensors where the factors would not be smaller than the matrix ((m + n) r >= m n:
 //! vectors such as biases and batch-norm parameters, and small matrices) go dense. A
-//! [`LowRankPlan`] is this split for one rank; sender and receivers build the same plan
+//! [`LowRankLayout`] is this split for one rank; sender and receivers build the same layout
 //! from the model's tensor shapes and the rank the message carries, and rebuild the dense
 //! change with the same [`reconstruct`], so every replica adds the same values.
 //!
@@ -76,14 +76,14 @@ impl Block {
 
 /// Which tensors go low-rank at one rank, and the message payload's length.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LowRankPlan {
+pub struct LowRankLayout {
     pub rank: usize,
     pub blocks: Vec<Block>,
     payload_len: usize,
 }
 
-impl LowRankPlan {
-    /// The plan for `rank` over `tensors` (in any order, covering `0..n` without overlap;
+impl LowRankLayout {
+    /// The layout for `rank` over `tensors` (in any order, covering `0..n` without overlap;
     /// stretches no tensor covers go dense, so every value is sent in some form).
     pub fn new(tensors: &[TensorShape], n: usize, rank: usize) -> Self {
         let mut sorted: Vec<&TensorShape> =
@@ -119,7 +119,7 @@ impl LowRankPlan {
         }
     }
 
-    /// Values in a message of this plan.
+    /// Values in a message of this layout.
     pub fn payload_len(&self) -> usize {
         self.payload_len
     }
@@ -166,21 +166,21 @@ impl PowerSgd {
         }
     }
 
-    /// Compresses `unsent` (the whole flat vector) by `plan` into `payload`: per block in
+    /// Compresses `unsent` (the whole flat vector) by `layout` into `payload`: per block in
     /// order, P then Q (row-major) or the dense values. A NaN or infinity in `unsent`, or in
     /// the factors, is an error and `payload` is left empty.
     pub fn compress(
         &mut self,
         unsent: &[f32],
-        plan: &LowRankPlan,
+        layout: &LowRankLayout,
         payload: &mut Vec<f32>,
     ) -> Result<(), CompressError> {
         payload.clear();
         if let Some((index, value)) = find_non_finite(unsent) {
             return Err(CompressError::NonFinite { index, value });
         }
-        let r = plan.rank;
-        for block in &plan.blocks {
+        let r = layout.rank;
+        for block in &layout.blocks {
             match *block {
                 Block::Dense { offset, len } => {
                     payload.extend_from_slice(&unsent[offset..offset + len])
@@ -200,7 +200,7 @@ impl PowerSgd {
             }
         }
         if let Some((j, value)) = find_non_finite(payload) {
-            let index = block_start(plan, j);
+            let index = block_start(layout, j);
             payload.clear();
             return Err(CompressError::NonFinite { index, value });
         }
@@ -242,9 +242,9 @@ fn orthonormal_columns(p: Array2<f32>) -> Result<Array2<f32>, CompressError> {
 }
 
 /// Start of the tensor that holds payload position `j` (for an error message).
-fn block_start(plan: &LowRankPlan, mut j: usize) -> usize {
-    for b in &plan.blocks {
-        let (offset, len) = b.span(plan.rank);
+fn block_start(layout: &LowRankLayout, mut j: usize) -> usize {
+    for b in &layout.blocks {
+        let (offset, len) = b.span(layout.rank);
         if j < len {
             return offset;
         }
@@ -253,24 +253,24 @@ fn block_start(plan: &LowRankPlan, mut j: usize) -> usize {
     0
 }
 
-/// Rebuilds the dense change a payload of `plan` stands for, calling `apply(offset,
+/// Rebuilds the dense change a payload of `layout` stands for, calling `apply(offset,
 /// values)` once per block with the values to add from `offset`. `scratch` holds one
 /// reconstructed matrix at a time.
 pub fn reconstruct(
-    plan: &LowRankPlan,
+    layout: &LowRankLayout,
     payload: &[f32],
     scratch: &mut Vec<f32>,
     mut apply: impl FnMut(usize, &[f32]),
 ) -> Result<(), CompressError> {
-    if payload.len() != plan.payload_len() {
+    if payload.len() != layout.payload_len() {
         return Err(CompressError::LengthMismatch {
-            expected: plan.payload_len(),
+            expected: layout.payload_len(),
             got: payload.len(),
         });
     }
-    let r = plan.rank;
+    let r = layout.rank;
     let mut at = 0;
-    for block in &plan.blocks {
+    for block in &layout.blocks {
         match *block {
             Block::Dense { offset, len } => {
                 apply(offset, &payload[at..at + len]);
@@ -337,13 +337,13 @@ mod tests {
         m
     }
 
-    fn round_trip(psgd: &mut PowerSgd, plan: &LowRankPlan, unsent: &[f32]) -> Vec<f32> {
+    fn round_trip(psgd: &mut PowerSgd, layout: &LowRankLayout, unsent: &[f32]) -> Vec<f32> {
         let mut payload = Vec::new();
-        psgd.compress(unsent, plan, &mut payload).unwrap();
-        assert_eq!(payload.len(), plan.payload_len());
+        psgd.compress(unsent, layout, &mut payload).unwrap();
+        assert_eq!(payload.len(), layout.payload_len());
         let mut out = vec![0.0f32; unsent.len()];
         let mut scratch = Vec::new();
-        reconstruct(plan, &payload, &mut scratch, |offset, vals| {
+        reconstruct(layout, &payload, &mut scratch, |offset, vals| {
             out[offset..offset + vals.len()].copy_from_slice(vals)
         })
         .unwrap();
@@ -352,9 +352,9 @@ mod tests {
 
     #[test]
     fn plan_sends_matrices_low_rank_and_the_rest_dense() {
-        let plan = LowRankPlan::new(&shapes(), 432, 2);
+        let layout = LowRankLayout::new(&shapes(), 432, 2);
         assert_eq!(
-            plan.blocks,
+            layout.blocks,
             vec![
                 Block::LowRank {
                     offset: 0,
@@ -377,18 +377,18 @@ mod tests {
                 },
             ]
         );
-        assert_eq!(plan.payload_len(), 26 * 2 + 6 + 40 * 2 + 6);
-        assert_eq!(plan.low_rank_values(), 420);
+        assert_eq!(layout.payload_len(), 26 * 2 + 6 + 40 * 2 + 6);
+        assert_eq!(layout.low_rank_values(), 420);
         // At rank 5 the 6 x 20 matrix gains nothing ((6 + 20) * 5 > 120): dense.
-        let plan = LowRankPlan::new(&shapes(), 430, 5);
+        let layout = LowRankLayout::new(&shapes(), 430, 5);
         assert_eq!(
-            plan.blocks[0],
+            layout.blocks[0],
             Block::Dense {
                 offset: 0,
                 len: 126
             }
         );
-        assert_eq!(plan.payload_len(), 126 + 40 * 5 + 4);
+        assert_eq!(layout.payload_len(), 126 + 40 * 5 + 4);
     }
 
     #[test]
@@ -399,9 +399,9 @@ mod tests {
             unsent.extend((0..6).map(|i| i as f32 * 0.5));
             unsent.extend(low_rank_matrix(&mut rng, 30, 10, true_rank));
             unsent.extend([1.0, -2.0, 3.0, 0.25]);
-            let plan = LowRankPlan::new(&shapes(), 430, r);
+            let layout = LowRankLayout::new(&shapes(), 430, r);
             let mut psgd = PowerSgd::new(r as u64);
-            let got = round_trip(&mut psgd, &plan, &unsent);
+            let got = round_trip(&mut psgd, &layout, &unsent);
             for (i, (a, b)) in got.iter().zip(&unsent).enumerate() {
                 assert!(
                     (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
@@ -418,8 +418,8 @@ mod tests {
         let unsent: Vec<f32> = (0..430).map(|_| rng.gen_range(-1.0..1.0)).collect();
         let mut psgd = PowerSgd::new(1);
         let error = |psgd: &mut PowerSgd, r: usize| {
-            let plan = LowRankPlan::new(&shapes(), 430, r);
-            let got = round_trip(psgd, &plan, &unsent);
+            let layout = LowRankLayout::new(&shapes(), 430, r);
+            let got = round_trip(psgd, &layout, &unsent);
             got[126..426]
                 .iter()
                 .zip(&unsent[126..426])
@@ -442,15 +442,15 @@ mod tests {
 
     #[test]
     fn degenerate_inputs_stay_finite() {
-        let plan = LowRankPlan::new(&shapes(), 430, 2);
+        let layout = LowRankLayout::new(&shapes(), 430, 2);
         let mut psgd = PowerSgd::new(5);
         // Zero: nothing to send, and the next non-zero change is still found.
         let zero = vec![0.0f32; 430];
-        assert_eq!(round_trip(&mut psgd, &plan, &zero), zero);
+        assert_eq!(round_trip(&mut psgd, &layout, &zero), zero);
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut rank_one = low_rank_matrix(&mut rng, 6, 20, 1);
         rank_one.resize(430, 0.0);
-        let got = round_trip(&mut psgd, &plan, &rank_one);
+        let got = round_trip(&mut psgd, &layout, &rank_one);
         for (a, b) in got.iter().zip(&rank_one) {
             assert!((a - b).abs() < 1e-5);
         }
@@ -462,7 +462,7 @@ mod tests {
             }
         }
         same_rows[200] = 7.0;
-        let got = round_trip(&mut psgd, &plan, &same_rows);
+        let got = round_trip(&mut psgd, &layout, &same_rows);
         assert!(got.iter().all(|x| x.is_finite()));
         for (a, b) in got.iter().zip(&same_rows) {
             assert!((a - b).abs() < 1e-4, "{a} vs {b}");
@@ -471,25 +471,25 @@ mod tests {
 
     #[test]
     fn non_finite_input_is_an_error_with_its_index() {
-        let plan = LowRankPlan::new(&shapes(), 430, 2);
+        let layout = LowRankLayout::new(&shapes(), 430, 2);
         let mut psgd = PowerSgd::new(5);
         let mut unsent = vec![0.5f32; 430];
         unsent[200] = f32::NAN;
         let mut payload = vec![1.0];
-        let err = psgd.compress(&unsent, &plan, &mut payload).unwrap_err();
+        let err = psgd.compress(&unsent, &layout, &mut payload).unwrap_err();
         assert!(matches!(err, CompressError::NonFinite { index: 200, .. }));
         assert!(payload.is_empty());
         // Finite input whose factors overflow: named by the tensor it came from.
         let mut unsent = vec![0.0f32; 430];
         unsent[126..426].iter_mut().for_each(|x| *x = 3e38);
-        let err = psgd.compress(&unsent, &plan, &mut payload).unwrap_err();
+        let err = psgd.compress(&unsent, &layout, &mut payload).unwrap_err();
         assert!(
             matches!(err, CompressError::NonFinite { index: 126, .. }),
             "{err:?}"
         );
         // A payload of the wrong length is refused.
         let mut scratch = Vec::new();
-        assert!(reconstruct(&plan, &[0.0; 3], &mut scratch, |_, _| {}).is_err());
+        assert!(reconstruct(&layout, &[0.0; 3], &mut scratch, |_, _| {}).is_err());
     }
 
     #[test]

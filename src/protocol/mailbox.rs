@@ -13,7 +13,7 @@
 //! of two, so a counter modulo it stays continuous across the wrap. A top-k message is
 //! `[k, k indices, k value bits]`; a low-rank (PowerSGD) message is
 //! `[LOW_RANK | rank, len, len value bits]`, its payload laid out by
-//! [`crate::compress::powersgd::LowRankPlan`] (k never reaches the tag bit: indices are `u32`).
+//! [`crate::compress::powersgd::LowRankLayout`] (k never reaches the tag bit: indices are `u32`).
 //!
 //! Everything here is pure; the RMA operations are in `sync::gssp` over `comm::rma`.
 

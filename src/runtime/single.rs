@@ -13,7 +13,8 @@ use crate::compute::model::Trainable;
 use crate::compute::optim::{self, NetworkOptimizer};
 use crate::compute::workload::{ComputeStep, Corpus, Evaluation, Evaluator, Model};
 use crate::config::Config;
-use crate::telemetry::{CsvLog, EvalRow, RunDir, RunTotals, Summary, WorkerRow};
+use crate::telemetry::progress::Progress;
+use crate::telemetry::{CsvLog, EvalRow, RunDir, RunTotals, Summary, WorkerLog, WorkerRow};
 
 /// Trains in this process alone and writes the run directory; continues from `resume`'s
 /// checkpoint when given.
@@ -40,116 +41,182 @@ fn run_single_on<B: Backend>(
     let corpus = Corpus::load(&cfg.data, cfg.run.seed)?;
     log::info!("data: {} from {}", corpus.describe(), cfg.data.dataset);
     corpus.save_to(run.path())?;
-    let mut step = ComputeStep::new_on(be, cfg, &corpus, 1, 0)?;
+    let step = ComputeStep::new_on(be, cfg, &corpus, 1, 0)?;
     log::info!(
         "model {}: {} parameters",
         step.net.name(),
         step.net.num_params()
     );
-    let mut optimizer = NetworkOptimizer::new(&step.net, &cfg.optim);
-    let mut evaluator = Evaluator::new(&corpus, &step.net);
-    let mut log = run.worker_log(0, cfg.run.log_every)?;
-    let mut eval_log = run.csv::<EvalRow>("eval.csv")?;
-
-    // The training clock excludes evaluation and checkpoints, so throughput and
-    // time-to-accuracy measure training alone.
-    let (mut train_s, mut iteration, mut evals) = match resume {
-        Some(r) => restore_single(r, &mut step, &mut optimizer)?,
-        None => (0.0, 0, Vec::new()),
-    };
-    for row in &evals {
-        eval_log.push(row)?;
+    let mut single = Single::new(cfg, run, &corpus, step, resume)?;
+    let mut shown = Progress::new(cfg, corpus.train_len(), true);
+    while !cfg.run.should_stop(single.step.epoch(), single.train_s) {
+        let loss = single.train_one()?;
+        shown.tick(single.step.epoch(), single.train_s, loss);
+        single.checkpoint_if_due()?;
+        single.evaluate_if_due()?;
     }
-    let every = cfg.run.eval_every_epochs;
-    let mut next_eval = if every > 0.0 {
-        ((step.epoch() / every + 1e-9).floor() + 1.0) * every
-    } else {
-        0.0
-    };
-    let mut checkpoints = Schedule::new(
-        cfg.run.checkpoint_every_s,
-        train_s,
-        resume.map_or(0, |r| r.manifest.sequence),
-    );
-    let mut shown = crate::telemetry::progress::Progress::new(cfg, corpus.train_len(), true);
-    while !cfg.run.should_stop(step.epoch(), train_s) {
+    shown.finish();
+    single.finish()
+}
+
+/// One process's training: its step, optimizer and evaluator, its logs, and where it is.
+struct Single<'a, B: Backend> {
+    cfg: &'a Config,
+    run: &'a RunDir,
+    corpus: &'a Corpus,
+    step: ComputeStep<B>,
+    optimizer: NetworkOptimizer<B>,
+    evaluator: Evaluator,
+    log: WorkerLog,
+    eval_log: CsvLog<EvalRow>,
+    /// The training clock: it excludes evaluation and checkpoints, so throughput and
+    /// time-to-accuracy measure training alone.
+    train_s: f64,
+    iteration: u64,
+    evals: Vec<EvalRow>,
+    /// The epoch of the next evaluation (`run.eval_every_epochs`).
+    next_eval: f64,
+    checkpoints: Schedule,
+}
+
+impl<'a, B: Backend> Single<'a, B> {
+    /// A fresh run, or one continued from `resume`.
+    fn new(
+        cfg: &'a Config,
+        run: &'a RunDir,
+        corpus: &'a Corpus,
+        mut step: ComputeStep<B>,
+        resume: Option<&Resume>,
+    ) -> Result<Self> {
+        let mut optimizer = NetworkOptimizer::new(&step.net, &cfg.optim);
+        let evaluator = Evaluator::new(corpus, &step.net);
+        let (train_s, iteration, evals) = match resume {
+            Some(r) => restore_single(r, &mut step, &mut optimizer)?,
+            None => (0.0, 0, Vec::new()),
+        };
+        let mut eval_log = run.csv::<EvalRow>("eval.csv")?;
+        for row in &evals {
+            eval_log.push(row)?;
+        }
+        let every = cfg.run.eval_every_epochs;
+        let next_eval = if every > 0.0 {
+            ((step.epoch() / every + 1e-9).floor() + 1.0) * every
+        } else {
+            0.0
+        };
+        let sequence = resume.map_or(0, |r| r.manifest.sequence);
+        Ok(Single {
+            cfg,
+            run,
+            corpus,
+            optimizer,
+            evaluator,
+            log: run.worker_log(0, cfg.run.log_every)?,
+            eval_log,
+            train_s,
+            iteration,
+            evals,
+            next_eval,
+            checkpoints: Schedule::new(cfg.run.checkpoint_every_s, train_s, sequence),
+            step,
+        })
+    }
+
+    /// One training iteration: gradient, optimizer step, log row; returns its loss.
+    fn train_one(&mut self) -> Result<f32> {
+        let cfg = self.cfg;
         let t0 = Instant::now();
-        let progress = cfg.run.progress(step.epoch(), train_s);
-        let lr = optim::lr_at(&cfg.optim, step.epoch(), progress);
-        let loss = step.compute(&corpus)?;
+        let progress = cfg.run.progress(self.step.epoch(), self.train_s);
+        let lr = optim::lr_at(&cfg.optim, self.step.epoch(), progress);
+        let loss = self.step.compute(self.corpus)?;
         if !loss.is_finite() {
-            anyhow::bail!("training diverged: loss is {loss} at iteration {iteration}; lower optim.lr (now {})", cfg.optim.lr);
+            anyhow::bail!(
+                "training diverged: loss is {loss} at iteration {}; lower optim.lr (now {})",
+                self.iteration,
+                cfg.optim.lr
+            );
         }
         let compute_s = t0.elapsed().as_secs_f64();
-        optimizer
-            .step(&mut step.net, lr, 1.0)
-            .map_err(|e| anyhow::anyhow!("iteration {}: {e}", iteration + 1))?;
-        train_s += t0.elapsed().as_secs_f64();
-        iteration += 1;
-        log.record(&WorkerRow {
-            time_s: train_s,
-            epoch: step.epoch(),
-            iteration,
+        self.optimizer
+            .step(&mut self.step.net, lr, 1.0)
+            .map_err(|e| anyhow::anyhow!("iteration {}: {e}", self.iteration + 1))?;
+        self.train_s += t0.elapsed().as_secs_f64();
+        self.iteration += 1;
+        self.log.record(&WorkerRow {
+            time_s: self.train_s,
+            epoch: self.step.epoch(),
+            iteration: self.iteration,
             compute_s,
             loss,
             lr: Some(lr),
             ..Default::default()
         })?;
-        shown.tick(step.epoch(), train_s, loss);
-        if checkpoints.due(train_s) {
-            log.flush()?;
-            save_single(
-                cfg,
-                run,
-                &checkpoints,
-                &step,
-                &optimizer,
-                (train_s, iteration),
-                &evals,
-            )?;
-            checkpoints.taken(train_s);
-        }
-        if cfg.run.eval_every_epochs > 0.0 && step.epoch() >= next_eval - 1e-9 {
-            next_eval += cfg.run.eval_every_epochs;
-            if !cfg.run.should_stop(step.epoch(), train_s) {
-                let ev = evaluator.evaluate(&mut step.net, &corpus)?;
-                let row = ev.row(train_s, step.epoch(), iteration);
-                record_eval(&row, &mut eval_log, &mut evals)?;
-            }
-        }
+        Ok(loss)
     }
-    shown.finish();
-    let ev = evaluator.evaluate_final(&mut step.net, &corpus)?;
-    record_eval(
-        &ev.row(train_s, step.epoch(), iteration),
-        &mut eval_log,
-        &mut evals,
-    )?;
-    write_translations(run, &ev)?;
-    log.flush()?;
-    eval_log.flush()?;
-    export_model(cfg, run, &step.net)?;
-    save_single(
-        cfg,
-        run,
-        &checkpoints,
-        &step,
-        &optimizer,
-        (train_s, iteration),
-        &evals,
-    )?;
 
-    let totals = RunTotals {
-        ranks: 1,
-        workers: 1,
-        epochs: step.epoch(),
-        iterations: iteration,
-        wall_s: train_s,
-    };
-    let summary = Summary::new(cfg, step.net.name(), totals, &evals);
-    run.write_json("summary.json", &summary)
-        .context("summary")?;
-    Ok(summary)
+    fn save(&self) -> Result<()> {
+        let at = (self.train_s, self.iteration);
+        let (step, optimizer) = (&self.step, &self.optimizer);
+        save_single(
+            self.cfg,
+            self.run,
+            &self.checkpoints,
+            step,
+            optimizer,
+            at,
+            &self.evals,
+        )
+    }
+
+    fn checkpoint_if_due(&mut self) -> Result<()> {
+        if self.checkpoints.due(self.train_s) {
+            self.log.flush()?;
+            self.save()?;
+            self.checkpoints.taken(self.train_s);
+        }
+        Ok(())
+    }
+
+    /// Evaluates every `run.eval_every_epochs` (not at the end: [`Single::finish`] does).
+    fn evaluate_if_due(&mut self) -> Result<()> {
+        let every = self.cfg.run.eval_every_epochs;
+        if every <= 0.0 || self.step.epoch() < self.next_eval - 1e-9 {
+            return Ok(());
+        }
+        self.next_eval += every;
+        if !self.cfg.run.should_stop(self.step.epoch(), self.train_s) {
+            let ev = self.evaluator.evaluate(&mut self.step.net, self.corpus)?;
+            let row = ev.row(self.train_s, self.step.epoch(), self.iteration);
+            record_eval(&row, &mut self.eval_log, &mut self.evals)?;
+        }
+        Ok(())
+    }
+
+    /// The final evaluation, translations, export and checkpoint, and the summary.
+    fn finish(mut self) -> Result<Summary> {
+        let ev = self
+            .evaluator
+            .evaluate_final(&mut self.step.net, self.corpus)?;
+        let row = ev.row(self.train_s, self.step.epoch(), self.iteration);
+        record_eval(&row, &mut self.eval_log, &mut self.evals)?;
+        write_translations(self.run, &ev)?;
+        self.log.flush()?;
+        self.eval_log.flush()?;
+        export_model(self.cfg, self.run, &self.step.net)?;
+        self.save()?;
+        let totals = RunTotals {
+            ranks: 1,
+            workers: 1,
+            epochs: self.step.epoch(),
+            iterations: self.iteration,
+            wall_s: self.train_s,
+        };
+        let summary = Summary::new(self.cfg, self.step.net.name(), totals, &self.evals);
+        self.run
+            .write_json("summary.json", &summary)
+            .context("summary")?;
+        Ok(summary)
+    }
 }
 
 /// Writes checkpoint `schedule.sequence` of a single-process run: weights, batch-norm

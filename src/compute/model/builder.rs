@@ -8,24 +8,24 @@ use super::compose::{Residual, Sequential};
 use super::layers::{
     BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, Pool2d, PoolKind, Relu,
 };
-use super::module::{Layer, Plan, Shape};
+use super::module::{Allocator, Layer, Shape};
 
 /// Fills a branch of a residual block (its body or its skip path).
 pub type Branch<'f, B> = &'f dyn Fn(&mut Builder<B>);
 
 pub struct Builder<'p, B: Backend> {
     be: &'p B,
-    plan: &'p mut Plan,
+    alloc: &'p mut Allocator,
     input: Shape,
     shape: Shape,
     modules: Vec<Box<dyn Layer<B>>>,
 }
 
 impl<'p, B: Backend> Builder<'p, B> {
-    pub fn new(be: &'p B, plan: &'p mut Plan, input: Shape) -> Self {
+    pub fn new(be: &'p B, alloc: &'p mut Allocator, input: Shape) -> Self {
         Builder {
             be,
-            plan,
+            alloc,
             input,
             shape: input,
             modules: Vec::new(),
@@ -44,9 +44,9 @@ impl<'p, B: Backend> Builder<'p, B> {
     /// Appends the layer `make` builds for the current shape, as the next numbered child.
     pub fn push<M: Layer<B> + 'static>(
         &mut self,
-        make: impl FnOnce(&B, &mut Plan, Shape) -> M,
+        make: impl FnOnce(&B, &mut Allocator, Shape) -> M,
     ) -> &mut Self {
-        let m = make(self.be, self.plan, self.shape);
+        let m = make(self.be, self.alloc, self.shape);
         self.shape = m.out_shape();
         self.modules.push(Box::new(m));
         self
@@ -112,20 +112,20 @@ impl<'p, B: Backend> Builder<'p, B> {
         relu: bool,
     ) -> &mut Self {
         let input = self.shape;
-        self.push(|be, plan, _| {
-            let body = Self::branch(be, plan, input, body);
-            let skip = skip.map(|f| Self::branch(be, plan, input, f));
-            Residual::new(be, plan, body, skip, relu)
+        self.push(|be, alloc, _| {
+            let body = Self::branch(be, alloc, input, body);
+            let skip = skip.map(|f| Self::branch(be, alloc, input, f));
+            Residual::new(be, alloc, body, skip, relu)
         })
     }
 
     fn branch(
         be: &B,
-        plan: &mut Plan,
+        alloc: &mut Allocator,
         input: Shape,
         fill: impl FnOnce(&mut Builder<B>),
     ) -> Sequential<B> {
-        let mut b = Builder::new(be, plan, input);
+        let mut b = Builder::new(be, alloc, input);
         fill(&mut b);
         b.finish()
     }

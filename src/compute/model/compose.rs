@@ -3,7 +3,7 @@
 
 use crate::compute::backend::Backend;
 
-use super::module::{shape_len, Flat, Layer, Mode, Module, NamedTensors, Plan, Shape};
+use super::module::{shape_len, Allocator, Flat, Layer, Mode, Module, NamedTensors, Shape};
 
 /// Layers applied one after the other, named `0`, `1`, ... as PyTorch's `nn.Sequential`
 /// names its children.
@@ -102,7 +102,7 @@ impl<B: Backend> Residual<B> {
     /// shape).
     pub fn new(
         be: &B,
-        plan: &Plan,
+        alloc: &Allocator,
         body: Sequential<B>,
         skip: Option<Sequential<B>>,
         relu: bool,
@@ -115,7 +115,7 @@ impl<B: Backend> Residual<B> {
             "a residual block's body and skip must agree in shape"
         );
         let sum_len = if relu {
-            plan.max_batch * shape_len(out_shape)
+            alloc.max_batch * shape_len(out_shape)
         } else {
             0
         };
@@ -123,13 +123,13 @@ impl<B: Backend> Residual<B> {
             sum: be.alloc(sum_len),
             dsum: be.alloc(sum_len),
             relu,
-            out: be.alloc(plan.max_batch * shape_len(out_shape)),
-            dinp: be.alloc(plan.max_batch * shape_len(input)),
+            out: be.alloc(alloc.max_batch * shape_len(out_shape)),
+            dinp: be.alloc(alloc.max_batch * shape_len(input)),
             in_len: shape_len(input),
             body,
             skip,
             out_shape,
-            max_batch: plan.max_batch,
+            max_batch: alloc.max_batch,
         }
     }
 }

@@ -9,7 +9,7 @@
 
 use crate::compute::backend::{Backend, EmbeddingDims, Span};
 
-use super::module::{Flat, FlatTensor, Init, Module, NamedTensors, Plan};
+use super::module::{Allocator, Flat, FlatTensor, Init, Module, NamedTensors};
 use super::ModelError;
 
 /// An embedding table, `weight` `[vocab, dim]` initialised N(0, 1) as PyTorch's
@@ -22,11 +22,11 @@ pub struct Embedding<B: Backend> {
 }
 
 impl<B: Backend> Embedding<B> {
-    /// Declares `weight` through `plan`; the output holds `max_rows` rows (for a
+    /// Declares `weight` through `alloc`; the output holds `max_rows` rows (for a
     /// time-major batch, longest sequence times batch size).
-    pub fn new(be: &B, plan: &mut Plan, vocab: usize, dim: usize, max_rows: usize) -> Self {
+    pub fn new(be: &B, alloc: &mut Allocator, vocab: usize, dim: usize, max_rows: usize) -> Self {
         Embedding {
-            weight: plan.param(&[vocab, dim], Init::Normal { std: 1.0 }),
+            weight: alloc.param(&[vocab, dim], Init::Normal { std: 1.0 }),
             dims: EmbeddingDims { vocab, dim },
             out: be.alloc(max_rows * dim),
             max_rows,

@@ -9,7 +9,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::compute::backend::Backend;
 
-use super::module::{Flat, Init, NamedTensors, Plan, TensorSpec};
+use super::module::{Allocator, Flat, Init, NamedTensors, TensorSpec};
 
 /// One of a model's flat buffers, as the host sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,20 +39,20 @@ pub struct FlatModel<B: Backend> {
 }
 
 impl<B: Backend> FlatModel<B> {
-    /// Buffers on `be` for the tensors declared through `plan`, named by `tensors` (a walk
+    /// Buffers on `be` for the tensors declared through `alloc`, named by `tensors` (a walk
     /// of the model's tree), initialised from `seed` (the same values on every rank).
     ///
     /// Panics when the walk did not report each declared tensor exactly once: a module
     /// whose [`super::Module::visit`] misses or repeats a tensor is a bug.
-    pub fn new(be: B, plan: &Plan, mut tensors: NamedTensors, seed: u64) -> Self {
+    pub fn new(be: B, alloc: &Allocator, mut tensors: NamedTensors, seed: u64) -> Self {
         tensors.sort();
-        assert_tiles(&tensors.params, plan.num_params(), "parameters");
-        assert_tiles(&tensors.state, plan.num_state(), "state");
+        assert_tiles(&tensors.params, alloc.num_params(), "parameters");
+        assert_tiles(&tensors.state, alloc.num_state(), "state");
         let mut flat = Flat {
-            params: be.alloc(plan.num_params()),
-            grads: be.alloc(plan.num_params()),
-            state: be.alloc(plan.num_state()),
-            scratch: be.alloc(plan.scratch),
+            params: be.alloc(alloc.num_params()),
+            grads: be.alloc(alloc.num_params()),
+            state: be.alloc(alloc.num_state()),
+            scratch: be.alloc(alloc.scratch),
             dropout_seed: 0,
         };
         be.upload(&mut flat.params, &initial_values(&tensors.params, seed));

@@ -6,7 +6,7 @@ use crate::compute::backend::{
 };
 
 use super::module::{
-    shape_len, Flat, FlatTensor, Init, Layer, Mode, Module, NamedTensors, Plan, Shape,
+    shape_len, Allocator, Flat, FlatTensor, Init, Layer, Mode, Module, NamedTensors, Shape,
 };
 
 /// A layer's own activation buffers: its output and the gradient of its input, each for
@@ -21,15 +21,15 @@ struct Acts<B: Backend> {
 }
 
 impl<B: Backend> Acts<B> {
-    fn new(be: &B, plan: &Plan, input: Shape, output: Shape) -> Self {
+    fn new(be: &B, alloc: &Allocator, input: Shape, output: Shape) -> Self {
         let (in_len, out_len) = (shape_len(input), shape_len(output));
         Acts {
-            out: be.alloc(plan.max_batch * out_len),
-            dinp: be.alloc(plan.max_batch * in_len),
+            out: be.alloc(alloc.max_batch * out_len),
+            dinp: be.alloc(alloc.max_batch * in_len),
             out_shape: output,
             in_len,
             out_len,
-            max_batch: plan.max_batch,
+            max_batch: alloc.max_batch,
         }
     }
 
@@ -90,10 +90,10 @@ struct WeightBias {
 impl WeightBias {
     /// PyTorch's default initialisation of a weight of `shape` (`[out, ...]`) and, with
     /// `bias`, its bias `[out]`, for `fan_in` inputs.
-    fn default_init(plan: &mut Plan, shape: &[usize], bias: bool, fan_in: usize) -> Self {
-        let weight = plan.param(shape, Init::KaimingUniform { fan_in });
+    fn default_init(alloc: &mut Allocator, shape: &[usize], bias: bool, fan_in: usize) -> Self {
+        let weight = alloc.param(shape, Init::KaimingUniform { fan_in });
         let bound = 1.0 / (fan_in as f32).sqrt();
-        let bias = bias.then(|| plan.param(&shape[..1], Init::Uniform { bound }));
+        let bias = bias.then(|| alloc.param(&shape[..1], Init::Uniform { bound }));
         WeightBias { weight, bias }
     }
 
@@ -126,7 +126,7 @@ impl<B: Backend> Conv2d<B> {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         be: &B,
-        plan: &mut Plan,
+        alloc: &mut Allocator,
         input: Shape,
         out_c: usize,
         kernel: usize,
@@ -145,16 +145,16 @@ impl<B: Backend> Conv2d<B> {
         let fan_in = window.col_rows();
         // The weight's columns are im2col rows: (input channel, kernel row, kernel column).
         let shape = [out_c, input.0, kernel, kernel];
-        let at = WeightBias::default_init(plan, &shape, bias, fan_in);
+        let at = WeightBias::default_init(alloc, &shape, bias, fan_in);
         let dims = Conv2dDims {
-            batch: plan.max_batch,
+            batch: alloc.max_batch,
             out_c,
             window,
         };
-        plan.scratch(be.conv2d_scratch_len(&dims));
+        alloc.scratch(be.conv2d_scratch_len(&dims));
         let output = (out_c, window.out_height(), window.out_width());
         Conv2d {
-            acts: Acts::new(be, plan, input, output),
+            acts: Acts::new(be, alloc, input, output),
             window,
             out_c,
             at,
@@ -216,11 +216,11 @@ pub struct Linear<B: Backend> {
 }
 
 impl<B: Backend> Linear<B> {
-    pub fn new(be: &B, plan: &mut Plan, input: Shape, out_f: usize) -> Self {
+    pub fn new(be: &B, alloc: &mut Allocator, input: Shape, out_f: usize) -> Self {
         let in_f = shape_len(input);
-        let at = WeightBias::default_init(plan, &[out_f, in_f], true, in_f);
+        let at = WeightBias::default_init(alloc, &[out_f, in_f], true, in_f);
         Linear {
-            acts: Acts::new(be, plan, input, (out_f, 1, 1)),
+            acts: Acts::new(be, alloc, input, (out_f, 1, 1)),
             in_f,
             out_f,
             at,
@@ -284,16 +284,16 @@ pub struct BatchNorm2d<B: Backend> {
 }
 
 impl<B: Backend> BatchNorm2d<B> {
-    pub fn new(be: &B, plan: &mut Plan, input: Shape) -> Self {
+    pub fn new(be: &B, alloc: &mut Allocator, input: Shape) -> Self {
         let c = input.0;
         let at = WeightBias {
-            weight: plan.param(&[c], Init::Ones),
-            bias: Some(plan.param(&[c], Init::Zeros)),
+            weight: alloc.param(&[c], Init::Ones),
+            bias: Some(alloc.param(&[c], Init::Zeros)),
         };
         BatchNorm2d {
-            running_mean: plan.state(&[c], Init::Zeros),
-            running_var: plan.state(&[c], Init::Ones),
-            acts: Acts::new(be, plan, input, input),
+            running_mean: alloc.state(&[c], Init::Zeros),
+            running_var: alloc.state(&[c], Init::Ones),
+            acts: Acts::new(be, alloc, input, input),
             saved: be.alloc(2 * c),
             at,
             channels: c,
@@ -383,9 +383,9 @@ pub struct Relu<B: Backend> {
 }
 
 impl<B: Backend> Relu<B> {
-    pub fn new(be: &B, plan: &Plan, input: Shape) -> Self {
+    pub fn new(be: &B, alloc: &Allocator, input: Shape) -> Self {
         Relu {
-            acts: Acts::new(be, plan, input, input),
+            acts: Acts::new(be, alloc, input, input),
         }
     }
 }
@@ -434,7 +434,7 @@ pub struct Pool2d<B: Backend> {
 impl<B: Backend> Pool2d<B> {
     pub fn new(
         be: &B,
-        plan: &Plan,
+        alloc: &Allocator,
         input: Shape,
         kind: PoolKind,
         kernel: usize,
@@ -450,11 +450,11 @@ impl<B: Backend> Pool2d<B> {
         };
         let output = (input.0, window.out_height(), window.out_width());
         let argmax_len = match kind {
-            PoolKind::Max => plan.max_batch * shape_len(output),
+            PoolKind::Max => alloc.max_batch * shape_len(output),
             PoolKind::Average => 0,
         };
         Pool2d {
-            acts: Acts::new(be, plan, input, output),
+            acts: Acts::new(be, alloc, input, output),
             argmax: be.alloc(argmax_len),
             window,
             kind,
@@ -506,9 +506,9 @@ pub struct GlobalAvgPool<B: Backend> {
 }
 
 impl<B: Backend> GlobalAvgPool<B> {
-    pub fn new(be: &B, plan: &Plan, input: Shape) -> Self {
+    pub fn new(be: &B, alloc: &Allocator, input: Shape) -> Self {
         GlobalAvgPool {
-            acts: Acts::new(be, plan, input, (input.0, 1, 1)),
+            acts: Acts::new(be, alloc, input, (input.0, 1, 1)),
             channels: input.0,
             plane: input.1 * input.2,
         }
@@ -546,11 +546,11 @@ pub struct Dropout<B: Backend> {
 }
 
 impl<B: Backend> Dropout<B> {
-    pub fn new(be: &B, plan: &mut Plan, input: Shape, p: f32) -> Self {
-        let seed = plan.next_seed();
+    pub fn new(be: &B, alloc: &mut Allocator, input: Shape, p: f32) -> Self {
+        let seed = alloc.next_seed();
         Dropout {
-            mask: be.alloc(plan.max_batch * shape_len(input)),
-            acts: Acts::new(be, plan, input, input),
+            mask: be.alloc(alloc.max_batch * shape_len(input)),
+            acts: Acts::new(be, alloc, input, input),
             p,
             seed,
             active: false,
@@ -597,9 +597,9 @@ pub struct Flatten<B: Backend> {
 }
 
 impl<B: Backend> Flatten<B> {
-    pub fn new(be: &B, plan: &Plan, input: Shape) -> Self {
+    pub fn new(be: &B, alloc: &Allocator, input: Shape) -> Self {
         Flatten {
-            acts: Acts::new(be, plan, input, (shape_len(input), 1, 1)),
+            acts: Acts::new(be, alloc, input, (shape_len(input), 1, 1)),
         }
     }
 }

@@ -30,7 +30,7 @@ use std::ops::Range;
 
 use crate::compute::backend::{Backend, LstmDims, LstmSpan};
 
-use super::module::{Flat, FlatTensor, Init, Mode, Module, NamedTensors, Plan};
+use super::module::{Allocator, Flat, FlatTensor, Init, Mode, Module, NamedTensors};
 use super::row_dropout::RowDropout;
 use super::ModelError;
 
@@ -137,9 +137,9 @@ pub struct Lstm<B: Backend> {
 }
 
 impl<B: Backend> Lstm<B> {
-    /// Declares the layers' tensors through `plan` and allocates activations for
-    /// `max_steps` steps of `plan.max_batch` sequences.
-    pub fn new(be: &B, plan: &mut Plan, cfg: LstmConfig, max_steps: usize) -> Self {
+    /// Declares the layers' tensors through `alloc` and allocates activations for
+    /// `max_steps` steps of `alloc.max_batch` sequences.
+    pub fn new(be: &B, alloc: &mut Allocator, cfg: LstmConfig, max_steps: usize) -> Self {
         let LstmConfig {
             layers,
             input,
@@ -147,7 +147,7 @@ impl<B: Backend> Lstm<B> {
             ..
         } = cfg;
         assert!(layers > 0, "an LSTM has at least one layer");
-        let max_batch = plan.max_batch;
+        let max_batch = alloc.max_batch;
         let rows = max_steps * max_batch;
         let init = Init::Uniform {
             bound: 1.0 / (h as f32).sqrt(),
@@ -156,12 +156,12 @@ impl<B: Backend> Lstm<B> {
             .map(|l| {
                 let in_l = if l == 0 { input } else { h };
                 let at = LayerTensors {
-                    weight_ih: plan.param(&[4 * h, in_l], init),
-                    weight_hh: plan.param(&[4 * h, h], init),
-                    bias_ih: plan.param(&[4 * h], init),
-                    bias_hh: plan.param(&[4 * h], init),
+                    weight_ih: alloc.param(&[4 * h, in_l], init),
+                    weight_hh: alloc.param(&[4 * h, h], init),
+                    bias_ih: alloc.param(&[4 * h], init),
+                    bias_hh: alloc.param(&[4 * h], init),
                 };
-                let dropped = (l > 0).then(|| RowDropout::new(be, plan, rows * h));
+                let dropped = (l > 0).then(|| RowDropout::new(be, alloc, rows * h));
                 Layer {
                     at,
                     input: in_l,

@@ -21,7 +21,8 @@ use crate::compute::backend::Backend;
 pub use builder::Builder;
 pub use flat::{initial_values, FlatModel};
 pub use module::{
-    shape_len, Flat, FlatTensor, Init, Layer, Mode, Module, NamedTensors, Plan, Shape, TensorSpec,
+    shape_len, Allocator, Flat, FlatTensor, Init, Layer, Mode, Module, NamedTensors, Shape,
+    TensorSpec,
 };
 pub use network::Network;
 pub use trainable::Trainable;

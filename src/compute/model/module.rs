@@ -2,7 +2,7 @@
 //! how the tree of them names its tensors.
 //!
 //! A module owns its activations (its output and the gradient of its input, sized once
-//! for the model's largest batch) and declares, through a [`Plan`] while it is built, its
+//! for the model's largest batch) and declares, through a [`Allocator`] while it is built, its
 //! tensors in the model's flat buffers: trained parameters and non-trained state (batch
 //! norm's running statistics), each a [`FlatTensor`] with PyTorch's shape and its
 //! initialisation, and the shared scratch it needs. The flat parameter and gradient
@@ -104,7 +104,7 @@ pub struct Flat<B: Backend> {
 /// Hands out ranges in the flat buffers, dropout seeds and scratch while a model is
 /// built, in build order.
 #[derive(Debug, Default)]
-pub struct Plan {
+pub struct Allocator {
     pub scratch: usize,
     /// Samples (rows) the activations being allocated must hold.
     pub max_batch: usize,
@@ -116,9 +116,9 @@ pub struct Plan {
     params_init: Option<Init>,
 }
 
-impl Plan {
-    pub fn new(max_batch: usize) -> Plan {
-        Plan {
+impl Allocator {
+    pub fn new(max_batch: usize) -> Allocator {
+        Allocator {
             max_batch,
             ..Default::default()
         }
@@ -135,7 +135,7 @@ impl Plan {
     }
 
     /// The next parameters, a tensor of `shape` that starts as `init` (unless
-    /// [`Plan::init_params_as`] said otherwise).
+    /// [`Allocator::init_params_as`] said otherwise).
     pub fn param(&mut self, shape: &[usize], init: Init) -> FlatTensor {
         let init = self.params_init.unwrap_or(init);
         Self::take(&mut self.params, shape, init)

@@ -12,7 +12,7 @@ use crate::compute::backend::Backend;
 
 use super::compose::Sequential;
 use super::flat::FlatModel;
-use super::module::{shape_len, Layer, Mode, Module, NamedTensors, Plan, Shape};
+use super::module::{shape_len, Allocator, Layer, Mode, Module, NamedTensors, Shape};
 use super::trainable::Trainable;
 use super::{mask_hash, BatchStats, ModelError};
 
@@ -35,23 +35,23 @@ pub struct Network<B: Backend> {
 }
 
 impl<B: Backend> Network<B> {
-    /// The network `body` (built with `plan`) on `be`, initialised from `seed` (the same
+    /// The network `body` (built with `alloc`) on `be`, initialised from `seed` (the same
     /// weights on every rank).
     pub fn new(
         be: B,
         name: &str,
-        plan: Plan,
+        alloc: Allocator,
         body: Sequential<B>,
         input: Shape,
         seed: u64,
     ) -> Self {
         let classes = shape_len(body.out_shape());
-        let max_batch = plan.max_batch;
+        let max_batch = alloc.max_batch;
         let x = be.alloc(max_batch * shape_len(input));
         let dlogits = be.alloc(max_batch * classes);
         let tensors = NamedTensors::of(&body);
         Network {
-            model: FlatModel::new(be, &plan, tensors, seed),
+            model: FlatModel::new(be, &alloc, tensors, seed),
             x,
             dlogits,
             name: name.to_string(),

@@ -7,7 +7,7 @@ use std::ops::Range;
 
 use crate::compute::backend::Backend;
 
-use super::module::{Module, NamedTensors, Plan};
+use super::module::{Allocator, Module, NamedTensors};
 
 /// Dropout's output, its mask and the gradient of its input, for `len` values.
 pub struct RowDropout<B: Backend> {
@@ -19,13 +19,13 @@ pub struct RowDropout<B: Backend> {
 }
 
 impl<B: Backend> RowDropout<B> {
-    /// Buffers for `len` values and this layer's seed (the next of `plan`'s).
-    pub fn new(be: &B, plan: &mut Plan, len: usize) -> Self {
+    /// Buffers for `len` values and this layer's seed (the next of `alloc`'s).
+    pub fn new(be: &B, alloc: &mut Allocator, len: usize) -> Self {
         RowDropout {
             out: be.alloc(len),
             mask: be.alloc(len),
             dx: be.alloc(len),
-            seed: plan.next_seed(),
+            seed: alloc.next_seed(),
             len,
         }
     }

@@ -38,7 +38,7 @@ use super::embedding::Embedding;
 use super::flat::FlatModel;
 use super::layers::Linear;
 use super::lstm::{Lstm, LstmConfig};
-use super::module::{Init, Layer, Mode, Module, NamedTensors, Plan};
+use super::module::{Allocator, Init, Layer, Mode, Module, NamedTensors};
 use super::row_dropout::RowDropout;
 use super::trainable::Trainable;
 use super::zoo::scaled;
@@ -178,7 +178,7 @@ struct Layers<B: Backend> {
 impl<B: Backend> Layers<B> {
     /// Declares the tensors in the reference's order (encoder, then decoder) and
     /// allocates the activations for `cfg`'s workspace.
-    fn new(be: &B, plan: &mut Plan, cfg: &Seq2SeqConfig) -> Self {
+    fn new(be: &B, alloc: &mut Allocator, cfg: &Seq2SeqConfig) -> Self {
         let (e, h, b) = (cfg.emb_dim(), cfg.hidden_dim(), cfg.max_batch);
         let (ts, s) = (cfg.max_src_len, cfg.max_dec_steps());
         let lstm = LstmConfig {
@@ -188,20 +188,20 @@ impl<B: Backend> Layers<B> {
             dropout: cfg.dropout,
         };
         let encoder = Encoder {
-            embedding: Embedding::new(be, plan, cfg.src_vocab, e, ts * b),
-            dropout: RowDropout::new(be, plan, ts * b * e),
-            rnn: Lstm::new(be, plan, lstm, ts),
+            embedding: Embedding::new(be, alloc, cfg.src_vocab, e, ts * b),
+            dropout: RowDropout::new(be, alloc, ts * b * e),
+            rnn: Lstm::new(be, alloc, lstm, ts),
         };
-        let embedding = Embedding::new(be, plan, cfg.tgt_vocab, e, s * b);
-        let dropout = RowDropout::new(be, plan, s * b * e);
-        let rnn = Lstm::new(be, plan, lstm, s);
+        let embedding = Embedding::new(be, alloc, cfg.tgt_vocab, e, s * b);
+        let dropout = RowDropout::new(be, alloc, s * b * e);
+        let rnn = Lstm::new(be, alloc, lstm, s);
         // The head sees every (step, column) as a row.
-        plan.max_batch = s * b;
+        alloc.max_batch = s * b;
         let decoder = Decoder {
             embedding,
             dropout,
             rnn,
-            fc_out: Linear::new(be, plan, (h, 1, 1), cfg.tgt_vocab),
+            fc_out: Linear::new(be, alloc, (h, 1, 1), cfg.tgt_vocab),
         };
         Layers { encoder, decoder }
     }
@@ -272,13 +272,13 @@ impl<B: Backend> Seq2Seq<B> {
         cfg.assert_valid();
         let (h, b) = (cfg.hidden_dim(), cfg.max_batch);
         let (ts, s) = (cfg.max_src_len, cfg.max_dec_steps());
-        let mut plan = Plan::new(b);
-        plan.init_params_as(Init::Uniform { bound: INIT_BOUND });
-        let nets = Layers::new(&be, &mut plan, &cfg);
+        let mut alloc = Allocator::new(b);
+        alloc.init_params_as(Init::Uniform { bound: INIT_BOUND });
+        let nets = Layers::new(&be, &mut alloc, &cfg);
         let zeros = be.alloc(ts * b * h);
         let dlogits = be.alloc(s * b * cfg.tgt_vocab);
         Seq2Seq {
-            model: FlatModel::new(be, &plan, NamedTensors::of(&nets), seed),
+            model: FlatModel::new(be, &alloc, NamedTensors::of(&nets), seed),
             zeros,
             dlogits,
             step_logits: vec![0.0; b * cfg.tgt_vocab],

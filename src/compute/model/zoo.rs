@@ -4,7 +4,7 @@
 use crate::compute::backend::Backend;
 
 use super::builder::{Branch, Builder};
-use super::module::{Plan, Shape};
+use super::module::{Allocator, Shape};
 use super::{ModelError, Network};
 
 pub use crate::config::CIFAR_INPUT;
@@ -35,13 +35,13 @@ pub fn custom<B: Backend>(
     seed: u64,
     fill: impl FnOnce(&mut Builder<B>),
 ) -> Network<B> {
-    let mut plan = Plan::new(max_batch);
+    let mut alloc = Allocator::new(max_batch);
     let body = {
-        let mut b = Builder::new(&be, &mut plan, input);
+        let mut b = Builder::new(&be, &mut alloc, input);
         fill(&mut b);
         b.finish()
     };
-    Network::new(be, name, plan, body, input, seed)
+    Network::new(be, name, alloc, body, input, seed)
 }
 
 /// LeNet-5 as in the paper's experiments (for 1x28x28: conv 6@5x5 pad 2, relu, maxpool 2,

@@ -8,7 +8,7 @@
 use anyhow::Result;
 
 use crate::compress::feedback::PeerView;
-use crate::compress::powersgd::{reconstruct, Block, LowRankPlan, PowerSgd, TensorShape};
+use crate::compress::powersgd::{reconstruct, Block, LowRankLayout, PowerSgd, TensorShape};
 use crate::compress::topk::TopK;
 use crate::compress::{CompressError, MirrorDevice};
 use crate::protocol::mailbox::{self, Inbox};
@@ -86,11 +86,11 @@ impl Encoder {
         self.mirror = Some(device);
     }
 
-    /// The low-rank plan at `rank` (powersgd only).
-    pub fn low_rank_plan(&self, rank_at: impl Fn(usize) -> usize) -> Option<LowRankPlan> {
+    /// The low-rank layout at `rank` (powersgd only).
+    pub fn low_rank_layout(&self, rank_at: impl Fn(usize) -> usize) -> Option<LowRankLayout> {
         self.low_rank
             .as_ref()
-            .map(|l| LowRankPlan::new(&l.tensors, self.n, rank_at(l.rank)))
+            .map(|l| LowRankLayout::new(&l.tensors, self.n, rank_at(l.rank)))
     }
 
     /// Takes the whole unsent change into `vals`.
@@ -119,12 +119,12 @@ impl Encoder {
         &self.msg
     }
 
-    /// Takes the unsent change's approximation by `plan` into `msg`, and what the peers
+    /// Takes the unsent change's approximation by `layout` into `msg`, and what the peers
     /// will rebuild from it into `vals`, counted as sent in the view.
     pub fn take_low_rank(
         &mut self,
         weights: &[f32],
-        plan: &LowRankPlan,
+        layout: &LowRankLayout,
     ) -> Result<Taken, CompressError> {
         let Some(l) = self.low_rank.as_mut() else {
             return Err(CompressError::Factorization(
@@ -132,15 +132,15 @@ impl Encoder {
             ));
         };
         self.view.unsent_into(weights, &mut l.unsent)?;
-        l.psgd.compress(&l.unsent, plan, &mut l.payload)?;
+        l.psgd.compress(&l.unsent, layout, &mut l.payload)?;
         self.vals.clear();
         self.vals.resize(self.n, 0.0);
         let vals = &mut self.vals;
-        reconstruct(plan, &l.payload, &mut l.scratch, |offset, values| {
+        reconstruct(layout, &l.payload, &mut l.scratch, |offset, values| {
             vals[offset..offset + values.len()].copy_from_slice(values);
         })?;
         self.view.count_sent(0, &self.vals);
-        mailbox::encode_low_rank(plan.rank, &l.payload, &mut self.msg);
+        mailbox::encode_low_rank(layout.rank, &l.payload, &mut self.msg);
         Ok(Taken::LowRank)
     }
 
@@ -156,9 +156,9 @@ impl Encoder {
         }
     }
 
-    /// Low-rank blocks of the plan at the configured rank, for the start-up log.
+    /// Low-rank blocks of the layout at the configured rank, for the start-up log.
     pub fn low_rank_matrices(&self) -> usize {
-        self.low_rank_plan(|r| r)
+        self.low_rank_layout(|r| r)
             .map(|p| {
                 p.blocks
                     .iter()
@@ -188,9 +188,9 @@ impl Inbox for Receiver<'_> {
                 "a low-rank message (rank {rank}) in a run without powersgd"
             ));
         };
-        let plan = LowRankPlan::new(tensors, self.weights.len(), rank);
+        let layout = LowRankLayout::new(tensors, self.weights.len(), rank);
         let (view, weights) = (&mut *self.view, &mut *self.weights);
-        reconstruct(&plan, payload, scratch, |offset, values| {
+        reconstruct(&layout, payload, scratch, |offset, values| {
             view.receive_slice(weights, offset, values)
         })
         .map_err(|e| format!("rank {rank}: {e}"))

@@ -41,7 +41,7 @@
 use anyhow::{Context, Result};
 
 use crate::comm::{Collectives, SubComm};
-use crate::compress::powersgd::{rank_for_ratio, LowRankPlan, TensorShape};
+use crate::compress::powersgd::{rank_for_ratio, LowRankLayout, TensorShape};
 use crate::compress::ratio::{k_for_ratio, RatioSettings, SpeedMeter};
 use crate::compress::{CompressError, MirrorDevice};
 use crate::config::{CompressionKind, Config, SparseTransport};
@@ -89,7 +89,7 @@ enum Route {
     Defer,
 }
 
-/// How this server's exchanges compress: dense, top-k, or PowerSGD (with its plan at a
+/// How this server's exchanges compress: dense, top-k, or PowerSGD (with its payload layout at a
 /// ratio).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Compression {
@@ -151,11 +151,11 @@ impl<'c> GroupExchange<'c> {
         let seed = cfg.run.seed ^ (0x9e37_79b9_7f4a_7c15 ^ me as u64);
         let low_rank = (compression == Compression::LowRank).then_some((c.rank, tensors, seed));
         let encoder = Encoder::new(initial, low_rank, k_target);
-        let layout = match encoder.low_rank_plan(|r| r) {
-            Some(plan) => {
-                let words = mailbox::low_rank_message_words(plan.payload_len());
+        let layout = match encoder.low_rank_layout(|r| r) {
+            Some(low_rank) => {
+                let words = mailbox::low_rank_message_words(low_rank.payload_len());
                 if me == 0 {
-                    log_low_rank(&plan, &encoder, (n, c.ratio), k_target);
+                    log_low_rank(&low_rank, &encoder, (n, c.ratio), k_target);
                 }
                 MailboxLayout::for_words(groups, words, g.mailbox_messages)
                     .context("the powersgd mailbox ring's size overflows")?
@@ -245,24 +245,24 @@ impl<'c> GroupExchange<'c> {
     fn exchange(&mut self, ps: &mut ParamServer, ratio: f64, own_pushes: u64) -> Result<()> {
         let k = k_for_ratio(self.n, ratio);
         let target = self.ratio.target;
-        let plan = (self.compression == Compression::LowRank)
+        let low_rank = (self.compression == Compression::LowRank)
             .then(|| {
                 self.encoder
-                    .low_rank_plan(|r| rank_for_ratio(r, ratio, target))
+                    .low_rank_layout(|r| rank_for_ratio(r, ratio, target))
             })
             .flatten();
-        let words = match &plan {
-            Some(plan) => mailbox::low_rank_message_words(plan.payload_len()),
+        let words = match &low_rank {
+            Some(layout) => mailbox::low_rank_message_words(layout.payload_len()),
             None => mailbox::message_words(k),
         };
         let route = self.route(words)?;
         let t = std::time::Instant::now();
         let (me, exchange) = (self.me, self.exchanges);
         let context = |e: CompressError| e.in_context(me, exchange, own_pushes);
-        let taken = match (route, &plan) {
+        let taken = match (route, &low_rank) {
             (Route::Defer, _) => None,
             (Route::DenseInbox, _) => Some(self.encoder.take_dense(ps.weights())),
-            (_, Some(plan)) => Some(self.encoder.take_low_rank(ps.weights(), plan)),
+            (_, Some(layout)) => Some(self.encoder.take_low_rank(ps.weights(), layout)),
             (_, None) => Some(self.encoder.take_sparse(ps.weights(), k)),
         };
         let taken = taken.transpose().map_err(context)?;
@@ -397,15 +397,15 @@ impl<'c> GroupExchange<'c> {
 }
 
 /// Rank 0's account of the PowerSGD exchange against top-k's at the same ratio.
-fn log_low_rank(plan: &LowRankPlan, encoder: &Encoder, (n, ratio): (usize, f64), k: usize) {
-    let words = mailbox::low_rank_message_words(plan.payload_len());
+fn log_low_rank(layout: &LowRankLayout, encoder: &Encoder, (n, ratio): (usize, f64), k: usize) {
+    let words = mailbox::low_rank_message_words(layout.payload_len());
     log::info!(
         "powersgd rank {}: {} of {} values in {} matrices go low-rank; {} values ({} bytes) per exchange at ratio {ratio} (top-k would send {k} values, {} bytes)",
-        plan.rank,
-        plan.low_rank_values(),
+        layout.rank,
+        layout.low_rank_values(),
         n,
         encoder.low_rank_matrices(),
-        plan.payload_len(),
+        layout.payload_len(),
         4 * words,
         4 * mailbox::message_words(k)
     );

@@ -127,37 +127,7 @@ pub fn simulate(
     let apply = p * cost.apply_s_per_param;
     let exchange = cost.exchange_s(groups);
     let exchange_bytes = 2.0 * groups.saturating_sub(1) as f64 * cost.exchange_bytes;
-    let mut server_of = vec![usize::MAX; n];
-    let mut slot_of = vec![0; n];
-    let mut servers: Vec<Server> = scheme
-        .groups
-        .iter()
-        .enumerate()
-        .map(|(s, members)| {
-            for (slot, &w) in members.iter().enumerate() {
-                server_of[w] = s;
-                slot_of[w] = slot;
-            }
-            Server {
-                members: members.clone(),
-                clock: FastClock::new(
-                    members.len(),
-                    if scheme.round {
-                        Some(0)
-                    } else {
-                        scheme.bounds[s]
-                    },
-                ),
-                free_at: 0.0,
-                busy_s: 0.0,
-                version: 0,
-                pushes: 0,
-                round_pushes: 0,
-                bytes: 0.0,
-                exchange_bytes: 0.0,
-            }
-        })
-        .collect();
+    let (mut servers, server_of, slot_of) = servers_of(scheme, n);
     let mut sampler = work.sampler(seed);
     let mut read_version = vec![0u64; n];
     let mut pushed_at = vec![0.0f64; n];
@@ -242,23 +212,71 @@ pub fn simulate(
         }
     }
     let active: Vec<usize> = (0..n).filter(|&w| server_of[w] != usize::MAX).collect();
+    let waits = active.iter().map(|&w| wait_s[w] / horizon_s).collect();
+    outcome(
+        &servers,
+        (iterations, staleness, waits),
+        work.batch,
+        horizon_s,
+    )
+}
+
+/// The servers of `scheme` over `n` workers, and each worker's server and slot there
+/// (`usize::MAX`: a worker of no server).
+fn servers_of(scheme: &PsScheme, n: usize) -> (Vec<Server>, Vec<usize>, Vec<usize>) {
+    let mut server_of = vec![usize::MAX; n];
+    let mut slot_of = vec![0; n];
+    let servers = scheme
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(s, members)| {
+            for (slot, &w) in members.iter().enumerate() {
+                server_of[w] = s;
+                slot_of[w] = slot;
+            }
+            let bound = if scheme.round {
+                Some(0)
+            } else {
+                scheme.bounds[s]
+            };
+            Server {
+                members: members.clone(),
+                clock: FastClock::new(members.len(), bound),
+                free_at: 0.0,
+                busy_s: 0.0,
+                version: 0,
+                pushes: 0,
+                round_pushes: 0,
+                bytes: 0.0,
+                exchange_bytes: 0.0,
+            }
+        })
+        .collect();
+    (servers, server_of, slot_of)
+}
+
+/// What a simulation of `horizon_s` seconds amounts to, from its servers, the iterations
+/// applied within it, their staleness and the workers' wait fractions (`batch` samples an
+/// iteration).
+fn outcome(
+    servers: &[Server],
+    (iterations, staleness, wait_fractions): (u64, StalenessHistogram, Vec<f64>),
+    batch: usize,
+    horizon_s: f64,
+) -> Outcome {
+    let per_s = |f: fn(&Server) -> f64| servers.iter().map(|s| f(s) / horizon_s).collect();
     Outcome {
         iterations,
-        images_per_s: iterations as f64 * work.batch as f64 / horizon_s,
-        wait_fractions: active.iter().map(|&w| wait_s[w] / horizon_s).collect(),
+        images_per_s: iterations as f64 * batch as f64 / horizon_s,
+        wait_fractions,
         staleness: Some(staleness),
         server_busy: servers
             .iter()
             .map(|s| (s.busy_s / horizon_s).min(1.0))
             .collect(),
-        server_bytes_per_s: servers
-            .iter()
-            .map(|s| (s.bytes + s.exchange_bytes) / horizon_s)
-            .collect(),
-        exchange_bytes_per_s: servers
-            .iter()
-            .map(|s| s.exchange_bytes / horizon_s)
-            .collect(),
+        server_bytes_per_s: per_s(|s| s.bytes + s.exchange_bytes),
+        exchange_bytes_per_s: per_s(|s| s.exchange_bytes),
     }
 }
 

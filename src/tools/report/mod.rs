@@ -209,12 +209,21 @@ fn embed(md: &mut String, files: &[PathBuf; 2], out: &Path) {
 
 /// One run's pictures, or why a picture is left out.
 fn per_run(md: &mut String, r: &Run, opts: &Options) -> Result<()> {
-    let s = stem(&r.name);
-    let out = &opts.out;
-    let skip = |md: &mut String, what: &str, why: &str| {
-        let _ = writeln!(md, "- {what}: not drawn, {why}.");
-    };
+    timeline(md, r, opts)?;
+    wait_fraction(md, r, opts)?;
+    upload_ratio(md, r, opts)?;
+    staleness(md, r, opts)?;
+    bytes_per_group(md, r, opts)
+}
 
+/// Says in `md` why picture `what` is not drawn.
+fn skip(md: &mut String, what: &str, why: &str) {
+    md.push_str(&format!("- {what}: not drawn, {why}.\n"));
+}
+
+/// The worker timeline of a window of the run.
+fn timeline(md: &mut String, r: &Run, opts: &Options) -> Result<()> {
+    let (s, out) = (stem(&r.name), &opts.out);
     md.push_str("\n### Worker timeline\n\n");
     match series::worker_time_range(r) {
         None => skip(md, "Worker timeline", "the run logged no worker iterations"),
@@ -233,18 +242,22 @@ fn per_run(md: &mut String, r: &Run, opts: &Options) -> Result<()> {
                     lanes,
                     window,
                 };
-                let _ = writeln!(
-                    md,
+                md.push_str(&format!(
                     "Each lane is a worker: compute (blue), pushing its gradient (orange) and \
                      waiting for fresh weights (red), {:.2}-{:.2} s. A long red span is a \
                      worker held back by a slower one; a long blue one is a straggler.\n",
                     window.0, window.1
-                );
+                ));
                 embed(md, &plots::save(&fig, out, &format!("timeline-{s}"))?, out);
             }
         }
     }
+    Ok(())
+}
 
+/// Each worker's share of time waiting for weights.
+fn wait_fraction(md: &mut String, r: &Run, opts: &Options) -> Result<()> {
+    let (s, out) = (stem(&r.name), &opts.out);
     md.push_str("\n### Wait fraction per worker\n\n");
     let waits = series::wait_fractions(r);
     // A single process never waits and never computes on stale weights.
@@ -266,7 +279,12 @@ fn per_run(md: &mut String, r: &Run, opts: &Options) -> Result<()> {
         };
         embed(md, &plots::save(&fig, out, &format!("wait-{s}"))?, out);
     }
+    Ok(())
+}
 
+/// Each group's upload ratio over the run.
+fn upload_ratio(md: &mut String, r: &Run, opts: &Options) -> Result<()> {
+    let (s, out) = (stem(&r.name), &opts.out);
     md.push_str("\n### Upload ratio per group\n\n");
     let ratios = series::ratios(r);
     if ratios.is_empty() {
@@ -282,8 +300,15 @@ fn per_run(md: &mut String, r: &Run, opts: &Options) -> Result<()> {
         };
         embed(md, &plots::save(&fig, out, &format!("ratio-{s}"))?, out);
     }
+    Ok(())
+}
 
+/// How stale the applied pushes were.
+fn staleness(md: &mut String, r: &Run, opts: &Options) -> Result<()> {
+    let (s, out) = (stem(&r.name), &opts.out);
     md.push_str("\n### Staleness\n\n");
+    // A single process computes on fresh weights.
+    let single = r.layout.is_none();
     let shares = series::staleness_shares(r);
     if single {
         skip(
@@ -306,7 +331,12 @@ fn per_run(md: &mut String, r: &Run, opts: &Options) -> Result<()> {
         };
         embed(md, &plots::save(&fig, out, &format!("staleness-{s}"))?, out);
     }
+    Ok(())
+}
 
+/// Bytes pushed by each group's workers.
+fn bytes_per_group(md: &mut String, r: &Run, opts: &Options) -> Result<()> {
+    let (s, out) = (stem(&r.name), &opts.out);
     md.push_str("\n### Bytes sent per group\n\n");
     let bytes = series::bytes_per_group(r);
     if bytes.iter().all(|&(_, b)| b <= 0.0) {

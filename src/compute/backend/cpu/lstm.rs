@@ -132,7 +132,7 @@ pub struct LstmGrads<'a> {
 /// Backpropagation through time; see [`crate::compute::backend::Backend::lstm_backward`].
 #[allow(clippy::too_many_arguments)]
 pub fn lstm_backward(
-    d: LstmGrads,
+    mut d: LstmGrads,
     dout: &[f32],
     dfinal: Option<(&[f32], &[f32])>,
     inp: &[f32],
@@ -142,13 +142,7 @@ pub fn lstm_backward(
     p: &LstmParams,
     dims: &LstmDims,
 ) {
-    let LstmDims {
-        steps: t_len,
-        batch: b,
-        input: i_len,
-        hidden: h,
-    } = *dims;
-    let (g4, bh) = (4 * h, b * h);
+    let (t_len, bh) = (dims.steps, dims.batch * dims.hidden);
     // dh0 and dc0 carry dh_{t} and dc_{t} from step to step, backwards.
     let (dh, dc) = (&mut d.dh0[..bh], &mut d.dc0[..bh]);
     match dfinal {
@@ -162,33 +156,66 @@ pub fn lstm_backward(
         }
     }
     for t in (0..t_len).rev() {
-        let c_prev = if t == 0 {
-            &c0[..bh]
-        } else {
-            &saved.cells[(t - 1) * bh..t * bh]
-        };
-        let cells = &saved.cells[t * bh..(t + 1) * bh];
-        let gates = &saved.gates[t * b * g4..(t + 1) * b * g4];
-        let dg = &mut d.dgates[t * b * g4..(t + 1) * b * g4];
-        let dout_t = &dout[t * bh..(t + 1) * bh];
-        for r in 0..b {
-            let (grow, drow) = (&gates[r * g4..(r + 1) * g4], &mut dg[r * g4..(r + 1) * g4]);
-            for j in 0..h {
-                let k = r * h + j;
-                let (i, f, g, o) = (grow[j], grow[h + j], grow[2 * h + j], grow[3 * h + j]);
-                let tc = cells[k].tanh();
-                let dh_t = dout_t[k] + dh[k];
-                let dc_t = dc[k] + dh_t * o * (1.0 - tc * tc);
-                drow[j] = dc_t * g * i * (1.0 - i);
-                drow[h + j] = dc_t * c_prev[k] * f * (1.0 - f);
-                drow[2 * h + j] = dc_t * i * (1.0 - g * g);
-                drow[3 * h + j] = dh_t * tc * o * (1.0 - o);
-                dc[k] = dc_t * f;
-            }
-        }
-        // dh_{t-1} = dgates_t W_hh.
-        gemm(GemmDims::new(b, h, g4), 1.0, dg, p.weight_hh, 0.0, dh);
+        step_backward(t, &mut d, dout, c0, saved, p, dims);
     }
+    parameter_grads(d, inp, h0, saved, p, dims);
+}
+
+/// Step `t` of backpropagation through time: the gates' gradient of the step from the
+/// output's gradient and the carried `dh`, `dc` (in `d.dh0`, `d.dc0`), which it moves one
+/// step back.
+fn step_backward(
+    t: usize,
+    d: &mut LstmGrads,
+    dout: &[f32],
+    c0: &[f32],
+    saved: &LstmSaved,
+    p: &LstmParams,
+    dims: &LstmDims,
+) {
+    let (b, h) = (dims.batch, dims.hidden);
+    let (g4, bh) = (4 * h, b * h);
+    let (dh, dc) = (&mut d.dh0[..bh], &mut d.dc0[..bh]);
+    let c_prev = if t == 0 {
+        &c0[..bh]
+    } else {
+        &saved.cells[(t - 1) * bh..t * bh]
+    };
+    let cells = &saved.cells[t * bh..(t + 1) * bh];
+    let gates = &saved.gates[t * b * g4..(t + 1) * b * g4];
+    let dg = &mut d.dgates[t * b * g4..(t + 1) * b * g4];
+    let dout_t = &dout[t * bh..(t + 1) * bh];
+    for r in 0..b {
+        let (grow, drow) = (&gates[r * g4..(r + 1) * g4], &mut dg[r * g4..(r + 1) * g4]);
+        for j in 0..h {
+            let k = r * h + j;
+            let (i, f, g, o) = (grow[j], grow[h + j], grow[2 * h + j], grow[3 * h + j]);
+            let tc = cells[k].tanh();
+            let dh_t = dout_t[k] + dh[k];
+            let dc_t = dc[k] + dh_t * o * (1.0 - tc * tc);
+            drow[j] = dc_t * g * i * (1.0 - i);
+            drow[h + j] = dc_t * c_prev[k] * f * (1.0 - f);
+            drow[2 * h + j] = dc_t * i * (1.0 - g * g);
+            drow[3 * h + j] = dh_t * tc * o * (1.0 - o);
+            dc[k] = dc_t * f;
+        }
+    }
+    // dh_{t-1} = dgates_t W_hh.
+    gemm(GemmDims::new(b, h, g4), 1.0, dg, p.weight_hh, 0.0, dh);
+}
+
+/// The weights' and biases' gradients from every step's gates' gradient, and the
+/// input's.
+fn parameter_grads(
+    d: LstmGrads,
+    inp: &[f32],
+    h0: &[f32],
+    saved: &LstmSaved,
+    p: &LstmParams,
+    dims: &LstmDims,
+) {
+    let (t_len, b, i_len, h) = (dims.steps, dims.batch, dims.input, dims.hidden);
+    let g4 = 4 * h;
     let rows = t_len * b;
     let dgates = &d.dgates[..rows * g4];
     // dW_hh += sum_t dgates_t^T h_{t-1}: steps 1.. against out[0..T-1], step 0 against h0.
