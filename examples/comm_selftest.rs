@@ -1,5 +1,7 @@
 //! Multi-rank checks of gssp's communication layer (`gssp::comm`): collectives and split
-//! communicators, the parameter-server links, RMA windows and `fatal_on_all`, on the ranks
+//! communicators, the parameter-server links, a group's links moved to a communicator of
+//! new members (`create_group`, a Regroup message, `rebind`), RMA windows and
+//! `fatal_on_all`, on the ranks
 //! of the current job (any number >= 2). Prints `comm_selftest: ok` on rank 0 and exits 0
 //! when every check passed on every rank, else exits 1. `tests/comm_mpi.rs` runs it:
 //!
@@ -53,9 +55,10 @@ fn run(comm: &Comm) -> Result<(), String> {
         ));
     }
     type Phase = fn(&Comm) -> Result<(), String>;
-    let phases: [(&str, Phase); 4] = [
+    let phases: [(&str, Phase); 5] = [
         ("collectives", collectives),
         ("p2p", p2p),
+        ("groups", groups),
         ("rma", rma),
         ("fatal_on_all", fatal_on_all),
     ];
@@ -351,6 +354,134 @@ fn p2p(comm: &Comm) -> Result<(), String> {
         });
     }
     f.into_result()
+}
+
+/// Payload of the group links: room for a Regroup message naming every rank of a job.
+const GROUP_N: usize = 64;
+
+/// A group's links moved from one communicator to another, as a regroup moves them: on a
+/// communicator of every rank in reverse order (the last world rank its server), the server
+/// answers each worker's push with Regroup naming a second one (every rank in world order,
+/// world rank 0 its server); all form it, move their links, and train on there. The
+/// messages travel on those two communicators only, none on the world.
+fn groups(comm: &Comm) -> Result<(), String> {
+    let (me, size) = (comm.rank(), comm.size());
+    let mut f = Findings::default();
+    let world_before = comm.p2p_messages();
+    let first: Vec<usize> = (0..size).rev().collect();
+    let second: Vec<usize> = (0..size).collect();
+    let a = or_abort(comm, "create_group", comm.create_group(&first, 1));
+    f.expect(a.rank() == size - 1 - me, || {
+        format!("rank {} in the reversed group", a.rank())
+    });
+    let weights: Vec<f32> = (0..GROUP_N).map(|i| i as f32).collect();
+    let (sent_a, sent_b) = if a.rank() == 0 {
+        // Slot w is world rank w (its rank in `a` is size - 1 - w); the server itself has no
+        // slot used (world rank size - 1).
+        let on_a: Vec<Option<usize>> = (0..size - 1).map(|w| Some(size - 1 - w)).collect();
+        let mut link = or_abort(comm, "ServerLink::new", ServerLink::new(&a, &on_a, GROUP_N));
+        let everyone: Vec<usize> = (0..size - 1).collect();
+        or_abort(
+            comm,
+            "send_weights",
+            link.send_weights(&everyone, 1, &weights, |_| 0),
+        );
+        for _ in 0..size - 1 {
+            let got = or_abort(comm, "wait_push", link.wait_push()).map(|p| p.worker);
+            let w = got.unwrap_or(0);
+            or_abort(comm, "send_regroup", link.send_regroup(w, 2, &second));
+        }
+        let b = or_abort(comm, "create_group", comm.create_group(&second, 2));
+        // In `b` the server is world rank size - 1 = rank size - 1 there: not rank 0, so
+        // it joins as a worker of world rank 0's server instead; its old link retires.
+        or_abort(comm, "ServerLink::finish", link.finish());
+        worker_on(comm, &b, &mut f, &weights);
+        (a.p2p_messages(), b.p2p_messages())
+    } else {
+        let mut link = or_abort(comm, "WorkerLink::new", WorkerLink::new(&a, 0, GROUP_N));
+        let mut w = vec![0.0f32; GROUP_N];
+        let h = or_abort(comm, "recv_weights", link.recv_weights(&mut w));
+        f.expect(same_bits(&w, &weights) && h.regroup.is_none(), || {
+            format!("weights on the first group arrived altered ({h:?})")
+        });
+        or_abort(comm, "push", link.push(1, 0.5, &[me as f32]));
+        let h = or_abort(comm, "recv_weights", link.recv_weights(&mut w));
+        let regroup = h.regroup.clone();
+        f.expect(
+            regroup
+                .as_ref()
+                .is_some_and(|g| g.tag == 2 && g.members == second)
+                && h.len == 0,
+            || format!("no Regroup naming the second group ({h:?})"),
+        );
+        let b = or_abort(comm, "create_group", comm.create_group(&second, 2));
+        if me == 0 {
+            server_on(comm, &b, &mut f, &weights);
+        } else {
+            or_abort(comm, "rebind", link.rebind(&b, 0));
+            worker_after_rebind(comm, &mut link, &mut f, &weights);
+        }
+        (a.p2p_messages(), b.p2p_messages())
+    };
+    f.expect(comm.p2p_messages() == world_before, || {
+        format!(
+            "{} messages on the world",
+            comm.p2p_messages() - world_before
+        )
+    });
+    // The first group: the server's initial weights, pushes and Regroups; every other rank
+    // received two messages and sent one. The second: rank 0 serves the others.
+    let want_a = if me == size - 1 {
+        3 * (size as u64 - 1)
+    } else {
+        3
+    };
+    let want_b = if me == 0 { 3 * (size as u64 - 1) } else { 3 };
+    f.expect(sent_a == want_a && sent_b == want_b, || {
+        format!("messages on the groups {sent_a}/{sent_b}, expected {want_a}/{want_b}")
+    });
+    f.into_result()
+}
+
+/// World rank 0, serving the second group: weights, one push from each, stop.
+fn server_on(comm: &Comm, b: &gssp::comm::SubComm, f: &mut Findings, weights: &[f32]) {
+    let size = comm.size();
+    let slots: Vec<Option<usize>> = (1..size).map(Some).collect();
+    let mut link = or_abort(comm, "ServerLink::new", ServerLink::new(b, &slots, GROUP_N));
+    let everyone: Vec<usize> = (0..size - 1).collect();
+    or_abort(
+        comm,
+        "send_weights",
+        link.send_weights(&everyone, 2, weights, |_| 0),
+    );
+    for _ in 0..size - 1 {
+        let got = or_abort(comm, "wait_push", link.wait_push()).map(|p| (p.worker, p.payload[0]));
+        let (w, value) = got.unwrap_or((0, f32::NAN));
+        f.expect(value == (w + 1) as f32, || {
+            format!("slot {w} pushed {value}")
+        });
+        or_abort(comm, "send_stop", link.send_stop(w, 3, 0));
+    }
+    or_abort(comm, "ServerLink::finish", link.finish());
+}
+
+/// A worker of the second group, fresh (the first group's server): weights, a push, stop.
+fn worker_on(comm: &Comm, b: &gssp::comm::SubComm, f: &mut Findings, weights: &[f32]) {
+    let mut link = or_abort(comm, "WorkerLink::new", WorkerLink::new(b, 0, GROUP_N));
+    worker_after_rebind(comm, &mut link, f, weights);
+}
+
+/// A worker's round on the second group: its weights, a push of its world rank, stop.
+fn worker_after_rebind(comm: &Comm, link: &mut WorkerLink, f: &mut Findings, weights: &[f32]) {
+    let mut w = vec![0.0f32; GROUP_N];
+    let h = or_abort(comm, "recv_weights", link.recv_weights(&mut w));
+    f.expect(same_bits(&w, weights) && h.version == 2, || {
+        format!("weights on the second group arrived altered ({h:?})")
+    });
+    or_abort(comm, "push", link.push(2, 0.5, &[comm.rank() as f32]));
+    let h = or_abort(comm, "recv_weights", link.recv_weights(&mut w));
+    f.expect(h.stop, || format!("no stop on the second group ({h:?})"));
+    or_abort(comm, "WorkerLink::finish", link.finish());
 }
 
 const INBOX: usize = 4096;

@@ -853,6 +853,13 @@ impl ServerLink {
         members: &[usize],
     ) -> Result<(), CommError> {
         let rank = self.rank_of("ServerLink::send_regroup", worker)?;
+        if members.len() > self.capacity {
+            return Err(CommError::TooLong {
+                what: "ServerLink::send_regroup members",
+                len: members.len(),
+                capacity: self.capacity,
+            });
+        }
         wait(&mut self.send_reqs[worker], &mut self.stats.wait_seconds)?;
         self.settle(worker);
         self.write_header(worker, u64::from(tag), false, 0);
