@@ -20,7 +20,8 @@ GSSP_SKIPPED_LOG=$(mktemp)
 export GSSP_SKIPPED_LOG
 list_skipped() {
     if [ -s "$GSSP_SKIPPED_LOG" ]; then
-        echo "test.sh: $(sort -u "$GSSP_SKIPPED_LOG" | wc -l) test(s) skipped here:"
+        tests=$(cut -d: -f1 "$GSSP_SKIPPED_LOG" | sort -u | wc -l)
+        echo "test.sh: $tests test(s) could not run here in full:"
         sort -u "$GSSP_SKIPPED_LOG" | sed 's/^/  skipped: /'
     else
         echo "test.sh: no test skipped"
