@@ -636,12 +636,19 @@ fn gssp_sparse_exchange_loses_nothing() {
         "compression.rank=2",
         "sync.gssp.mailbox_messages=1",
     ];
+    // An outer optimizer transforms each server's own progress before it is sent: every
+    // replica still adds the same sent stream, so none may be lost either.
+    let outer = [
+        "sync.gssp.outer.kind=\"delayed-nesterov\"",
+        "sync.gssp.outer.period=2",
+    ];
     let mut first_bytes = None;
     for (name, extra) in [
         ("gssp-lossless", &arrival[..]),
         ("gssp-lossless-full", &full[..]),
         ("gssp-lossless-indexed", &indexed[..]),
         ("gssp-lossless-powersgd", &low_rank[..]),
+        ("gssp-lossless-outer", &outer[..]),
     ] {
         let sets: Vec<&str> = base.iter().chain(extra).copied().collect();
         let run = scratch.train_ok(name, 7, &sets, DEADLINE);
@@ -668,6 +675,18 @@ fn gssp_sparse_exchange_loses_nothing() {
         );
         if extra == full {
             assert!(deferred > 0.0, "{name}: one-message mailboxes never filled");
+        }
+        let outer_steps = num(&s, "outer_steps");
+        if extra == outer {
+            assert!(
+                outer_steps > 0.0,
+                "{name}: the outer optimizer never stepped"
+            );
+        } else {
+            assert_eq!(
+                outer_steps, 0.0,
+                "{name}: an outer optimizer stepped unasked"
+            );
         }
         let arrival_drains = num(&s, "arrival_drains");
         if extra.contains(&"sync.gssp.drain_on_arrival=true") {

@@ -72,6 +72,9 @@ pub struct RankMeta {
     /// The optimizer's update count (Adam's bias corrections need it; 0 for SGD).
     #[serde(default)]
     pub optimizer_steps: u64,
+    /// A gssp server's outer optimizer: the deltas it took (its buffers are tensors).
+    #[serde(default)]
+    pub outer_steps: u64,
 }
 
 /// When the next checkpoint is due.

@@ -196,6 +196,35 @@ impl PeerView {
         Ok(())
     }
 
+    /// Replaces the group's own progress since `anchor` (its unsent change as it stood
+    /// then) by what `transform` makes of it: with `p = weights - view - anchor`, the
+    /// weights become `view + anchor + transform(p)`. The view is untouched: the peers learn
+    /// the transformed progress as any unsent change, through later takes. `scratch`
+    /// holds `p`.
+    pub fn transform_progress(
+        &self,
+        weights: &mut [f32],
+        anchor: &[f32],
+        scratch: &mut Vec<f32>,
+        transform: impl FnOnce(&mut [f32]),
+    ) -> Result<(), CompressError> {
+        self.check_len(weights.len())?;
+        self.check_len(anchor.len())?;
+        scratch.clear();
+        let unsent = weights.iter().zip(&self.view).map(|(w, v)| w - v);
+        scratch.extend(unsent.zip(anchor).map(|(u, a)| u - a));
+        transform(scratch);
+        for (((w, v), a), s) in weights
+            .iter_mut()
+            .zip(&self.view)
+            .zip(anchor)
+            .zip(scratch.iter())
+        {
+            *w = v + a + s;
+        }
+        Ok(())
+    }
+
     /// Counts `values`, starting at `offset`, as sent: the part of the unsent change the
     /// peers now know.
     pub fn count_sent(&mut self, offset: usize, values: &[f32]) {

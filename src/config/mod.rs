@@ -463,6 +463,47 @@ pub struct GsspConfig {
     /// With regrouping: the least relative gain in predicted throughput for workers to
     /// move (hysteresis).
     pub regroup_min_gain: f64,
+    /// `[sync.gssp.outer]`: how a group server turns its own group's progress into the
+    /// steps every replica takes.
+    pub outer: OuterConfig,
+}
+
+/// The outer optimizer: what a server makes of a delta, a change the inner optimizer made
+/// over several steps, before the replicas take it (DiLoCo, Douillard et al. 2023;
+/// asynchronous local SGD, Liu et al. 2024). The delta plays the part of a (negative)
+/// gradient: with `nesterov` a step is `lr * (delta + momentum * m)` with
+/// `m = momentum * m + delta`; `delayed-nesterov` takes `lr / period * delta` at once and
+/// the momentum part, from the mean of the last `period` deltas, every `period`-th step.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct OuterConfig {
+    pub kind: OuterKind,
+    /// The outer learning rate (1 with momentum 0 is `none`).
+    pub lr: f64,
+    /// The outer momentum, in [0, 1).
+    pub momentum: f64,
+    /// `delayed-nesterov`: deltas between two momentum updates (N).
+    pub period: usize,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum OuterKind {
+    /// Every delta as it is (outer SGD at rate 1).
+    None,
+    Nesterov,
+    DelayedNesterov,
+}
+
+impl Default for OuterConfig {
+    fn default() -> Self {
+        Self {
+            kind: OuterKind::None,
+            lr: 0.7,
+            momentum: 0.9,
+            period: 4,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -732,6 +773,7 @@ impl Default for GsspConfig {
             drain_on_arrival: false,
             regroup_every_s: 0.0,
             regroup_min_gain: REGROUP_MIN_GAIN,
+            outer: OuterConfig::default(),
         }
     }
 }
@@ -907,6 +949,7 @@ macro_rules! display_as_config_name {
 }
 
 display_as_config_name!(
+    OuterKind,
     DatasetKind,
     ModelKind,
     LrSchedule,

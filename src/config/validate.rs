@@ -7,7 +7,7 @@ use std::fmt::Display;
 use super::MAX_CLASSES;
 use super::{
     CompressionKind, Config, ConfigError, DataConfig, DatasetKind, ExchangeSelect, Grouping,
-    GsspConfig, SparseTransport, SyncMode,
+    GsspConfig, OuterConfig, SparseTransport, SyncMode,
 };
 
 /// Upper bound of `sync.gssp.mailbox_messages`: the ring's size, messages x (1 + 2k) words
@@ -475,6 +475,27 @@ impl GsspConfig {
             "sync.gssp.mailbox_messages",
             &format!("in 1..={MAX_MAILBOX_MESSAGES}"),
             self.mailbox_messages,
+        )?;
+        self.outer.validate("sync.gssp.outer")
+    }
+}
+
+impl OuterConfig {
+    /// Checks an outer optimizer's section, named `at` in messages.
+    pub(super) fn validate(&self, at: &str) -> Result<(), ConfigError> {
+        positive(&format!("{at}.lr"), self.lr)?;
+        finite(&format!("{at}.momentum"), self.momentum)?;
+        ensure(
+            (0.0..1.0).contains(&self.momentum),
+            &format!("{at}.momentum"),
+            "in [0, 1)",
+            self.momentum,
+        )?;
+        ensure(
+            self.period >= 1,
+            &format!("{at}.period"),
+            ">= 1",
+            self.period,
         )
     }
 }

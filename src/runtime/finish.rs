@@ -33,6 +33,8 @@ pub struct RoleOutcome {
     pub exchanges_deferred: u64,
     /// gssp: drains between the server's own exchanges (`sync.gssp.drain_on_arrival`).
     pub arrival_drains: u64,
+    /// gssp with `sync.gssp.outer`: the outer optimizer's steps on this server's progress.
+    pub outer_steps: u64,
     /// gssp with regrouping: every regroup meeting this server took part in.
     pub regroups: Vec<RegroupEvent>,
 }
@@ -43,6 +45,7 @@ struct Gathered {
     ranks: Option<Vec<RankTotals>>,
     deferred: u64,
     arrival_drains: u64,
+    outer_steps: u64,
     replica_error: f64,
 }
 
@@ -75,6 +78,7 @@ fn gather(ctx: &RunContext<'_>, role: &RoleOutcome) -> Result<Gathered> {
     let comm = ctx.comm;
     let deferred = comm.allreduce_sum_u64(role.exchanges_deferred)?;
     let arrival_drains = comm.allreduce_sum_u64(role.arrival_drains)?;
+    let outer_steps = comm.allreduce_sum_u64(role.outer_steps)?;
     let replica_error = comm.allreduce_max_f64(role.replica_error.unwrap_or(0.0))?;
     let row = RankTotals::of(role, comm.p2p_messages()).to_row();
     let rows = comm.gather_f64s(0, &row)?;
@@ -82,6 +86,7 @@ fn gather(ctx: &RunContext<'_>, role: &RoleOutcome) -> Result<Gathered> {
         ranks: rows.map(|rows| rows.iter().map(|r| RankTotals::from_row(r)).collect()),
         deferred,
         arrival_drains,
+        outer_steps,
         replica_error,
     })
 }
@@ -193,6 +198,7 @@ fn summarize<B: Backend>(
             .then_some(gathered.replica_error),
         exchanges_deferred: gssp.then_some(gathered.deferred),
         arrival_drains: gssp.then_some(gathered.arrival_drains),
+        outer_steps: gssp.then_some(gathered.outer_steps),
         server_busy_fractions: has_servers.then(|| per_server(|r| r.busy_fraction)),
         server_busy_ms_per_push: has_servers.then(|| per_server(|r| r.busy_ms_per_push)),
         mean_push_staleness: has_servers

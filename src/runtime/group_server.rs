@@ -5,7 +5,7 @@
 
 use anyhow::{Context, Result};
 
-use crate::checkpoint::RankMeta;
+use crate::checkpoint::{RankFile, RankMeta};
 use crate::comm::p2p::ServerLink;
 use crate::comm::{Collectives, SubComm};
 use crate::compress::powersgd::TensorShape;
@@ -20,7 +20,7 @@ use crate::protocol::layout::Layout;
 use crate::protocol::param_server::{Apply, ParamServer, UpdateRule};
 use crate::runtime::exchange::GroupExchange;
 use crate::runtime::finish::RoleOutcome;
-use crate::runtime::peers::{Exchange, NoPeers};
+use crate::runtime::peers::{Exchange, NoPeers, SavedPeers};
 use crate::runtime::regrouper::Regrouper;
 use crate::runtime::saver::{self, Saver};
 use crate::runtime::server::{self, Outside, ServeContext, ServeStats};
@@ -89,13 +89,13 @@ pub fn serve_group(
         start: ctx.start,
         show_progress: rank == 0,
         worker_ranks: &ranks,
-        resumed_pushes: resumed.as_ref().map(|m| m.steps),
+        resumed_pushes: resumed.as_ref().map(|f| f.meta.steps),
     };
     let mut outcome = RoleOutcome::default();
     let served = (&mut link, &mut ps, &serve_ctx);
     let (stats, known) = match gssp {
         Some(_) => {
-            let what = (&model.tensors[..], mirror, resumed.as_ref());
+            let what = (&model.tensors[..], mirror, resumed);
             let mut ex = exchange_for(ctx, rank, served.1.weights(), what)?;
             let outside = Outside {
                 peers: &mut ex,
@@ -169,15 +169,18 @@ fn restore(
     rank: usize,
     ps: &mut ParamServer,
     snapshots: &mut Snapshots,
-) -> Result<Option<RankMeta>> {
+) -> Result<Option<RankFile<RankMeta>>> {
     let Some(r) = ctx.resume else {
         return Ok(None);
     };
     let every_s = ctx.cfg.run.snapshot_every_s;
-    let (meta, restored) = saver::restore_server(r, rank, ps, every_s)?;
+    let (file, restored) = saver::restore_server(r, rank, ps, every_s)?;
     *snapshots = restored;
-    Ok(Some(meta))
+    Ok(Some(file))
 }
+
+/// A device a group server selects its sparse exchanges on.
+type Mirror = Box<dyn MirrorDevice>;
 
 /// The inter-group exchange of server `rank`, starting from `weights` (collective over
 /// the group servers), selecting on `mirror` when given and continuing from the resumed
@@ -186,20 +189,16 @@ fn exchange_for<'c>(
     ctx: &RunContext<'c>,
     rank: usize,
     weights: &[f32],
-    (tensors, mirror, resumed): (
-        &[TensorShape],
-        Option<Box<dyn MirrorDevice>>,
-        Option<&RankMeta>,
-    ),
+    (tensors, mirror, resumed): (&[TensorShape], Option<Mirror>, Option<RankFile<RankMeta>>),
 ) -> Result<GroupExchange<'c>> {
     let mut ex = GroupExchange::new(ctx.servers()?, ctx.cfg, weights, tensors)?;
     if let Some(device) = mirror {
         ex.select_on(device);
     }
-    if let Some(m) = resumed {
-        let path = ctx.resume.map(|r| r.path(rank).display().to_string());
-        ex.resume(&m.group_pushes, m.speed)
-            .with_context(|| path.unwrap_or_default())?;
+    if let (Some(mut file), Some(r)) = (resumed, ctx.resume) {
+        let path = r.path(rank);
+        ex.resume(&mut file, &path)
+            .with_context(|| path.display().to_string())?;
     }
     Ok(ex)
 }
@@ -212,12 +211,13 @@ fn finish_exchange(
     ps: &mut ParamServer,
     own_pushes: u64,
     outcome: &mut RoleOutcome,
-) -> Result<(Vec<u64>, f64)> {
+) -> Result<SavedPeers> {
     outcome.replica_error = Some(ex.finish(ps)?);
     outcome.bytes_inter_group = ex.bytes_sent();
     outcome.exchanges_deferred = ex.deferred();
     outcome.arrival_drains = ex.arrival_drains();
     let known = ex.saved_state(own_pushes);
+    outcome.outer_steps = known.outer_steps;
     ex.close()?;
     Ok(known)
 }
@@ -258,7 +258,7 @@ fn save_final(
     ctx: &RunContext<'_>,
     saver: &mut Saver<'_, SubComm>,
     ps: &ParamServer,
-    (stats, own_pushes, known): (&ServeStats, u64, (Vec<u64>, f64)),
+    (stats, own_pushes, known): (&ServeStats, u64, SavedPeers),
     snapshots: &Snapshots,
 ) -> Result<()> {
     let time_s = saver

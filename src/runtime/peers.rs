@@ -14,9 +14,8 @@ pub trait Exchange {
     fn after_push(&mut self, ps: &mut ParamServer, own_pushes: u64, epoch: f64) -> Result<f64>;
     /// Pushes applied by all groups together, as far as this server knows.
     fn global_pushes(&self, own_pushes: u64) -> u64;
-    /// What of the exchange a checkpoint saves: every group's pushes as known here (this
-    /// group's are `own_pushes`), and this server's measured speed.
-    fn saved_state(&self, own_pushes: u64) -> (Vec<u64>, f64);
+    /// What of the exchange a checkpoint saves (this group's pushes are `own_pushes`).
+    fn saved_state(&self, own_pushes: u64) -> SavedPeers;
 }
 
 /// The meetings of the group servers (each method collective among them).
@@ -28,6 +27,18 @@ pub trait Meetings {
     fn quiesce(&mut self, ps: &mut ParamServer) -> Result<()>;
     /// Every server's `row`, in group order (after a meeting).
     fn share(&mut self, row: &[f64]) -> Result<Vec<Vec<f64>>>;
+}
+
+/// What of the exchange a checkpoint saves.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SavedPeers {
+    /// Every group's pushes as known here.
+    pub group_pushes: Vec<u64>,
+    /// This server's measured speed, pushes per second.
+    pub speed: f64,
+    /// The outer optimizer's deltas taken and its buffers by name (none without one).
+    pub outer_steps: u64,
+    pub outer: Vec<(&'static str, Vec<f32>)>,
 }
 
 /// A server's peers: the exchange and the meetings, one object.
@@ -55,8 +66,11 @@ impl Exchange for NoPeers {
     fn global_pushes(&self, own_pushes: u64) -> u64 {
         own_pushes
     }
-    fn saved_state(&self, own_pushes: u64) -> (Vec<u64>, f64) {
-        (vec![own_pushes], 0.0)
+    fn saved_state(&self, own_pushes: u64) -> SavedPeers {
+        SavedPeers {
+            group_pushes: vec![own_pushes],
+            ..SavedPeers::default()
+        }
     }
 }
 

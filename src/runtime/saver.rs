@@ -179,14 +179,14 @@ pub fn save_replica<C: Collectives, B: Backend>(
 }
 
 /// Restores group server world rank `rank` from its file: replica, optimizer state, model
-/// version and its workers' clocks; returns what else it saved (pushes, what it knew of
-/// the other groups) and its snapshots.
+/// version and its workers' clocks; returns the file with what else it holds (its meta:
+/// pushes, what it knew of the other groups; the exchange's tensors) and its snapshots.
 pub fn restore_server(
     resume: &Resume,
     rank: usize,
     ps: &mut ParamServer,
     snapshot_every_s: f64,
-) -> Result<(RankMeta, Snapshots)> {
+) -> Result<(RankFile<RankMeta>, Snapshots)> {
     let path = resume.path(rank);
     let mut file = load(resume, rank)?;
     let n = ps.weights().len();
@@ -203,5 +203,5 @@ pub fn restore_server(
     );
     ps.restore(&weights, file.meta.version, &file.meta.worker_clocks);
     let snapshots = restore_snapshots(&mut file, snapshot_every_s, n, &path)?;
-    Ok((file.meta, snapshots))
+    Ok((file, snapshots))
 }

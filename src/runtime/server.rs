@@ -16,7 +16,7 @@ use crate::comm::SubComm;
 use crate::compute::optim;
 use crate::config::Config;
 use crate::protocol::param_server::ParamServer;
-use crate::runtime::peers::{Meet, Peers};
+use crate::runtime::peers::{Meet, Peers, SavedPeers};
 use crate::runtime::regrouper::Regrouper;
 use crate::runtime::saver::{self, Saver};
 use crate::telemetry::clock::thread_cpu_s;
@@ -434,7 +434,7 @@ fn check_push(push: &PushRef<'_>, rank: usize, pushes: u64, lr: f64) -> Result<(
 pub fn save(
     saver: &mut Saver<'_, SubComm>,
     ps: &ParamServer,
-    (group_pushes, speed): (Vec<u64>, f64),
+    peers: SavedPeers,
     (own_pushes, epoch, time_s): (u64, f64, f64),
     snapshots: &Snapshots,
 ) -> Result<()> {
@@ -445,14 +445,16 @@ pub fn save(
         steps: own_pushes,
         version: ps.version(),
         worker_clocks: ps.clock().clocks().to_vec(),
-        group_pushes,
-        speed,
+        group_pushes: peers.group_pushes,
+        speed: peers.speed,
         evals: saver::snapshot_rows(snapshots),
         optimizer_steps,
+        outer_steps: peers.outer_steps,
     };
     let names = saver::snapshot_names(snapshots);
     let mut tensors = vec![(WEIGHTS, ps.weights())];
     tensors.extend(optimizer);
+    tensors.extend(peers.outer.iter().map(|(n, v)| (*n, v.as_slice())));
     for (name, (_, w)) in names.iter().zip(&snapshots.taken) {
         tensors.push((name.as_str(), w.as_slice()));
     }

@@ -152,6 +152,9 @@ pub struct Summary {
     pub exchanges_deferred: Option<u64>,
     /// gssp: drains (all servers) between a server's own exchanges (`sync.gssp.drain_on_arrival`).
     pub arrival_drains: Option<u64>,
+    /// gssp: outer-optimizer steps (all servers) on their own progress (`sync.gssp.outer`;
+    /// 0 with `kind = "none"`).
+    pub outer_steps: Option<u64>,
     /// Parameter-server modes, one per server (layout order): share of the run it was busy
     /// (receiving and applying pushes, answering workers, exchanging).
     pub server_busy_fractions: Option<Vec<f64>>,

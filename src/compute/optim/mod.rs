@@ -14,10 +14,12 @@
 pub mod adam;
 pub mod choice;
 pub mod clip;
+pub mod outer;
 
 pub use adam::{Adam, AdamConfig, BufAdam};
 pub use choice::{HostOptimizer, NetworkOptimizer};
 pub use clip::{clip_grad_norm, global_norm, ClipError};
+pub use outer::Outer;
 
 use crate::compute::backend::{cpu, Backend, SgdStep};
 use crate::compute::model::Trainable;

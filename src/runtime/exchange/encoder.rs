@@ -11,6 +11,7 @@ use crate::compress::feedback::PeerView;
 use crate::compress::powersgd::{reconstruct, Block, LowRankLayout, PowerSgd, TensorShape};
 use crate::compress::topk::TopK;
 use crate::compress::{CompressError, MirrorDevice};
+use crate::compute::optim::Outer;
 use crate::protocol::mailbox::{self, Inbox};
 
 use super::transport::Arrivals;
@@ -142,6 +143,24 @@ impl Encoder {
         self.view.count_sent(0, &self.vals);
         mailbox::encode_low_rank(layout.rank, &l.payload, &mut self.msg);
         Ok(Taken::LowRank)
+    }
+
+    /// Replaces the group's own progress since `anchor` by `outer`'s step for it (see
+    /// [`PeerView::transform_progress`]); `scratch` holds the progress.
+    pub fn outer_step(
+        &mut self,
+        weights: &mut [f32],
+        outer: &mut Outer,
+        anchor: &[f32],
+        scratch: &mut Vec<f32>,
+    ) -> Result<(), CompressError> {
+        self.view
+            .transform_progress(weights, anchor, scratch, |p| outer.step(p))
+    }
+
+    /// The group's unsent change, `weights` minus the view, into `out`.
+    pub fn unsent(&self, weights: &[f32], out: &mut Vec<f32>) -> Result<(), CompressError> {
+        self.view.unsent_into(weights, out)
     }
 
     /// The view and `weights`, to apply what the peers sent.

@@ -40,14 +40,18 @@
 
 use anyhow::{Context, Result};
 
+use std::path::Path;
+
+use crate::checkpoint::{RankFile, RankMeta};
 use crate::comm::{Collectives, SubComm};
 use crate::compress::powersgd::{rank_for_ratio, LowRankLayout, TensorShape};
 use crate::compress::ratio::{k_for_ratio, RatioSettings, SpeedMeter};
 use crate::compress::{CompressError, MirrorDevice};
+use crate::compute::optim::Outer;
 use crate::config::{CompressionKind, Config, SparseTransport};
 use crate::protocol::mailbox::{self, MailboxLayout};
 use crate::protocol::param_server::ParamServer;
-use crate::runtime::peers::{Exchange, Meet, Meetings};
+use crate::runtime::peers::{Exchange, Meet, Meetings, SavedPeers};
 use crate::telemetry::{EvalRow, Snapshots};
 
 pub mod encoder;
@@ -98,6 +102,14 @@ enum Compression {
     LowRank,
 }
 
+/// The outer optimizer of a group server's own progress, and where its last step left
+/// the unsent change (progress is measured from there).
+struct OuterSteps {
+    outer: Outer,
+    anchor: Vec<f32>,
+    scratch: Vec<f32>,
+}
+
 /// The inter-group exchange of one group server (an [`Exchange`] and the [`Meetings`] of
 /// the server loop).
 pub struct GroupExchange<'c> {
@@ -105,6 +117,8 @@ pub struct GroupExchange<'c> {
     encoder: Encoder,
     ledger: Ledger,
     compression: Compression,
+    /// `sync.gssp.outer`, unless `none`.
+    outer: Option<OuterSteps>,
     n: usize,
     groups: usize,
     me: usize,
@@ -167,6 +181,11 @@ impl<'c> GroupExchange<'c> {
             encoder,
             ledger: Ledger::new(initial),
             compression,
+            outer: Outer::new(&g.outer, n).map(|outer| OuterSteps {
+                outer,
+                anchor: vec![0.0; n],
+                scratch: Vec::with_capacity(n),
+            }),
             n,
             groups,
             me,
@@ -259,6 +278,13 @@ impl<'c> GroupExchange<'c> {
         let t = std::time::Instant::now();
         let (me, exchange) = (self.me, self.exchanges);
         let context = |e: CompressError| e.in_context(me, exchange, own_pushes);
+        if let Some(o) = self.outer.as_mut() {
+            let weights = ps.weights_mut();
+            let anchor = &o.anchor;
+            self.encoder
+                .outer_step(weights, &mut o.outer, anchor, &mut o.scratch)
+                .map_err(context)?;
+        }
         let taken = match (route, &low_rank) {
             (Route::Defer, _) => None,
             (Route::DenseInbox, _) => Some(self.encoder.take_dense(ps.weights())),
@@ -266,6 +292,7 @@ impl<'c> GroupExchange<'c> {
             (_, None) => Some(self.encoder.take_sparse(ps.weights(), k)),
         };
         let taken = taken.transpose().map_err(context)?;
+        self.anchor_progress(ps.weights()).map_err(context)?;
         self.phases.take_s += t.elapsed().as_secs_f64();
         let Some(taken) = taken else {
             self.deferred += 1;
@@ -275,6 +302,15 @@ impl<'c> GroupExchange<'c> {
         self.send(route, taken, own_pushes)?;
         self.phases.send_s += t.elapsed().as_secs_f64();
         Ok(())
+    }
+
+    /// With an outer optimizer: the unsent change now is where the group's next progress
+    /// is measured from.
+    fn anchor_progress(&mut self, weights: &[f32]) -> Result<(), CompressError> {
+        match self.outer.as_mut() {
+            Some(o) => self.encoder.unsent(weights, &mut o.anchor),
+            None => Ok(()),
+        }
     }
 
     /// Sends what the encoder took as `taken` by `route`, then counts it as sent: the one
@@ -317,17 +353,24 @@ impl<'c> GroupExchange<'c> {
         self.transport.close()
     }
 
-    /// Continues from a checkpoint: the pushes of every group and this server's speed as
-    /// it saved them (the weights, and with them the peer view, come from the server's
-    /// replica; the mailboxes start empty, as they were at the checkpoint's quiet point).
-    pub fn resume(&mut self, group_pushes: &[u64], speed: f64) -> Result<()> {
+    /// Continues from this server's checkpoint `file` (read from `path`): the pushes of
+    /// every group, its speed and its outer optimizer as it saved them (the weights, and
+    /// with them the peer view, come from the server's replica; the mailboxes start empty
+    /// and nothing is unsent, as at the checkpoint's quiet point).
+    pub fn resume(&mut self, file: &mut RankFile<RankMeta>, path: &Path) -> Result<()> {
+        let (group_pushes, speed) = (file.meta.group_pushes.clone(), file.meta.speed);
+        let n = self.n;
+        if let Some(o) = self.outer.as_mut() {
+            let steps = file.meta.outer_steps;
+            o.outer.restore(steps, |name| file.take(name, n, path))?;
+        }
         anyhow::ensure!(
             group_pushes.len() == self.groups,
             "the checkpoint knows {} groups, this run has {}",
             group_pushes.len(),
             self.groups
         );
-        for (p, &pushes) in self.peers.iter_mut().zip(group_pushes) {
+        for (p, &pushes) in self.peers.iter_mut().zip(&group_pushes) {
             p.pushes = pushes;
         }
         self.last_pushes = group_pushes[self.me];
@@ -340,10 +383,9 @@ impl<'c> GroupExchange<'c> {
     /// has then reached every replica and nothing is in flight (collective).
     fn flush_and_drain(&mut self, ps: &mut ParamServer) -> Result<()> {
         let (me, exchanges, pushes) = (self.me, self.exchanges, self.last_pushes);
-        let taken = self
-            .encoder
-            .take_dense(ps.weights())
-            .map_err(|e| e.in_context(me, exchanges, pushes))?;
+        let context = |e: CompressError| e.in_context(me, exchanges, pushes);
+        let taken = self.encoder.take_dense(ps.weights()).map_err(context)?;
+        self.anchor_progress(ps.weights()).map_err(context)?;
         self.send(Route::DenseInbox, taken, pushes)?;
         self.transport.comm().barrier()?;
         self.drain(ps.weights_mut(), true)?;
@@ -433,10 +475,25 @@ impl Exchange for GroupExchange<'_> {
         Ok(ratio)
     }
 
-    fn saved_state(&self, own_pushes: u64) -> (Vec<u64>, f64) {
-        let mut pushes: Vec<u64> = self.peers.iter().map(|p| p.pushes).collect();
-        pushes[self.me] = own_pushes;
-        (pushes, self.meter.speed())
+    fn saved_state(&self, own_pushes: u64) -> SavedPeers {
+        let mut group_pushes: Vec<u64> = self.peers.iter().map(|p| p.pushes).collect();
+        group_pushes[self.me] = own_pushes;
+        let (outer_steps, outer) = match &self.outer {
+            Some(o) => {
+                let (steps, tensors) = o.outer.state();
+                (
+                    steps,
+                    tensors.into_iter().map(|(n, v)| (n, v.to_vec())).collect(),
+                )
+            }
+            None => (0, Vec::new()),
+        };
+        SavedPeers {
+            group_pushes,
+            speed: self.meter.speed(),
+            outer_steps,
+            outer,
+        }
     }
 
     fn global_pushes(&self, own_pushes: u64) -> u64 {
