@@ -745,6 +745,7 @@ fn plan(
         ssp_staleness: ssp_staleness.unwrap_or(cfg.sync.ssp.staleness),
         gssp_staleness: cfg.sync.gssp.staleness,
         local_steps: cfg.sync.localsgd.local_steps,
+        async_local_steps: cfg.sync.async_localsgd.local_steps,
         group_counts: group_counts.unwrap_or_else(|| (1..=cfg.sync.gssp.max_groups).collect()),
         horizon_s: seconds,
         seed: cfg.run.seed,

@@ -202,6 +202,52 @@ fn converges(mode: &str, ranks: usize, groups: usize, sets: &[&str], min_accurac
     assert_eq!(grouped, want, "every worker in exactly one group");
 }
 
+/// Asynchronous local SGD with dynamic local updates: 4 workers at 1x, 1x, 2x and 4x take
+/// 4, 4, 2 and 1 local steps per push (layout.json), push only after them (their rows carry
+/// bytes once per that many rows), every push is one outer step, and the model learns.
+#[test]
+fn async_localsgd_takes_local_steps_in_proportion_to_speed_and_learns() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let sets = [
+        "sync.mode=\"async-localsgd\"",
+        "sync.async_localsgd.local_steps=4",
+        "heterogeneity.slowdown=[1.0,1.0,2.0,4.0]",
+        "heterogeneity.unit_s=0.01",
+    ];
+    let run = scratch.train_ok("async-localsgd", 5, &sets, DEADLINE);
+    let steps: Vec<u64> = run.layout()["local_steps"]
+        .as_array()
+        .unwrap_or_else(|| panic!("layout: {}", run.layout()))
+        .iter()
+        .filter_map(|v| v.as_u64())
+        .collect();
+    assert_eq!(steps, [4, 4, 2, 1]);
+    let mut pushes = 0.0;
+    for (rank, &h) in (1..5).zip(&steps) {
+        assert_worker_loss_falls(&run, rank);
+        let csv = run.rank_csv(rank);
+        let (iteration, sent) = (csv.col("iteration"), csv.col("bytes_sent"));
+        let pushed: Vec<f64> = iteration
+            .iter()
+            .zip(&sent)
+            .filter(|(_, &b)| b > 0.0)
+            .map(|(&i, _)| i)
+            .collect();
+        assert!(pushed.len() >= 5, "rank {rank}: {} pushes", pushed.len());
+        for (k, i) in pushed.iter().enumerate() {
+            assert_eq!(*i, ((k as u64 + 1) * h) as f64, "rank {rank}: push {k}");
+        }
+        pushes += pushed.len() as f64;
+    }
+    let s = run.summary();
+    assert_eq!(num(&s, "outer_steps"), pushes, "{s}");
+    let epochs = num(&s, "epochs");
+    assert!((5.0..5.4).contains(&epochs), "epochs {epochs}");
+    let accuracy = num(&s, "final_test_accuracy");
+    assert!(accuracy >= 0.85, "final accuracy {accuracy}");
+}
+
 // Accuracy after 5 epochs measured over seeds: bsp/asp/ssp/allreduce/gssp-topk 0.89-0.90;
 // gssp dense 0.80-0.89 (its groups step on their own gradients and also add the other
 // group's updates, late: the effective step is larger and staler).

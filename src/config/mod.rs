@@ -236,6 +236,10 @@ pub enum SyncMode {
     Allreduce,
     /// Local SGD: `sync.localsgd.local_steps` steps on each rank's replica, then an average.
     Localsgd,
+    /// Asynchronous local SGD (Liu et al. 2024): each worker takes local steps on its own
+    /// replica and pushes the change to one server, which applies it through an outer
+    /// optimizer at once (`[sync.async_localsgd]`).
+    AsyncLocalsgd,
 }
 
 /// The SSP staleness bound: a number, or `"auto"` (gssp with profile grouping): each group's
@@ -371,6 +375,8 @@ pub struct SyncConfig {
     pub gssp: GsspConfig,
     /// `[sync.localsgd]`: local SGD's averaging period.
     pub localsgd: LocalSgdConfig,
+    /// `[sync.async_localsgd]`: asynchronous local SGD's local steps and outer optimizer.
+    pub async_localsgd: AsyncLocalSgdConfig,
 }
 
 /// The mode of a run with its own settings: what [`SyncConfig::scheme`] hands the code
@@ -384,6 +390,7 @@ pub enum Scheme<'a> {
     Gssp(&'a GsspConfig),
     Allreduce,
     Localsgd(&'a LocalSgdConfig),
+    AsyncLocalsgd(&'a AsyncLocalSgdConfig),
 }
 
 impl SyncConfig {
@@ -397,6 +404,7 @@ impl SyncConfig {
             SyncMode::Gssp => Scheme::Gssp(&self.gssp),
             SyncMode::Allreduce => Scheme::Allreduce,
             SyncMode::Localsgd => Scheme::Localsgd(&self.localsgd),
+            SyncMode::AsyncLocalsgd => Scheme::AsyncLocalsgd(&self.async_localsgd),
         }
     }
 
@@ -428,6 +436,38 @@ pub struct SspConfig {
 pub struct LocalSgdConfig {
     /// Local steps between two averages (H).
     pub local_steps: usize,
+}
+
+/// `[sync.async_localsgd]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct AsyncLocalSgdConfig {
+    /// Local steps between two pushes (H) of the fastest worker; every worker's, without
+    /// `dynamic_local_steps`.
+    pub local_steps: usize,
+    /// Dynamic local updates (DyLU, Liu et al. 2024): each worker's local steps in
+    /// proportion to its profiled speed, `max(1, round(local_steps * fastest / own))`
+    /// seconds per step, so that every worker pushes at about one rhythm.
+    pub dynamic_local_steps: bool,
+    /// With `dynamic_local_steps`: local iterations each worker times at the start.
+    pub profile_iters: usize,
+    /// The server's Delayed Nesterov outer optimizer: learning rate, momentum, and the
+    /// changes between two momentum updates (0: one per worker).
+    pub outer_lr: f64,
+    pub outer_momentum: f64,
+    pub outer_period: usize,
+}
+
+impl AsyncLocalSgdConfig {
+    /// The server's outer optimizer: Delayed Nesterov, as the method is defined.
+    pub fn outer(&self) -> OuterConfig {
+        OuterConfig {
+            kind: OuterKind::DelayedNesterov,
+            lr: self.outer_lr,
+            momentum: self.outer_momentum,
+            period: self.outer_period,
+        }
+    }
 }
 
 /// `[sync.gssp]`.
@@ -482,7 +522,8 @@ pub struct OuterConfig {
     pub lr: f64,
     /// The outer momentum, in [0, 1).
     pub momentum: f64,
-    /// `delayed-nesterov`: deltas between two momentum updates (N).
+    /// `delayed-nesterov`: deltas between two momentum updates (N); 0 = one per sender
+    /// (the groups in gssp, the workers in async-localsgd).
     pub period: usize,
 }
 
@@ -742,6 +783,20 @@ impl Default for SyncConfig {
             ssp: SspConfig::default(),
             gssp: GsspConfig::default(),
             localsgd: LocalSgdConfig::default(),
+            async_localsgd: AsyncLocalSgdConfig::default(),
+        }
+    }
+}
+
+impl Default for AsyncLocalSgdConfig {
+    fn default() -> Self {
+        Self {
+            local_steps: 8,
+            dynamic_local_steps: true,
+            profile_iters: 5,
+            outer_lr: 1.0,
+            outer_momentum: 0.5,
+            outer_period: 0,
         }
     }
 }
@@ -913,7 +968,7 @@ impl Config {
     pub fn num_servers(&self) -> usize {
         match self.sync.mode {
             SyncMode::Single | SyncMode::Allreduce | SyncMode::Localsgd => 0,
-            SyncMode::Bsp | SyncMode::Asp | SyncMode::Ssp => 1,
+            SyncMode::Bsp | SyncMode::Asp | SyncMode::Ssp | SyncMode::AsyncLocalsgd => 1,
             SyncMode::Gssp => {
                 let g = &self.sync.gssp;
                 g.groups.count().unwrap_or(g.max_groups)
@@ -1012,7 +1067,8 @@ mod tests {
                 M::Ssp,
                 M::Gssp,
                 M::Allreduce,
-                M::Localsgd
+                M::Localsgd,
+                M::AsyncLocalsgd
             ]),
             [
                 "single",
@@ -1021,7 +1077,8 @@ mod tests {
                 "ssp",
                 "gssp",
                 "allreduce",
-                "localsgd"
+                "localsgd",
+                "async-localsgd"
             ]
         );
         assert_eq!(

@@ -56,6 +56,7 @@ impl Config {
             ">= 1",
             local_steps,
         )?;
+        self.validate_async_localsgd()?;
         let regroup_every_s = self.sync.gssp.regroup_every_s;
         if regroup_every_s > 0.0 && self.sync.mode == SyncMode::Gssp {
             ensure(
@@ -82,6 +83,39 @@ impl Config {
             "\"cuda\"",
         )?;
         self.validate_heterogeneity()
+    }
+
+    fn validate_async_localsgd(&self) -> Result<(), ConfigError> {
+        let a = &self.sync.async_localsgd;
+        ensure(
+            a.local_steps >= 1,
+            "sync.async_localsgd.local_steps",
+            ">= 1",
+            a.local_steps,
+        )?;
+        ensure(
+            a.profile_iters >= 1,
+            "sync.async_localsgd.profile_iters",
+            ">= 1",
+            a.profile_iters,
+        )?;
+        positive("sync.async_localsgd.outer_lr", a.outer_lr)?;
+        finite("sync.async_localsgd.outer_momentum", a.outer_momentum)?;
+        ensure(
+            (0.0..1.0).contains(&a.outer_momentum),
+            "sync.async_localsgd.outer_momentum",
+            "in [0, 1)",
+            a.outer_momentum,
+        )?;
+        if self.sync.mode == SyncMode::AsyncLocalsgd {
+            ensure(
+                self.run.checkpoint_every_s == 0.0,
+                "run.checkpoint_every_s",
+                "0 with sync.mode = \"async-localsgd\" (its workers' replicas are not checkpointed yet)",
+                self.run.checkpoint_every_s,
+            )?;
+        }
+        Ok(())
     }
 
     fn validate_run(&self) -> Result<(), ConfigError> {
@@ -226,11 +260,15 @@ impl Config {
                 world_size == 1,
                 "sync.mode",
                 &format!(
-                    "a distributed mode (bsp, asp, ssp, gssp, allreduce or localsgd) to run on {world_size} ranks"
+                    "a distributed mode (bsp, asp, ssp, gssp, allreduce, localsgd or async-localsgd) to run on {world_size} ranks"
                 ),
                 name,
             )?,
-            SyncMode::Bsp | SyncMode::Asp | SyncMode::Ssp | SyncMode::Gssp => ensure(
+            SyncMode::Bsp
+            | SyncMode::Asp
+            | SyncMode::Ssp
+            | SyncMode::Gssp
+            | SyncMode::AsyncLocalsgd => ensure(
                 world_size >= 2,
                 "sync.mode",
                 &format!(
@@ -491,12 +529,7 @@ impl OuterConfig {
             "in [0, 1)",
             self.momentum,
         )?;
-        ensure(
-            self.period >= 1,
-            &format!("{at}.period"),
-            ">= 1",
-            self.period,
-        )
+        Ok(())
     }
 }
 
@@ -656,7 +689,7 @@ mod tests {
     #[test]
     fn world_rules_have_their_messages() {
         let cases: &[(&[&str], usize, &str)] = &[
-            (&[], 4, "sync.mode: must be a distributed mode (bsp, asp, ssp, gssp, allreduce or localsgd) to run on 4 ranks, got single"),
+            (&[], 4, "sync.mode: must be a distributed mode (bsp, asp, ssp, gssp, allreduce, localsgd or async-localsgd) to run on 4 ranks, got single"),
             (&["sync.mode=bsp"], 1, "sync.mode: must be single, allreduce or localsgd on 1 rank (bsp needs server rank 0 plus at least one worker rank), got bsp"),
             (&["sync.mode=ssp"], 1, "sync.mode: must be single, allreduce or localsgd on 1 rank (ssp needs server rank 0 plus at least one worker rank), got ssp"),
             (&["sync.mode=gssp", "sync.gssp.groups=3"], 5, "sync.gssp.groups: must be <= 2 on 5 ranks (each group server needs at least one worker), got 3"),

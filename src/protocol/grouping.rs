@@ -228,10 +228,38 @@ pub fn auto_staleness(
         .collect()
 }
 
+/// Dynamic local updates (Liu et al. 2024): each worker's local steps per push in
+/// proportion to its speed, `max(1, round(steps * fastest / t_w))` for seconds per iteration
+/// `t_w`, so that every worker pushes at about the fastest one's rhythm of `steps`
+/// iterations. A time that is not a positive number gets `steps` (nothing is known of it).
+pub fn dynamic_local_steps(steps: usize, times: &[f64]) -> Vec<usize> {
+    let known = |t: f64| t.is_finite() && t > 0.0;
+    let fastest = times
+        .iter()
+        .copied()
+        .filter(|&t| known(t))
+        .fold(f64::INFINITY, f64::min);
+    times
+        .iter()
+        .map(|&t| match known(t) {
+            true => ((steps as f64 * fastest / t).round() as usize).max(1),
+            false => steps,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn dynamic_local_steps_follow_speed_with_at_least_one() {
+        // The paper's tiers 1x, 2x, 3x, 4x at H = 8, a worker 20x slower, one unknown.
+        let times = [0.01, 0.02, 0.03, 0.04, 0.2, f64::NAN];
+        assert_eq!(dynamic_local_steps(8, &times), [8, 4, 3, 2, 1, 8]);
+        assert_eq!(dynamic_local_steps(1, &[0.01, 0.04]), [1, 1]);
+    }
     use rand_chacha::ChaCha8Rng;
 
     #[test]

@@ -51,6 +51,10 @@ pub struct Layout {
     /// Ranks reserved as servers that the chosen group count left over: they take no part.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub idle: Vec<usize>,
+    /// async-localsgd: each worker's local steps per push, in [`Layout::worker_ranks`]
+    /// order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub local_steps: Vec<usize>,
 }
 
 impl Layout {
@@ -77,6 +81,7 @@ impl Layout {
             profile_cost_s: None,
             group_count: None,
             idle: Vec::new(),
+            local_steps: Vec::new(),
         }
     }
 

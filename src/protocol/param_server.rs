@@ -7,6 +7,9 @@
 //!   groups' changes are summed across servers by the exchange).
 //! - `Apply::Round` (bsp): pushes are summed until every active worker has pushed, then
 //!   one step on the mean.
+//! - `Apply::Delta` (async-localsgd): a push is the change a worker's local steps made to
+//!   the weights it received; the server's outer optimizer turns it into a step, applied
+//!   at once (no inner optimizer, no 1/W: the outer optimizer's period does the averaging).
 //!
 //! A push's staleness is the number of optimizer steps applied between the weights its
 //! worker received and its arrival. With [`StalenessLr::Inverse`] an immediate push of
@@ -18,7 +21,7 @@
 //! each worker's w_then (one model copy per worker).
 
 use crate::compute::backend::cpu::Cpu;
-use crate::compute::optim::{clip_grad_norm, ClipError, HostOptimizer, Sgd};
+use crate::compute::optim::{clip_grad_norm, ClipError, HostOptimizer, Outer, Sgd};
 use crate::config::StalenessLr;
 use crate::protocol::ssp_clock::SspClock;
 
@@ -26,6 +29,7 @@ use crate::protocol::ssp_clock::SspClock;
 pub enum Apply {
     Immediate,
     Round,
+    Delta,
 }
 
 /// How a server applies pushes.
@@ -78,8 +82,10 @@ pub struct ParamServer {
     /// DC-ASGD's lambda, and the weights each worker was last sent (empty without it).
     compensation: f32,
     sent_weights: Vec<Vec<f32>>,
-    /// The compensated gradient of the push being applied.
+    /// The compensated gradient of the push being applied (`Apply::Delta`: the step).
     corrected: Vec<f32>,
+    /// `Apply::Delta`: the outer optimizer (`None`: each change as it is).
+    outer: Option<Outer>,
 }
 
 impl ParamServer {
@@ -96,8 +102,9 @@ impl ParamServer {
         } else {
             Vec::new()
         };
-        let rewrites =
-            compensates(&rule) || (rule.clip_norm > 0.0 && rule.apply == Apply::Immediate);
+        let rewrites = compensates(&rule)
+            || (rule.clip_norm > 0.0 && rule.apply == Apply::Immediate)
+            || rule.apply == Apply::Delta;
         ParamServer {
             optimizer: HostOptimizer::Sgd(Sgd::new(n, rule.momentum, rule.weight_decay)),
             clip_norm: rule.clip_norm,
@@ -115,7 +122,19 @@ impl ParamServer {
             last_staleness: vec![0; rule.workers],
             compensation: rule.delay_compensation as f32,
             sent_weights,
+            outer: None,
         }
+    }
+
+    /// `Apply::Delta`: steps on each pushed change through `outer`.
+    pub fn with_outer(mut self, outer: Option<Outer>) -> Self {
+        self.outer = outer;
+        self
+    }
+
+    /// The outer optimizer, if any (its steps are counted in the summary).
+    pub fn outer(&self) -> Option<&Outer> {
+        self.outer.as_ref()
     }
 
     /// Replaces the default optimizer (SGD from the rule's momentum and weight decay).
@@ -202,6 +221,16 @@ impl ParamServer {
                 };
                 self.optimizer
                     .step(&mut self.weights, grad, applied.lr, self.scale, self.scale);
+                self.version += 1;
+            }
+            Apply::Delta => {
+                self.corrected.copy_from_slice(grad);
+                if let Some(outer) = self.outer.as_mut() {
+                    outer.step(&mut self.corrected);
+                }
+                for (w, s) in self.weights.iter_mut().zip(&self.corrected) {
+                    *w += s;
+                }
                 self.version += 1;
             }
             Apply::Round => {
@@ -307,6 +336,30 @@ mod tests {
             delay_compensation: 0.0,
             clip_norm: 0.0,
         }
+    }
+
+    #[test]
+    fn a_pushed_change_is_stepped_on_by_the_outer_optimizer_at_once() {
+        use crate::config::{OuterConfig, OuterKind};
+        // Delayed Nesterov over 2 workers (period 0), lr 1, momentum 0.5: changes 2 and 4
+        // move the weight by 2 / 2 = 1, then 4 / 2 + 0.5 * (2 + 4) / 2 = 3.5.
+        let cfg = OuterConfig {
+            kind: OuterKind::DelayedNesterov,
+            lr: 1.0,
+            momentum: 0.5,
+            period: 0,
+        };
+        let outer = Outer::new(&cfg, 1, 2);
+        let mut ps = ParamServer::new(vec![10.0], rule(2, 2, None, Apply::Delta)).with_outer(outer);
+        let applied = ps.on_push(0, &[2.0], 0.1).unwrap();
+        assert_eq!((ps.weights(), applied.staleness), (&[11.0][..], 0));
+        ps.on_push(1, &[4.0], 0.1).unwrap();
+        assert_eq!(ps.weights(), [14.5]);
+        assert_eq!((ps.version(), ps.outer().map(Outer::steps)), (2, Some(2)));
+        // Without an outer optimizer a change is added as it is.
+        let mut ps = ParamServer::new(vec![1.0], rule(1, 1, None, Apply::Delta));
+        ps.on_push(0, &[0.5], 0.1).unwrap();
+        assert_eq!(ps.weights(), [1.5]);
     }
 
     #[test]

@@ -198,7 +198,8 @@ fn summarize<B: Backend>(
             .then_some(gathered.replica_error),
         exchanges_deferred: gssp.then_some(gathered.deferred),
         arrival_drains: gssp.then_some(gathered.arrival_drains),
-        outer_steps: gssp.then_some(gathered.outer_steps),
+        outer_steps: (gssp || cfg.sync.mode == SyncMode::AsyncLocalsgd)
+            .then_some(gathered.outer_steps),
         server_busy_fractions: has_servers.then(|| per_server(|r| r.busy_fraction)),
         server_busy_ms_per_push: has_servers.then(|| per_server(|r| r.busy_ms_per_push)),
         mean_push_staleness: has_servers

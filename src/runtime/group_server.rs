@@ -12,7 +12,7 @@ use crate::compress::powersgd::TensorShape;
 use crate::compress::MirrorDevice;
 use crate::compute::backend::Backend;
 use crate::compute::model::Trainable;
-use crate::compute::optim::HostOptimizer;
+use crate::compute::optim::{HostOptimizer, Outer};
 use crate::compute::workload::Model;
 use crate::config::{Config, GsspConfig, Scheme, SyncMode};
 use crate::protocol::costmodel::CostModel;
@@ -90,6 +90,7 @@ pub fn serve_group(
         show_progress: rank == 0,
         worker_ranks: &ranks,
         resumed_pushes: resumed.as_ref().map(|f| f.meta.steps),
+        batches_per_push: &layout.local_steps,
     };
     let mut outcome = RoleOutcome::default();
     let served = (&mut link, &mut ps, &serve_ctx);
@@ -126,6 +127,9 @@ pub fn serve_group(
     save_final(ctx, saver, &ps, (&stats, own_pushes, known), snapshots)?;
     outcome.bytes_sent = link.stats().bytes_sent + outcome.bytes_inter_group;
     outcome.server = Some(stats);
+    if let Some(outer) = ps.outer() {
+        outcome.outer_steps = outer.steps();
+    }
     outcome.final_weights = Some(ps.weights().to_vec());
     Ok(outcome)
 }
@@ -235,6 +239,7 @@ fn param_server(
     let (bound, apply) = match cfg.sync.mode {
         SyncMode::Bsp => (Some(0), Apply::Round),
         SyncMode::Asp => (None, Apply::Immediate),
+        SyncMode::AsyncLocalsgd => (None, Apply::Delta),
         _ => (Some(layout.staleness[group]), Apply::Immediate),
     };
     let n = weights.len();
@@ -249,7 +254,13 @@ fn param_server(
         delay_compensation: cfg.optim.delay_compensation,
         clip_norm: cfg.optim.clip_norm,
     };
-    ParamServer::new(weights, rule).with_optimizer(HostOptimizer::new(&cfg.optim, n))
+    let outer = match cfg.sync.scheme() {
+        Scheme::AsyncLocalsgd(a) => Outer::new(&a.outer(), n, slots),
+        _ => None,
+    };
+    ParamServer::new(weights, rule)
+        .with_optimizer(HostOptimizer::new(&cfg.optim, n))
+        .with_outer(outer)
 }
 
 /// The final checkpoint, at the latest server's clock: after the final flush every

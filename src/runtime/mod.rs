@@ -1,5 +1,5 @@
 //! A run: [`run`] sets it up ([`setup`], with gssp's [`profiling`]) and dispatches each
-//! rank to its role: [`worker`]; [`group_server`] (the single-server baselines and every
+//! rank to its role: [`worker`] (or, in async-localsgd, [`local_worker`]); [`group_server`] (the single-server baselines and every
 //! gssp group server: the [`server`] loop, the inter-group [`exchange`] and the
 //! [`regrouper`], through [`peers`]); the [`collective`] modes; or, in one process,
 //! [`single`]. [`finish`] evaluates and writes the summary; [`saver`] writes and restores
@@ -10,6 +10,7 @@ pub mod exchange;
 pub mod faults;
 pub mod finish;
 pub mod group_server;
+pub mod local_worker;
 pub mod peers;
 pub mod profiling;
 pub mod regrouper;

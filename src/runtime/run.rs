@@ -16,6 +16,7 @@ use crate::runtime::collective::{self, Averaging};
 use crate::runtime::faults::Faults;
 use crate::runtime::finish::{finish, RoleOutcome};
 use crate::runtime::group_server::{serve_group, ServerModel};
+use crate::runtime::local_worker;
 use crate::runtime::setup::{self, RankBackend, RunContext, Setup};
 use crate::runtime::worker::{self, WorkerContext};
 use crate::telemetry::{RunDir, Snapshots, Summary};
@@ -167,7 +168,20 @@ fn play_worker<B: Backend>(
         .context("worker without its group's communicator")?;
     let mut link = WorkerLink::new(group, 0, trainer.step.net.num_params())?;
     let mut log = ctx.run.worker_log(ctx.comm.rank(), ctx.cfg.run.log_every)?;
-    let stats = worker::work(&mut link, ctx.comm, trainer.context(ctx, &mut log), faults)?;
+    let work = trainer.context(ctx, &mut log);
+    let stats = match ctx.cfg.sync.mode {
+        SyncMode::AsyncLocalsgd => {
+            let me = ctx
+                .layout
+                .worker_ranks()
+                .iter()
+                .position(|&r| r == ctx.comm.rank());
+            let steps = me.and_then(|i| ctx.layout.local_steps.get(i)).copied();
+            let steps = steps.context("async-localsgd worker without its local steps")?;
+            local_worker::work_locally(&mut link, ctx.comm, ctx.cfg, work, steps as u64)?
+        }
+        _ => worker::work(&mut link, ctx.comm, work, faults)?,
+    };
     log.flush()?;
     Ok(RoleOutcome {
         worker: Some(stats),

@@ -74,6 +74,9 @@ pub struct ServeContext<'a> {
     /// Pushes this server applied before the checkpoint it resumed from (`None`: a fresh
     /// run).
     pub resumed_pushes: Option<u64>,
+    /// async-localsgd: the batches each worker's push stands for, its local steps (empty:
+    /// one per push).
+    pub batches_per_push: &'a [usize],
 }
 
 /// Serves until the run's epochs or time budget are used up and every worker has been
@@ -101,6 +104,7 @@ pub fn serve(
         saver,
         stats: ServeStats::default(),
         before,
+        batches: 0,
         samples_per_push,
         epoch,
         stopping: false,
@@ -155,6 +159,9 @@ struct Server<'a, 'c, 's, 'p, 'w> {
     stats: ServeStats,
     /// Pushes applied before the checkpoint the run resumed from.
     before: u64,
+    /// Batches the pushes applied in this run stand for (the pushes themselves, but in
+    /// async-localsgd).
+    batches: u64,
     samples_per_push: f64,
     /// Epochs of all groups together, as far as this server knows.
     epoch: f64,
@@ -255,6 +262,8 @@ impl Server<'_, '_, '_, '_, '_> {
             r.after_push(pushed.worker, self.link, self.ps, time_s)?;
         }
         self.stats.pushes += 1;
+        let batches = self.ctx.batches_per_push.get(pushed.worker).copied();
+        self.batches += batches.unwrap_or(1) as u64;
         let exchanged = self.exchange(pushed.loss)?;
         // Stop, or meet, only after a completed step: in bsp every worker is then waiting,
         // so no partial round is left behind.
@@ -279,9 +288,9 @@ impl Server<'_, '_, '_, '_, '_> {
         let ratio = self.peers.after_push(self.ps, own_pushes, self.epoch)?;
         let seconds = t.elapsed().as_secs_f64();
         self.stats.exchange_cpu_s += thread_cpu_s() - cpu;
-        // The iteration a snapshot records is every group's pushes (gssp: as far as this
+        // The iteration a snapshot records is every group's batches (gssp: as far as this
         // server knows), as the final evaluation counts every worker's iterations.
-        let pushes = self.peers.global_pushes(own_pushes);
+        let pushes = self.peers.global_pushes(self.before + self.batches);
         self.epoch = pushes as f64 * self.samples_per_push;
         let time_s = self.time_s();
         self.snapshots

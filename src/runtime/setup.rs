@@ -17,7 +17,7 @@ use crate::compute::backend::{self, Backend};
 use crate::compute::model::Trainable;
 use crate::compute::pace::{Pacer, CALIBRATION_ITERATIONS};
 use crate::compute::workload::{ComputeStep, Corpus};
-use crate::config::{CompressionKind, Config, Staleness, SyncMode};
+use crate::config::{CompressionKind, Config, Grouping, Groups, GsspConfig, Staleness, SyncMode};
 use crate::protocol::costmodel::CostModel;
 use crate::protocol::grouping;
 use crate::protocol::layout::{Layout, Role};
@@ -99,6 +99,9 @@ pub fn prepare<B: Backend>(
         None if cfg.sync.mode == SyncMode::Gssp => {
             let groups = form_groups_by_profile(comm, cfg, &mut step, &corpus, &mut pacer)?;
             apply_groups(cfg, &mut layout, groups, step.net.num_params());
+        }
+        None if cfg.sync.mode == SyncMode::AsyncLocalsgd => {
+            layout_local_steps(comm, cfg, &mut layout, (&mut step, &corpus, &mut pacer))?;
         }
         None => {}
     }
@@ -267,6 +270,39 @@ fn form_groups_by_profile<B: Backend>(
     form_groups(comm, &cfg.sync.gssp, &model, &workers, || {
         step.compute_paced(corpus, pacer)
     })
+}
+
+/// async-localsgd: every worker's local steps per push, in proportion to its profiled
+/// speed with `dynamic_local_steps` (collective), else `local_steps` each.
+fn layout_local_steps<B: Backend>(
+    comm: &Comm,
+    cfg: &Config,
+    layout: &mut Layout,
+    (step, corpus, pacer): (&mut ComputeStep<B>, &Corpus, &mut Pacer),
+) -> Result<()> {
+    let a = &cfg.sync.async_localsgd;
+    let workers = layout.worker_ranks();
+    if !a.dynamic_local_steps {
+        layout.local_steps = vec![a.local_steps; workers.len()];
+        return Ok(());
+    }
+    let one_group = GsspConfig {
+        groups: Groups::Count(1),
+        grouping: Grouping::Profile,
+        profile_iters: a.profile_iters,
+        ..GsspConfig::default()
+    };
+    let model = CostModel::new(cfg, step.net.num_params());
+    let formed = form_groups(comm, &one_group, &model, &workers, || {
+        step.compute_paced(corpus, pacer)
+    })?;
+    let times = formed.profiled_s.unwrap_or_default();
+    layout.local_steps = grouping::dynamic_local_steps(a.local_steps, &times);
+    layout.profiled_s = Some(times);
+    layout.profiled_spread_s = formed.profiled_spread_s;
+    layout.profiled_worst_s = formed.profiled_worst_s;
+    layout.profile_cost_s = formed.profile_cost_s;
+    Ok(())
 }
 
 /// Takes the formed groups into `layout`, with each group's staleness bound: the

@@ -132,7 +132,7 @@ pub fn work<B: Backend>(
 
 /// The next weights. A Regroup message on the way moves the link to the worker's new
 /// group: every member forms its communicator, where the server is rank 0.
-fn recv_weights<B: Backend>(
+pub(crate) fn recv_weights<B: Backend>(
     link: &mut WorkerLink,
     world: &Comm,
     step: &mut ComputeStep<B>,

@@ -26,9 +26,10 @@ pub struct Outer {
 }
 
 impl Outer {
-    /// The optimizer `cfg` over `n` values; `None` for `kind = "none"` (every delta taken
-    /// as it is, which needs no state).
-    pub fn new(cfg: &OuterConfig, n: usize) -> Option<Outer> {
+    /// The optimizer `cfg` over `n` values for deltas from `senders` sources (what
+    /// `period = 0` stands for); `None` for `kind = "none"` (every delta taken as it is,
+    /// which needs no state).
+    pub fn new(cfg: &OuterConfig, n: usize, senders: usize) -> Option<Outer> {
         if cfg.kind == OuterKind::None {
             return None;
         }
@@ -37,7 +38,11 @@ impl Outer {
             kind: cfg.kind,
             lr: cfg.lr as f32,
             momentum: cfg.momentum as f32,
-            period: if delayed { cfg.period.max(1) as u64 } else { 1 },
+            period: match (delayed, cfg.period) {
+                (false, _) => 1,
+                (true, 0) => senders.max(1) as u64,
+                (true, p) => p as u64,
+            },
             m: vec![0.0; n],
             acc: if delayed { vec![0.0; n] } else { Vec::new() },
             steps: 0,
@@ -72,6 +77,11 @@ impl Outer {
                 }
             }
         }
+    }
+
+    /// Deltas taken so far.
+    pub fn steps(&self) -> u64 {
+        self.steps
     }
 
     /// What a checkpoint saves: the deltas taken, and the buffers by name.
@@ -109,7 +119,7 @@ mod tests {
             momentum,
             period,
         };
-        Outer::new(&cfg, 1).expect("an outer optimizer")
+        Outer::new(&cfg, 1, 1).expect("an outer optimizer")
     }
 
     #[test]
@@ -118,7 +128,7 @@ mod tests {
             kind: OuterKind::None,
             ..OuterConfig::default()
         };
-        assert!(Outer::new(&cfg, 3).is_none());
+        assert!(Outer::new(&cfg, 3, 2).is_none());
         let mut o = outer(OuterKind::Nesterov, 1.0, 0.0, 1);
         for d in [0.5f32, -2.0, 3.0] {
             let mut step = [d];

@@ -181,7 +181,7 @@ impl<'c> GroupExchange<'c> {
             encoder,
             ledger: Ledger::new(initial),
             compression,
-            outer: Outer::new(&g.outer, n).map(|outer| OuterSteps {
+            outer: Outer::new(&g.outer, n, groups).map(|outer| OuterSteps {
                 outer,
                 anchor: vec![0.0; n],
                 scratch: Vec::with_capacity(n),

@@ -120,6 +120,7 @@ mod tests {
             ("ssp", 17),
             ("asp-dc", 17),
             ("localsgd", 16),
+            ("async-localsgd", 17),
             ("gssp", 20),
             ("gssp-topk", 20),
             ("gssp-gdtopk", 20),

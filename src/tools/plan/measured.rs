@@ -28,6 +28,9 @@ pub struct MeasuredRun {
     /// its own); empty for collective modes.
     pub staleness: Vec<usize>,
     pub local_steps: usize,
+    /// async-localsgd: each worker's local steps per push, as in `times` (layout.json's).
+    #[serde(default)]
+    pub worker_local_steps: Vec<usize>,
     pub delay_compensation: bool,
     pub exchange_bytes: f64,
     pub exchange_every: usize,
@@ -80,6 +83,8 @@ struct Layout {
     staleness: Vec<usize>,
     #[serde(default)]
     profile_cost_s: Option<f64>,
+    #[serde(default)]
+    local_steps: Vec<usize>,
 }
 
 fn read<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
@@ -161,6 +166,7 @@ impl MeasuredRun {
             groups,
             staleness,
             local_steps: cfg.sync.localsgd.local_steps,
+            worker_local_steps: layout.local_steps.clone(),
             delay_compensation: cfg.optim.delay_compensation > 0.0,
             exchange_bytes: cost.exchange_bytes,
             exchange_every: cost.exchange_every,
@@ -328,7 +334,7 @@ pub fn check(run: &MeasuredRun, machine: &Machine) -> Check {
             };
             let bounds = (0..groups.len())
                 .map(|g| match run.mode {
-                    SyncMode::Asp => None,
+                    SyncMode::Asp | SyncMode::AsyncLocalsgd => None,
                     SyncMode::Bsp => Some(0),
                     _ => Some(run.staleness.get(g).copied().unwrap_or(0)),
                 })
@@ -338,6 +344,7 @@ pub fn check(run: &MeasuredRun, machine: &Machine) -> Check {
                 bounds,
                 round: run.mode == SyncMode::Bsp,
                 extra_apply_passes: if run.delay_compensation { 1.0 } else { 0.0 },
+                local_steps: run.worker_local_steps.clone(),
             };
             servers::simulate(&scheme, &work, &cost, horizon, 1)
         }
@@ -366,6 +373,7 @@ mod tests {
             groups: vec![vec![0, 1], vec![2, 3]],
             staleness: vec![0, 0],
             local_steps: 8,
+            worker_local_steps: Vec::new(),
             delay_compensation: false,
             exchange_bytes: 80.0,
             exchange_every: 4,

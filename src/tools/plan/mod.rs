@@ -37,7 +37,7 @@ use serde::Serialize;
 use crate::compute::model::Trainable;
 use crate::config::Staleness;
 use crate::protocol::costmodel::{groups_for, CostModel, AUTO_GROUPS_TOLERANCE};
-use crate::protocol::grouping::GroupingError;
+use crate::protocol::grouping::{dynamic_local_steps, GroupingError};
 pub use workers::Workload;
 
 /// Iterations the slowest worker completes in the default simulated time.
@@ -197,6 +197,9 @@ pub struct PlanOptions {
     pub gssp_staleness: Staleness,
     /// Local SGD's steps between averages.
     pub local_steps: usize,
+    /// Asynchronous local SGD's local steps per push of the fastest worker (every worker's
+    /// in proportion to its speed, as `dynamic_local_steps` makes them).
+    pub async_local_steps: usize,
     /// gssp is simulated with each of these group counts (those above the worker count
     /// are left out).
     pub group_counts: Vec<usize>,
@@ -237,8 +240,16 @@ pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Pla
             bounds,
             round,
             extra_apply_passes: extra,
+            local_steps: Vec::new(),
         };
         servers::simulate(&scheme, work, cost, horizon_s, opts.seed)
+    };
+    let async_local = servers::PsScheme {
+        groups: all.clone(),
+        bounds: vec![None],
+        round: false,
+        extra_apply_passes: 0.0,
+        local_steps: dynamic_local_steps(opts.async_local_steps, &work.times),
     };
     let mut predictions = vec![
         Prediction::from_outcome("bsp", Some(1), &ps(all.clone(), vec![Some(0)], true, 0.0)),
@@ -258,6 +269,11 @@ pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Pla
             "localsgd",
             None,
             &collective::simulate(opts.local_steps, work, cost, horizon_s, opts.seed),
+        ),
+        Prediction::from_outcome(
+            "async-localsgd",
+            Some(1),
+            &servers::simulate(&async_local, work, cost, horizon_s, opts.seed),
         ),
     ];
     let spreads = vec![0.0; n];
@@ -414,6 +430,7 @@ mod tests {
             ssp_staleness: 3,
             gssp_staleness: Staleness::Bound(0),
             local_steps: 4,
+            async_local_steps: 4,
             group_counts: vec![1, 2, 3, 4],
             horizon_s: Some(20.0),
             seed: 1,
@@ -584,6 +601,7 @@ mod tests {
             bounds: vec![Some(0)],
             round: false,
             extra_apply_passes: 0.0,
+            local_steps: Vec::new(),
         };
         let gssp = servers::simulate(&lockstep, &work, &free, 100.0, 1);
         let allreduce = collective::simulate(1, &work, &free, 100.0, 1);

@@ -1,5 +1,5 @@
-//! The parameter-server engine of the simulator: bsp, asp, ssp and gssp (one SSP server
-//! per group). Events are pushes reaching a server, in time order; each server is one
+//! The parameter-server engine of the simulator: bsp, asp, ssp, gssp (one SSP server
+//! per group) and async-localsgd (local steps between pushes). Events are pushes reaching a server, in time order; each server is one
 //! first-in first-out resource whose busy time per push comes from the cost model.
 
 use std::cmp::Reverse;
@@ -20,6 +20,16 @@ pub struct PsScheme {
     pub round: bool,
     /// Extra passes over the parameters per applied push (DC-ASGD's correction: 1).
     pub extra_apply_passes: f64,
+    /// async-localsgd: each worker's local steps per push (empty: one each), every one a
+    /// batch the push counts.
+    pub local_steps: Vec<usize>,
+}
+
+impl PsScheme {
+    /// Local steps per push of worker `w`.
+    fn steps_of(&self, w: usize) -> usize {
+        self.local_steps.get(w).copied().unwrap_or(1).max(1)
+    }
 }
 
 /// Simulation time, ordered for the event heap.
@@ -140,7 +150,8 @@ pub fn simulate(
             // Waiting for the first weights counts as waiting.
             let start = work.start(w).min(horizon_s);
             wait_s[w] += start;
-            heap.push(Reverse((Time(start + sampler.next(w) + latency), w)));
+            let compute: f64 = (0..scheme.steps_of(w)).map(|_| sampler.next(w)).sum();
+            heap.push(Reverse((Time(start + compute + latency), w)));
         }
     }
     let mut ready = Vec::new();
@@ -163,7 +174,7 @@ pub fn simulate(
             srv.round_pushes += 1;
         } else {
             if within {
-                iterations += 1;
+                iterations += scheme.steps_of(w) as u64;
                 staleness.record(srv.version - read_version[w]);
             }
             srv.version += 1;
@@ -199,7 +210,8 @@ pub fn simulate(
             let arrives = end + latency + k as f64 * work.burst_s;
             wait_s[r] += arrives.min(horizon_s) - pushed_at[r];
             read_version[r] = srv.version;
-            heap.push(Reverse((Time(arrives + sampler.next(r) + latency), r)));
+            let compute: f64 = (0..scheme.steps_of(r)).map(|_| sampler.next(r)).sum();
+            heap.push(Reverse((Time(arrives + compute + latency), r)));
         }
         srv.busy_s += end.min(horizon_s) - start.min(horizon_s);
         srv.free_at = end;

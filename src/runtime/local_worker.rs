@@ -1,0 +1,123 @@
+//! The worker loop of asynchronous local SGD (`async-localsgd`; Liu et al. 2024): take this
+//! worker's local steps on its own replica with its own optimizer, push the change they
+//! made to the weights it last received, and continue from the weights the server answers
+//! with, until told to stop. The server applies each change at once through its outer
+//! optimizer (`Apply::Delta`); it never waits for a particular worker.
+//!
+//! Each worker keeps its momentum across pushes (as local SGD does) and steps at the
+//! schedule's learning rate for its own shard's epochs and the run's clock: a worker's
+//! shard is 1/W of the data, so its epochs are the run's when every worker keeps pace.
+
+use std::time::Instant;
+
+use anyhow::Result;
+
+use crate::comm::p2p::WorkerLink;
+use crate::comm::Comm;
+use crate::compute::backend::Backend;
+use crate::compute::model::Trainable;
+use crate::compute::optim::{self, NetworkOptimizer};
+use crate::config::Config;
+use crate::runtime::worker::{recv_weights, WorkerContext, WorkerStats};
+use crate::telemetry::WorkerRow;
+
+/// Runs the worker with `local_steps` local steps per push until its server says stop.
+pub fn work_locally<B: Backend>(
+    link: &mut WorkerLink,
+    world: &Comm,
+    cfg: &Config,
+    w: WorkerContext<'_, B>,
+    local_steps: u64,
+) -> Result<WorkerStats> {
+    let WorkerContext {
+        step,
+        corpus,
+        pacer,
+        log,
+        start,
+        done,
+    } = w;
+    let mut optimizer = NetworkOptimizer::new(&step.net, &cfg.optim);
+    let mut stats = WorkerStats::default();
+    // The weights last received, the change since then, and a GPU's host stage.
+    let (mut received, mut change, mut stage) = (Vec::new(), Vec::new(), Vec::new());
+    let t_first = Instant::now();
+    let mut header = recv_weights(link, world, step, &mut stage, &mut stats)?;
+    stats.wait_s += t_first.elapsed().as_secs_f64();
+    let mut clock = done;
+    while !header.stop {
+        received.clear();
+        received.extend_from_slice(step.net.params_on_host(&mut stage));
+        for local in 1..=local_steps {
+            let (loss, compute_s) = step.compute_paced(corpus, pacer)?;
+            let time_s = start.elapsed().as_secs_f64();
+            let epoch = step.epoch();
+            let lr = optim::lr_at(&cfg.optim, epoch, cfg.run.progress(epoch, time_s));
+            clock += 1;
+            optimizer
+                .step(&mut step.net, lr, 1.0)
+                .map_err(|e| anyhow::anyhow!("local step {clock}: {e}"))?;
+            if local < local_steps {
+                let row = local_row(time_s, epoch, clock, compute_s, loss, lr);
+                stats.record(log, row)?;
+                continue;
+            }
+            let t1 = Instant::now();
+            let before = link.stats();
+            let weights = step.net.params_on_host(&mut stage);
+            change.clear();
+            change.extend(weights.iter().zip(&received).map(|(w, r)| w - r));
+            link.push(clock, loss, &change)?;
+            let comm_s = t1.elapsed().as_secs_f64();
+            let t2 = Instant::now();
+            header = recv_weights(link, world, step, &mut stage, &mut stats)?;
+            let after = link.stats();
+            let row = WorkerRow {
+                wait_s: t2.elapsed().as_secs_f64(),
+                comm_s,
+                bytes_sent: after.bytes_sent - before.bytes_sent,
+                bytes_recv: after.bytes_received - before.bytes_received,
+                staleness: header.staleness,
+                ..local_row(
+                    start.elapsed().as_secs_f64(),
+                    epoch,
+                    clock,
+                    compute_s,
+                    loss,
+                    lr,
+                )
+            };
+            stats.record(log, row)?;
+        }
+    }
+    link.finish()?;
+    let s = link.stats();
+    stats.bytes_sent = s.bytes_sent;
+    stats.bytes_recv = s.bytes_received;
+    stats.wall_s = start.elapsed().as_secs_f64();
+    Ok(stats)
+}
+
+/// A local step's row: computing, nothing sent or waited for.
+fn local_row(
+    time_s: f64,
+    epoch: f64,
+    iteration: u64,
+    compute_s: f64,
+    loss: f32,
+    lr: f64,
+) -> WorkerRow {
+    WorkerRow {
+        time_s,
+        epoch,
+        iteration,
+        compute_s,
+        wait_s: 0.0,
+        comm_s: 0.0,
+        bytes_sent: 0,
+        bytes_recv: 0,
+        staleness: 0,
+        loss,
+        lr: Some(lr),
+    }
+}
