@@ -226,7 +226,7 @@ mod tests {
         let err = merge(vec![file(vec![1.0], 3, 0), file(vec![1.0, 2.0], 4, 0)])
             .unwrap_err()
             .to_string();
-        assert!(err.contains("rank-4") && err.contains("weights"), "{err}");
+        assert!(err.contains("rank-4") && err.contains("2 values"), "{err}");
     }
 
     #[test]
