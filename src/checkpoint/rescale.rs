@@ -4,12 +4,13 @@
 //! [`crate::runtime::saver`]).
 //!
 //! The invariant: a checkpoint is taken at a quiet point where no update is in flight and
-//! the saved replicas agree (gssp: after the final flush and drain every replica holds every
-//! group's updates, equal up to the summary's `replica_max_error`; allreduce: always equal;
-//! localsgd: right after an average; bsp, asp, ssp: there is one). So the resumed run may
-//! start every new replica from one model, the mean of the saved ones, and lose no update:
-//! the mean differs from each saved replica by at most `replica_max_error`, and every new
-//! replica is the same, so the new exchange starts from equal replicas with empty mailboxes.
+//! the saved replicas agree (gssp: after the flush and drain every replica holds the initial
+//! weights plus every group's updates, each within `replica_max_error` of that sum;
+//! allreduce: always equal; localsgd: right after an average; bsp, asp, ssp: there is one).
+//! So the resumed run may start every new replica from one model, the mean of the saved
+//! ones, and lose no update: the mean is as close to that sum as the worst saved replica,
+//! and every new replica is the same, so the new exchange starts from equal replicas and
+//! empty mailboxes, and its end-of-run check counts from there.
 //!
 //! The work done (pushes applied, summed over the servers; or iterations, summed over the
 //! ranks of allreduce and localsgd) is split evenly over the new workers: each continues at
