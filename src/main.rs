@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use gssp::checkpoint::{check_resume_overrides, Resume};
 use gssp::comm::{Collectives, Comm, FatalOnAll};
-use gssp::config::{Config, SyncMode};
+use gssp::config::{Config, Grouping, SyncMode};
 use gssp::telemetry::RunDir;
 
 #[derive(Parser)]
@@ -386,6 +386,31 @@ fn train_config(
     Ok((cfg, Some(resume)))
 }
 
+/// A resumed run on `world_size` ranks: the same as the checkpoint's, or another count
+/// (the workers are laid out again and the saved state shared out, see
+/// [`gssp::checkpoint::rescale`]). On another count, gssp's `grouping = "static"` names the
+/// old world's ranks, so the new run groups by profile (and its config says so). Whatever
+/// cannot follow the new count (a list of one slowdown factor per worker, too few ranks for
+/// the mode or the groups) is an error naming the key and both counts.
+fn fit_to_world(cfg: &mut Config, resume: &mut Resume, world_size: usize) -> anyhow::Result<()> {
+    let saved = resume.manifest.world_size;
+    if world_size != saved
+        && cfg.sync.mode == SyncMode::Gssp
+        && cfg.sync.gssp.grouping == Grouping::Static
+    {
+        cfg.sync.gssp.grouping = Grouping::Profile;
+        cfg.sync.gssp.static_groups.clear();
+    }
+    cfg.validate_for_world(world_size).map_err(|e| {
+        anyhow::anyhow!(
+            "--resume on {world_size} ranks (the checkpoint in {} was taken on {saved}): {e}",
+            resume.dir.display()
+        )
+    })?;
+    resume.for_world(world_size, cfg.num_workers(world_size))?;
+    Ok(())
+}
+
 fn train(
     config: Option<&Path>,
     resume: Option<&Path>,
@@ -401,17 +426,10 @@ fn train(
     };
     comm.install_panic_abort();
     let rank = comm.rank();
-    let loaded = train_config(config, resume, overrides).and_then(|(c, r)| {
-        c.validate_for_world(comm.size())?;
-        if let Some(r) = &r {
-            anyhow::ensure!(
-                r.manifest.world_size == comm.size(),
-                "--resume: the checkpoint in {} was taken with {} ranks; run it with as many (mpirun -n {}), not {}",
-                r.dir.display(),
-                r.manifest.world_size,
-                r.manifest.world_size,
-                comm.size()
-            );
+    let loaded = train_config(config, resume, overrides).and_then(|(mut c, mut r)| {
+        match r.as_mut() {
+            Some(r) => fit_to_world(&mut c, r, comm.size())?,
+            None => c.validate_for_world(comm.size())?,
         }
         Ok((c, r))
     });

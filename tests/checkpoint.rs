@@ -276,7 +276,8 @@ fn latest_manifest(dir: &Path) -> PathBuf {
 }
 
 /// Every distributed mode writes a final checkpoint and trains on from it when resumed
-/// with more epochs.
+/// with more epochs, on as many ranks or on another count (`(mode, ranks, resumed on)`);
+/// gssp's 2 groups of 2 workers then go on to 3 workers and to 6.
 #[test]
 fn every_mode_resumes_its_final_checkpoint_and_trains_on() {
     let _lock = job_lock();
@@ -284,15 +285,15 @@ fn every_mode_resumes_its_final_checkpoint_and_trains_on() {
     // Adam's moments and update count are state too (checked exactly in one process by
     // `single_mode_with_adam_...`); here, that every mode saves and restores them.
     let adam = ["optim.kind=adam", "optim.lr=0.003", "optim.clip_norm=1.0"];
-    for (mode, ranks, extra) in [
-        ("bsp", 3, &[][..]),
-        ("asp", 3, &[]),
-        ("ssp", 4, &[]),
-        ("allreduce", 3, &[]),
-        ("localsgd", 3, &[]),
-        ("gssp", 6, &[]),
-        ("asp", 3, &adam),
-        ("allreduce", 3, &adam),
+    for (mode, ranks, resumed_on, extra) in [
+        ("bsp", 3, 4, &[][..]),
+        ("asp", 3, 2, &[]),
+        ("ssp", 4, 4, &[]),
+        ("allreduce", 3, 2, &[]),
+        ("localsgd", 3, 4, &[]),
+        ("gssp", 6, 6, &[]),
+        ("asp", 3, 3, &adam),
+        ("allreduce", 3, 4, &adam),
     ] {
         let mut sets = vec![format!("sync.mode={mode}"), "run.epochs=1".to_string()];
         sets.extend(extra.iter().map(|s| s.to_string()));
@@ -310,38 +311,61 @@ fn every_mode_resumes_its_final_checkpoint_and_trains_on() {
         }
         let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
         let first = scratch.train_ok(mode, ranks, &sets, Duration::from_secs(120));
-        let before = first.summary();
         let layout = first.layout();
-        let job = spawn_mpirun(
-            ranks,
-            &resume_args(&first.dir, &["run.epochs=2"]),
-            &first.dir.display().to_string(),
-        )
-        .wait(Duration::from_secs(120));
-        job.assert_ok(&format!("{mode}: resume"));
-        let after = first.summary();
-        assert_eq!(first.layout(), layout, "{mode}: the layout changed");
-        assert!(
-            num(&after, "epochs") >= 1.99 && num(&after, "iterations") > num(&before, "iterations"),
-            "{mode}: did not train on: before {before}\nafter {after}"
-        );
-        let (a, b) = (
-            num(&before, "final_test_accuracy"),
-            num(&after, "final_test_accuracy"),
-        );
-        assert!(
-            b >= a - 0.02,
-            "{mode}: accuracy fell from {a} to {b} after resuming"
-        );
-        if mode == "gssp" || mode == "localsgd" {
-            assert!(num(&after, "replica_max_error") < 1e-4, "{mode}: {after}");
+        resume_trains_on(&first, mode, resumed_on, 2);
+        if resumed_on == ranks {
+            assert_eq!(first.layout(), layout, "{mode}: the layout changed");
         }
-        eprintln!(
-            "{mode}: epoch 1 {:.2}% -> epoch 2 {:.2}%",
-            100.0 * a,
-            100.0 * b
-        );
+        if mode == "gssp" {
+            // Two replicas merged into one model, then split again: 3 workers, then 6.
+            resume_trains_on(&first, "gssp on 3 workers", 5, 3);
+            resume_trains_on(&first, "gssp on 6 workers", 8, 4);
+        }
     }
+}
+
+/// Resumes `run` on `ranks` ranks until epoch `epochs`; checks that it trained on from the
+/// checkpoint (more iterations, accuracy kept within 2 points), that its layout has
+/// `ranks` ranks, and that its replicas agree.
+fn resume_trains_on(run: &Run, label: &str, ranks: usize, epochs: usize) {
+    let before = run.summary();
+    let set = format!("run.epochs={epochs}");
+    let job = spawn_mpirun(
+        ranks,
+        &resume_args(&run.dir, &[&set]),
+        &run.dir.display().to_string(),
+    )
+    .wait(Duration::from_secs(120));
+    job.assert_ok(&format!("{label}: resume on {ranks} ranks"));
+    let after = run.summary();
+    assert_eq!(
+        num(&run.layout(), "world_size"),
+        ranks as f64,
+        "{label}: not laid out on {ranks} ranks"
+    );
+    assert!(
+        num(&after, "epochs") >= epochs as f64 - 0.01
+            && num(&after, "iterations") > num(&before, "iterations"),
+        "{label}: did not train on: before {before}\nafter {after}"
+    );
+    let (a, b) = (
+        num(&before, "final_test_accuracy"),
+        num(&after, "final_test_accuracy"),
+    );
+    assert!(
+        b >= a - 0.02,
+        "{label}: accuracy fell from {a} to {b} after resuming"
+    );
+    if label.starts_with("gssp") || label == "localsgd" {
+        assert!(num(&after, "replica_max_error") < 1e-4, "{label}: {after}");
+    }
+    eprintln!(
+        "{label}: {:.2}% at epoch {:.2} -> {:.2}% at epoch {:.2} on {ranks} ranks",
+        100.0 * a,
+        num(&before, "epochs"),
+        100.0 * b,
+        num(&after, "epochs")
+    );
 }
 
 /// A finished asp run (final checkpoint), for the resume errors.
@@ -434,10 +458,13 @@ fn a_wrong_resume_is_refused_with_the_reason() {
     let _lock = job_lock();
     let scratch = Scratch::new();
     let run = finished_run(&scratch, "wrong");
-    let err = resume_fails(&run.dir, 4, &[]);
+    // Any rank count the mode can run on resumes; one it cannot is named with both counts.
+    let err = resume_fails(&run.dir, 1, &[]);
     assert!(
-        err.contains("3 ranks") && err.contains("mpirun -n 3"),
-        "a wrong rank count:\n{err}"
+        err.contains("--resume on 1 ranks")
+            && err.contains("taken on 3")
+            && err.contains("asp needs server rank 0"),
+        "a rank count the mode cannot run on:\n{err}"
     );
     let err = resume_fails(&run.dir, 3, &["model.mlp_hidden=[8]"]);
     assert!(

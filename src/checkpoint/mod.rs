@@ -24,7 +24,12 @@
 //! so `run.time_budget_s` and `run.epochs` count the whole run, and the CSV logs keep the
 //! rows up to the checkpoint's time (rows written after it by the attempt that died are
 //! dropped: the resumed run does that work again).
+//!
+//! A run may resume on another number of ranks (a requeued job on fewer or more nodes):
+//! the workers are laid out anew, the saved replicas merge or split, and the work done is
+//! split over the new workers ([`rescale`], where the invariant is stated).
 
+pub mod rescale;
 pub mod store;
 
 use std::path::{Path, PathBuf};
@@ -32,6 +37,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::telemetry::EvalRow;
+pub use rescale::Rescale;
 pub use store::{CheckpointError, FileEntry, Manifest, RankFile};
 
 /// Tensor names in a rank file.
@@ -126,6 +132,9 @@ pub struct Resume {
     pub run_dir: PathBuf,
     pub dir: PathBuf,
     pub manifest: Manifest,
+    /// Set when the run continues on another rank count than the checkpoint's
+    /// ([`Resume::for_world`]).
+    pub rescale: Option<Rescale>,
 }
 
 impl Resume {
@@ -136,7 +145,20 @@ impl Resume {
             run_dir: run_dir.to_path_buf(),
             dir,
             manifest,
+            rescale: None,
         })
+    }
+
+    /// Continues on `world_size` ranks, of which `workers` train: on another rank count than
+    /// the checkpoint's, plans how the saved state is shared out ([`Rescale::plan`], which
+    /// reads every saved file's header).
+    pub fn for_world(&mut self, world_size: usize, workers: usize) -> Result<(), CheckpointError> {
+        self.rescale = if world_size == self.manifest.world_size {
+            None
+        } else {
+            Some(Rescale::plan(self, world_size, workers)?)
+        };
+        Ok(())
     }
 
     /// World rank `rank`'s file, checked against the manifest.

@@ -275,6 +275,67 @@ pub fn read_rank_file<M: DeserializeOwned>(
     from_bytes(&bytes, &path)
 }
 
+/// The metadata of world rank `rank`'s file of the checkpoint in `dir`, read from the
+/// header alone (a run resumed on another rank count needs every file's counts, not their
+/// tensors). The size is checked against `manifest`; the CRC-32 is checked when the file
+/// itself is read ([`read_rank_file`]).
+pub fn read_rank_meta<M: DeserializeOwned>(
+    dir: &Path,
+    manifest: &Manifest,
+    rank: usize,
+) -> Result<M, CheckpointError> {
+    use std::io::Read;
+    let name = rank_file_name(rank);
+    let path = dir.join(&name);
+    let entry = manifest
+        .files
+        .iter()
+        .find(|f| f.name == name)
+        .ok_or_else(|| {
+            CheckpointError::corrupt(&dir.join(MANIFEST), format!("lists no file {name}"))
+        })?;
+    let read = |cause| CheckpointError::Read {
+        path: path.clone(),
+        cause,
+    };
+    let mut file = std::fs::File::open(&path).map_err(read)?;
+    let bytes = file.metadata().map_err(read)?.len();
+    if bytes != entry.bytes {
+        return Err(CheckpointError::corrupt(
+            &path,
+            format!(
+                "{bytes} bytes, the manifest says {} (truncated?)",
+                entry.bytes
+            ),
+        ));
+    }
+    let mut len = [0u8; 8];
+    file.read_exact(&mut len).map_err(read)?;
+    let len = u64::from_le_bytes(len);
+    if len.saturating_add(8) > bytes {
+        return Err(CheckpointError::corrupt(
+            &path,
+            format!("a header of {len} bytes in a file of {bytes}"),
+        ));
+    }
+    let mut header = vec![0u8; len as usize];
+    file.read_exact(&mut header).map_err(read)?;
+    meta_of_header(&header, &path)
+}
+
+/// The metadata in a safetensors JSON header (`path` names the file in errors).
+fn meta_of_header<M: DeserializeOwned>(header: &[u8], path: &Path) -> Result<M, CheckpointError> {
+    let value: serde_json::Value = serde_json::from_slice(header)
+        .map_err(|e| CheckpointError::corrupt(path, format!("header: {e}")))?;
+    let json = value
+        .get("__metadata__")
+        .and_then(|m| m.get(STATE_KEY))
+        .and_then(serde_json::Value::as_str)
+        .ok_or_else(|| CheckpointError::corrupt(path, format!("no {STATE_KEY} metadata")))?;
+    serde_json::from_str(json)
+        .map_err(|e| CheckpointError::corrupt(path, format!("{STATE_KEY}: {e}")))
+}
+
 /// Parses a rank file's bytes (`path` names it in errors).
 pub fn from_bytes<M: DeserializeOwned>(
     bytes: &[u8],
@@ -393,6 +454,20 @@ mod tests {
             err.contains("rank-0.safetensors") && err.contains("no tensor momentum"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_metadata_reads_from_the_header_alone() {
+        let run = tempfile::tempdir().unwrap();
+        let m = write(run.path(), 4, 2.0);
+        let dir = checkpoint_dir(run.path(), 4);
+        let meta: Meta = read_rank_meta(&dir, &m, 0).unwrap();
+        assert_eq!(meta.clock, 4);
+        let path = dir.join("rank-0.safetensors");
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 1]).unwrap();
+        let err = read_rank_meta::<Meta>(&dir, &m, 0).unwrap_err().to_string();
+        assert!(err.contains("truncated"), "{err}");
     }
 
     #[test]

@@ -79,7 +79,7 @@ pub fn serve_group(
     for (w, _) in slots.iter().enumerate().filter(|(_, s)| s.is_none()) {
         ps.leave(w);
     }
-    let resumed = restore(ctx, rank, &mut ps, snapshots)?;
+    let resumed = restore(ctx, group, &mut ps, snapshots)?;
     let mut log = ctx
         .run
         .csv_continued::<ServerRow>(&format!("rank-{rank}.csv"))?;
@@ -166,11 +166,11 @@ fn slots_of(
     }
 }
 
-/// Server `rank`'s state from the checkpoint a run resumes from (replica, optimizer,
-/// clocks, snapshots); what else it saved, `None` for a fresh run.
+/// Group `group`'s server's state from the checkpoint a run resumes from (replica,
+/// optimizer, clocks, snapshots); what else it saved, `None` for a fresh run.
 fn restore(
     ctx: &RunContext<'_>,
-    rank: usize,
+    group: usize,
     ps: &mut ParamServer,
     snapshots: &mut Snapshots,
 ) -> Result<Option<RankFile<RankMeta>>> {
@@ -178,7 +178,9 @@ fn restore(
         return Ok(None);
     };
     let every_s = ctx.cfg.run.snapshot_every_s;
-    let (file, restored) = saver::restore_server(r, rank, ps, every_s)?;
+    let rank = ctx.layout.servers[group];
+    let sizes: Vec<usize> = ctx.layout.groups.iter().map(Vec::len).collect();
+    let (file, restored) = saver::restore_server(r, rank, ps, every_s, (group, &sizes))?;
     *snapshots = restored;
     Ok(Some(file))
 }

@@ -5,6 +5,7 @@
 
 use anyhow::Result;
 
+use crate::checkpoint::rescale::{self, Rescale};
 use crate::checkpoint::store::{self, FileEntry};
 use crate::checkpoint::{self, RankFile, RankMeta, Resume, Schedule};
 use crate::comm::Collectives;
@@ -124,7 +125,11 @@ pub fn load(resume: &Resume, rank: usize) -> Result<RankFile<RankMeta>> {
 
 /// Restores a rank that trains its own replica (allreduce, localsgd) from its file:
 /// weights, batch-norm statistics, momentum, and its batch count; returns the iterations
-/// done and, for rank 0, the snapshots it had taken.
+/// done and, for rank 0, the snapshots it had taken. On another rank count a rank restores
+/// the saved ranks' files in turn ([`Rescale::source`](checkpoint::Rescale::source)): the
+/// replicas are equal at a checkpoint (allreduce always, localsgd right after an average),
+/// and each keeps a saved rank's momentum, as localsgd keeps its own; its batch count is its
+/// share of the work done.
 pub fn restore_replica<B: Backend>(
     resume: &Resume,
     rank: usize,
@@ -132,8 +137,16 @@ pub fn restore_replica<B: Backend>(
     optimizer: &mut NetworkOptimizer<B>,
     snapshot_every_s: f64,
 ) -> Result<(u64, Snapshots)> {
-    let path = resume.path(rank);
-    let mut file = load(resume, rank)?;
+    let source = resume.rescale.as_ref().map_or(rank, |rs| rs.source(rank));
+    let path = resume.path(source);
+    let mut file = load(resume, source)?;
+    if let Some(rs) = &resume.rescale {
+        file.meta.steps = rs.per_worker;
+        if source != rank {
+            // Snapshots stay with the rank that took them (rank 0).
+            file.meta.evals.clear();
+        }
+    }
     let n = step.net.num_params();
     let weights = file.take(checkpoint::WEIGHTS, n, &path)?;
     step.net.params_from_host(&weights);
@@ -181,14 +194,21 @@ pub fn save_replica<C: Collectives, B: Backend>(
 /// Restores group server world rank `rank` from its file: replica, optimizer state, model
 /// version and its workers' clocks; returns the file with what else it holds (its meta:
 /// pushes, what it knew of the other groups; the exchange's tensors) and its snapshots.
+/// On another rank count it restores the saved servers' merged file instead
+/// ([`rescaled_server_file`]); `group_sizes` are the workers of each group of the new
+/// layout, `group_sizes.0` the index of this server's.
 pub fn restore_server(
     resume: &Resume,
     rank: usize,
     ps: &mut ParamServer,
     snapshot_every_s: f64,
+    group_sizes: (usize, &[usize]),
 ) -> Result<(RankFile<RankMeta>, Snapshots)> {
     let path = resume.path(rank);
-    let mut file = load(resume, rank)?;
+    let mut file = match &resume.rescale {
+        Some(rs) => rescaled_server_file(resume, rs, group_sizes)?,
+        None => load(resume, rank)?,
+    };
     let n = ps.weights().len();
     let workers = ps.clock().clocks().len();
     let weights = file.take(checkpoint::WEIGHTS, n, &path)?;
@@ -204,4 +224,31 @@ pub fn restore_server(
     ps.restore(&weights, file.meta.version, &file.meta.worker_clocks);
     let snapshots = restore_snapshots(&mut file, snapshot_every_s, n, &path)?;
     Ok((file, snapshots))
+}
+
+/// What a server of a run resumed on another rank count starts from: the saved servers'
+/// files merged ([`rescale::merge`]: the mean replica, the mean optimizer and outer-optimizer
+/// state, the snapshots all took), with the counts of the new layout: every worker at the
+/// same clock, its share of the work done (so the SSP bound holds from the start); each
+/// group's pushes its workers' clocks summed; this group's speed its workers' share of the
+/// saved groups' speeds together. `(group, sizes)`: this server's group and the workers of
+/// every group of the new layout.
+fn rescaled_server_file(
+    resume: &Resume,
+    rs: &Rescale,
+    (group, sizes): (usize, &[usize]),
+) -> Result<RankFile<RankMeta>> {
+    let mut files = Vec::with_capacity(rs.saved_ranks.len());
+    for &r in &rs.saved_ranks {
+        files.push((resume.path(r), load(resume, r)?));
+    }
+    let mut file = rescale::merge(files)?;
+    let clock = rs.per_worker;
+    let mine = sizes.get(group).copied().unwrap_or(0);
+    let m = &mut file.meta;
+    m.worker_clocks = vec![clock; mine];
+    m.steps = clock * mine as u64;
+    m.group_pushes = sizes.iter().map(|&w| clock * w as u64).collect();
+    m.speed *= mine as f64 / rs.workers.max(1) as f64;
+    Ok(file)
 }

@@ -94,7 +94,8 @@ pub fn prepare<B: Backend>(
     let faults = comm.fatal_on_all(Faults::from_env(rank))?;
     let mut layout = Layout::from_config(cfg, comm.size());
     let mut pacer = pacer_for(cfg, &layout, rank);
-    match resume.filter(|r| r.manifest.layout.is_some()) {
+    // A run resumed on another rank count is laid out as a fresh one on its ranks.
+    match resume.filter(|r| r.manifest.layout.is_some() && r.rescale.is_none()) {
         Some(r) => layout = comm.fatal_on_all(saved_layout(r))?,
         None if cfg.sync.mode == SyncMode::Gssp => {
             let groups = form_groups_by_profile(comm, cfg, &mut step, &corpus, &mut pacer)?;
@@ -344,7 +345,19 @@ fn describe(cfg: &Config, layout: &Layout, resume: Option<&Resume>) {
         layout.servers,
         layout.groups
     );
-    if let (Some(cost), None) = (layout.profile_cost_s, resume) {
+    if let Some(rs) = resume.and_then(|r| r.rescale.as_ref()) {
+        log::info!(
+            "resumed on {} ranks, the checkpoint was taken on {}: laid out anew from the {} saved replicas (see checkpoint::rescale); each of the {} workers continues at batch {} of its shard ({} done in all)",
+            rs.to_world,
+            rs.from_world,
+            rs.saved_ranks.len(),
+            rs.workers,
+            rs.per_worker,
+            rs.work
+        );
+    }
+    let profiled_now = resume.is_none_or(|r| r.rescale.is_some());
+    if let (Some(cost), true) = (layout.profile_cost_s, profiled_now) {
         log::info!("grouping by profile took {cost:.2} s of the training clock");
         let budget = cfg.run.time_budget_s;
         if budget > 0.0 && cost >= 0.5 * budget {
@@ -411,7 +424,8 @@ fn split(comm: &Comm, layout: &Layout, role: Role) -> Result<Communicators> {
 }
 
 /// The iterations a worker of a server mode did before the checkpoint: its clock, which
-/// its server saved (0 for a fresh run and for the other roles).
+/// its server saved, or on another rank count its share of the work done (0 for a fresh
+/// run and for the other roles).
 fn resumed_iterations(
     layout: &Layout,
     role: Role,
@@ -421,6 +435,9 @@ fn resumed_iterations(
     let (Some(r), Role::Worker { group }) = (resume, role) else {
         return Ok(0);
     };
+    if let Some(rescale) = &r.rescale {
+        return Ok(rescale.per_worker);
+    }
     let server = layout.servers[group];
     let index = layout.groups[group].iter().position(|&w| w == rank);
     // Every rank reports its own failure, named by its rank ([`Collectives::fatal_on_all`]).
@@ -432,12 +449,15 @@ fn resumed_iterations(
 
 /// The training clock's origin, the same on every rank (after a barrier). gssp's profiling
 /// is part of its training time: the clock (time budget, time to target, speed changes)
-/// starts when profiling did. A resumed run does not profile; its saved clock already
-/// counts the first run's profiling.
+/// starts when profiling did. A resumed run on the same ranks does not profile; its saved
+/// clock already counts the first run's profiling. On another rank count it profiles again,
+/// after its saved clock.
 fn start_clock(comm: &Comm, resume: Option<&Resume>, layout: &Layout) -> Result<Instant> {
+    let profiled = layout.profile_cost_s.unwrap_or(0.0);
     let (resumed_at, profiling) = match resume {
+        Some(r) if r.rescale.is_some() => (r.manifest.time_s, profiled),
         Some(r) => (r.manifest.time_s, 0.0),
-        None => (0.0, layout.profile_cost_s.unwrap_or(0.0)),
+        None => (0.0, profiled),
     };
     comm.barrier()?;
     Instant::now()
