@@ -221,7 +221,11 @@ fn flows(servers: &[ServerExchanges<'_>], pid_of: impl Fn(usize) -> usize) -> Ve
                 id += 1;
                 let from = (pid_of(sender.group), sender.rank);
                 let to = (pid_of(recv.group), recv.rank);
-                let mut s = Event::new("update", "s", sends[k - 1].start, from);
+                // Each end inside its slice (mid-send, the receipt's last microsecond), the
+                // start never after the end.
+                let sent = sends[k - 1];
+                let at = (sent.start + sent.dur / 2).min(end - 1);
+                let mut s = Event::new("update", "s", at, from);
                 let mut f = Event::new("update", "f", end - 1, to);
                 s.cat = Some("exchange");
                 s.id = Some(id);
@@ -455,8 +459,8 @@ mod tests {
         );
         assert_eq!(s.id, f.id);
         // Server 1's exchange 1.1-1.2 s sent it; server 0's exchange 1.9-2.0 s applied it.
-        assert_eq!((s.ts, f.ts), (1_100_000, 1_999_999));
-        assert_eq!((flows[2].tid, flows[2].ts, flows[3].tid), (0, 900_000, 1));
+        assert_eq!((s.ts, f.ts), (1_150_000, 1_999_999));
+        assert_eq!((flows[2].tid, flows[2].ts, flows[3].tid), (0, 950_000, 1));
         let checkpoints = events
             .iter()
             .filter(|e| e.ph == "i" && e.name == "checkpoint");
