@@ -27,7 +27,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::read::{Run, ServerPush, WorkerIter};
+use super::read::{RankLog, Run, ServerPush, WorkerIter};
 
 /// One trace event. `ts` and `dur` are microseconds since the run's start.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -239,10 +239,10 @@ fn flows(servers: &[ServerExchanges<'_>], pid_of: impl Fn(usize) -> usize) -> Ve
     out
 }
 
-/// Names of a process and of a thread (metadata events).
-fn names(track: (usize, usize), process: &str, thread: &str, out: &mut Vec<Event>) {
-    out.push(Event::new("process_name", "M", 0, track).with_args(json!({ "name": process })));
-    out.push(Event::new("thread_name", "M", 0, track).with_args(json!({ "name": thread })));
+/// A metadata event naming the process (`what` = `process_name`) or thread
+/// (`thread_name`) of `track`.
+fn name(what: &str, track: (usize, usize), name: &str) -> Event {
+    Event::new(what, "M", 0, track).with_args(json!({ "name": name }))
 }
 
 /// The run-wide instant events: profiling, evaluations, regroups, checkpoints.
@@ -271,66 +271,86 @@ fn instants(run: &Run, track: (usize, usize), checkpoints: &[f64], out: &mut Vec
     }
 }
 
-/// The trace of `run`: metadata, every rank's spans, the arrows and the instants.
-pub fn build(run: &Run) -> Vec<Event> {
-    let groups = run.group_count();
-    let run_pid = groups;
-    let meeting = if run.regroups.is_empty() {
-        "checkpoint"
-    } else {
-        "regroup"
-    };
-    let mut out = Vec::new();
-    for g in 0..groups {
+/// A process name per group: `group g (server rank s)`.
+fn group_names(run: &Run, out: &mut Vec<Event>) {
+    for g in 0..run.group_count() {
         let server = run.layout.as_ref().and_then(|l| l.servers.get(g).copied());
         let process = match server {
             Some(s) => format!("group {g} (server rank {s})"),
             None => format!("group {g}"),
         };
-        let first = server.unwrap_or(0);
-        out.push(
-            Event::new("process_name", "M", 0, (g, first)).with_args(json!({ "name": process })),
-        );
+        out.push(name("process_name", (g, server.unwrap_or(0)), &process));
     }
+}
+
+/// Every rank's named track and spans; returns the group servers' exchanges, for the
+/// arrows.
+fn rank_tracks<'a>(
+    run: &'a Run,
+    meeting: &'static str,
+    out: &mut Vec<Event>,
+) -> Vec<ServerExchanges<'a>> {
     let mut exchanges = Vec::new();
-    let mut checkpoints = Vec::new();
     for (rank, log) in &run.ranks {
-        let g = run.group_of(*rank);
-        let track = (g, *rank);
+        let (g, rank) = (run.group_of(*rank), *rank);
         match log {
-            super::read::RankLog::Worker(rows) => {
-                names_thread(track, &format!("rank {rank} worker"), &mut out);
-                worker_track(rows).events(track, &mut out);
+            RankLog::Worker(rows) => {
+                out.push(name(
+                    "thread_name",
+                    (g, rank),
+                    &format!("rank {rank} worker"),
+                ));
+                worker_track(rows).events((g, rank), out);
             }
-            super::read::RankLog::Server(rows) => {
-                names_thread(track, &format!("rank {rank} server"), &mut out);
-                let (t, spans) = server_track(rows, meeting);
-                t.events(track, &mut out);
-                if checkpoints.is_empty() && meeting == "checkpoint" {
-                    checkpoints = rows
-                        .iter()
-                        .filter(|r| r.meet_s > 0.0)
-                        .map(|r| r.time_s)
-                        .collect();
-                }
+            RankLog::Server(rows) => {
+                out.push(name(
+                    "thread_name",
+                    (g, rank),
+                    &format!("rank {rank} server"),
+                ));
+                let (track, spans) = server_track(rows, meeting);
+                track.events((g, rank), out);
                 exchanges.push(ServerExchanges {
                     group: g,
-                    rank: *rank,
+                    rank,
                     rows,
                     spans,
                 });
             }
         }
     }
-    out.extend(flows(&exchanges, |g| g));
-    names((run_pid, 0), "run", "events", &mut out);
-    instants(run, (run_pid, 0), &checkpoints, &mut out);
-    out
+    exchanges
 }
 
-/// A thread's name (metadata event).
-fn names_thread(track: (usize, usize), thread: &str, out: &mut Vec<Event>) {
-    out.push(Event::new("thread_name", "M", 0, track).with_args(json!({ "name": thread })));
+/// The checkpoints' times: the meetings of the first server that logged any (every
+/// server meets, and logs the push before each meeting).
+fn checkpoint_times(run: &Run) -> Vec<f64> {
+    run.servers()
+        .map(|(_, rows)| {
+            let met = rows.iter().filter(|r| r.meet_s > 0.0);
+            met.map(|r| r.time_s).collect::<Vec<f64>>()
+        })
+        .find(|times| !times.is_empty())
+        .unwrap_or_default()
+}
+
+/// The trace of `run`: metadata, every rank's spans, the arrows and the instants.
+pub fn build(run: &Run) -> Vec<Event> {
+    // Checkpoints and regrouping do not mix: a run's meetings are one or the other.
+    let (meeting, checkpoints) = if run.regroups.is_empty() {
+        ("checkpoint", checkpoint_times(run))
+    } else {
+        ("regroup", Vec::new())
+    };
+    let mut out = Vec::new();
+    group_names(run, &mut out);
+    let exchanges = rank_tracks(run, meeting, &mut out);
+    out.extend(flows(&exchanges, |g| g));
+    let track = (run.group_count(), 0);
+    out.push(name("process_name", track, "run"));
+    out.push(name("thread_name", track, "events"));
+    instants(run, track, &checkpoints, &mut out);
+    out
 }
 
 /// Writes `events` as a trace file at `path`, one event a line; returns its size in bytes.
@@ -357,7 +377,7 @@ pub fn write(run: &Run, events: &[Event], path: &Path) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::report::read::{RankLog, Regroup};
+    use crate::tools::report::read::Regroup;
     use crate::tools::report::series::tests::sample_run;
 
     fn spans(events: &[Event], tid: usize) -> Vec<&Event> {
