@@ -94,6 +94,10 @@ enum Command {
         /// shortest run's wall time).
         #[arg(long)]
         budget_s: Option<f64>,
+        /// Also write each run's whole timeline as trace-RUN.json (Chrome trace-event
+        /// format: open it in https://ui.perfetto.dev or chrome://tracing).
+        #[arg(long)]
+        trace: bool,
     },
     /// Predict every sync mode's timing on a cluster of any size (a discrete-event
     /// simulation; no MPI): images/s, waits, staleness, server load and bytes, and the gssp
@@ -310,6 +314,7 @@ fn main() -> ExitCode {
             baseline,
             window,
             budget_s,
+            trace,
         } => report(
             gssp::tools::report::run(&gssp::tools::report::Options {
                 runs,
@@ -317,6 +322,7 @@ fn main() -> ExitCode {
                 baseline,
                 window,
                 budget_s,
+                trace,
             })
             .map(|p| println!("report: {}", p.display())),
         ),

@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -255,4 +256,216 @@ fn report_help_lists_its_options() {
     for opt in ["--out", "--baseline", "--window", "--budget-s", "RUN_DIR"] {
         assert!(help.contains(opt), "--help lacks {opt}:\n{help}");
     }
+}
+
+/// The `(name, ts, dur)` spans of each `(pid, tid)` track of a trace.
+type Tracks = BTreeMap<(u64, u64), Vec<(String, i64, i64)>>;
+
+/// The X spans of every (pid, tid) track of a trace, by track, sorted by start.
+fn spans_by_track(events: &[serde_json::Value]) -> Tracks {
+    let mut tracks = Tracks::new();
+    for e in events.iter().filter(|e| e["ph"] == "X") {
+        let (pid, tid) = (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap());
+        let name = e["name"].as_str().unwrap().to_string();
+        let (ts, dur) = (e["ts"].as_i64().unwrap(), e["dur"].as_i64().unwrap());
+        assert!(dur > 0, "empty span {e}");
+        tracks.entry((pid, tid)).or_default().push((name, ts, dur));
+    }
+    for spans in tracks.values_mut() {
+        spans.sort_by_key(|s| s.1);
+        for w in spans.windows(2) {
+            assert!(w[0].1 + w[0].2 <= w[1].1, "overlapping spans {:?}", w);
+        }
+    }
+    tracks
+}
+
+/// Seconds of the spans named one of `names` on rank `tid`'s track.
+fn span_total(tracks: &Tracks, tid: u64, names: &[&str]) -> f64 {
+    let spans = tracks
+        .iter()
+        .filter(|((_, t), _)| *t == tid)
+        .flat_map(|(_, s)| s);
+    spans
+        .filter(|s| names.contains(&s.0.as_str()))
+        .map(|s| s.2 as f64 * 1e-6)
+        .sum()
+}
+
+/// The trace's spans must add up to the CSV column: a microsecond of rounding per row.
+fn assert_total(trace_s: f64, csv: &[f64], what: &str) {
+    let want: f64 = csv.iter().sum();
+    let tol = 1.5e-6 * csv.len() as f64 + 1e-3 * want;
+    assert!(
+        (trace_s - want).abs() <= tol,
+        "{what}: trace {trace_s} s, CSV {want} s"
+    );
+}
+
+#[test]
+fn trace_and_straggler_report_of_a_run_with_one_slow_worker() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    // Group 1's rank 5 is 3x slower than everyone; transient spells on every worker.
+    let run = scratch.train_ok(
+        "slow",
+        6,
+        &[
+            "sync.mode=gssp",
+            "sync.gssp.groups=2",
+            "sync.gssp.grouping=static",
+            "sync.gssp.static_groups=[[2,3],[4,5]]",
+            "sync.gssp.staleness=1",
+            "sync.gssp.inter_group_every=2",
+            "compression.kind=topk",
+            "compression.ratio=0.05",
+            "run.epochs=100",
+            "run.time_budget_s=4",
+            "run.snapshot_every_s=1",
+            "run.checkpoint_every_s=1.5",
+            "heterogeneity.tiers=[{factor=1.0,workers=3},{factor=3.0,workers=1}]",
+            "heterogeneity.unit_s=0.01",
+            "heterogeneity.straggler_prob=0.1",
+            "heterogeneity.straggler_factor=2.0",
+        ],
+        DEADLINE,
+    );
+    let out = scratch.tmp.path().join("report");
+    let o = report(&[
+        &run.dir.display().to_string(),
+        "--trace",
+        "--out",
+        &out.display().to_string(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    // The straggler report names rank 5 and the worker it holds back.
+    let md = read(&out.join("report.md"));
+    let g1 = table_row(&md, "group 1");
+    assert!(
+        g1[1].starts_with("rank 5 ") && g1[2] == "slow compute",
+        "{md}"
+    );
+    assert!(g1[3].starts_with("rank 4 "), "{md}");
+    assert_eq!(
+        g1[4], "its group held at its staleness bound (1) by rank 5",
+        "{md}"
+    );
+    let all = table_row(&md, "all workers");
+    assert!(
+        all[1].starts_with("rank 5 ") && all[3].starts_with("rank 4 "),
+        "{md}"
+    );
+
+    // The trace: JSON, well-formed events, named tracks, spans that never overlap.
+    let path = out.join("trace-run-slow.json");
+    let text = read(&path);
+    let trace: serde_json::Value = serde_json::from_str(&text).expect("the trace is JSON");
+    let events = trace["traceEvents"].as_array().expect("traceEvents");
+    for e in events {
+        for key in ["ph", "ts", "pid", "tid", "name"] {
+            assert!(!e[key].is_null(), "{key} missing from {e}");
+        }
+        assert!(
+            e["ph"] != "X" || e["dur"].is_i64(),
+            "a span without dur: {e}"
+        );
+    }
+    for rank in 0..6u64 {
+        let named = events.iter().any(|e| {
+            e["name"] == "thread_name" && e["tid"] == rank && e["args"]["name"].as_str().is_some()
+        });
+        assert!(named, "rank {rank} has no thread_name");
+    }
+    let tracks = spans_by_track(events);
+
+    // Totals agree with the CSV columns.
+    for rank in 2..6u64 {
+        let csv = run.rank_csv(rank as usize);
+        for (span, col) in [
+            ("compute", "compute_s"),
+            ("comm", "comm_s"),
+            ("wait", "wait_s"),
+        ] {
+            let what = format!("rank {rank} {span}");
+            assert_total(span_total(&tracks, rank, &[span]), &csv.col(col), &what);
+        }
+    }
+    for rank in 0..2u64 {
+        let csv = run.rank_csv(rank as usize);
+        for (spans, col) in [
+            (&["wait"][..], "recv_wait_s"),
+            (&["receive"], "receive_s"),
+            (&["apply"], "apply_s"),
+            (&["exchange", "drain"], "exchange_s"),
+            (&["checkpoint"], "meet_s"),
+            (&["send"], "send_s"),
+        ] {
+            let what = format!("rank {rank} {col}");
+            assert_total(span_total(&tracks, rank, spans), &csv.col(col), &what);
+        }
+    }
+    // The straggler's compute spans are the longest (medians: a spike of a preempted rank
+    // does not count).
+    let median_compute = |rank: u64| {
+        let spans = tracks
+            .iter()
+            .filter(|((_, t), _)| *t == rank)
+            .flat_map(|(_, s)| s);
+        let c: Vec<f64> = spans
+            .filter(|s| s.0 == "compute")
+            .map(|s| s.2 as f64)
+            .collect();
+        common::median(&c)
+    };
+    for rank in 2..5 {
+        assert!(
+            median_compute(5) > 2.0 * median_compute(rank),
+            "rank 5 against {rank}"
+        );
+    }
+    // Arrows between the group servers, both ways, each from a send to a later receipt.
+    let flow = |ph: &str| -> BTreeMap<u64, (u64, i64)> {
+        events
+            .iter()
+            .filter(|e| e["ph"] == ph)
+            .map(|e| {
+                (
+                    e["id"].as_u64().unwrap(),
+                    (e["tid"].as_u64().unwrap(), e["ts"].as_i64().unwrap()),
+                )
+            })
+            .collect()
+    };
+    let (starts, ends) = (flow("s"), flow("f"));
+    assert_eq!(starts.len(), ends.len());
+    for (id, (from, ts)) in &starts {
+        let (to, te) = ends[id];
+        assert!(
+            from != &to && ts <= &te,
+            "arrow {id}: {from}@{ts} -> {to}@{te}"
+        );
+    }
+    for (a, b) in [(0, 1), (1, 0)] {
+        assert!(
+            starts.iter().any(|(id, s)| s.0 == a && ends[id].0 == b),
+            "no arrow {a} -> {b}"
+        );
+    }
+    // Instants: every evaluation, and the checkpoints.
+    let instants = |name: &str| {
+        events
+            .iter()
+            .filter(|e| e["ph"] == "i" && e["name"] == name)
+            .count()
+    };
+    assert_eq!(instants("evaluation"), run.eval().rows.len());
+    assert!(instants("checkpoint") >= 1);
+    let rows: usize = (0..6).map(|r| run.rank_csv(r).rows.len()).sum();
+    eprintln!(
+        "trace: {} bytes, {} events, {rows} CSV rows: {:.0} bytes a row",
+        text.len(),
+        events.len(),
+        text.len() as f64 / rows as f64
+    );
 }

@@ -9,9 +9,14 @@ use crate::protocol::param_server::ParamServer;
 
 /// A server's part in the exchange, push by push.
 pub trait Exchange {
-    /// Called after each applied push with this server's push count; returns the upload
-    /// ratio it used (0 when it did not exchange).
-    fn after_push(&mut self, ps: &mut ParamServer, own_pushes: u64, epoch: f64) -> Result<f64>;
+    /// Called after each applied push with this server's push count; returns what it
+    /// exchanged (all zero when it did not).
+    fn after_push(
+        &mut self,
+        ps: &mut ParamServer,
+        own_pushes: u64,
+        epoch: f64,
+    ) -> Result<Exchanged>;
     /// Pushes applied by all groups together, as far as this server knows.
     fn global_pushes(&self, own_pushes: u64) -> u64;
     /// What of the exchange a checkpoint saves (this group's pushes are `own_pushes`).
@@ -27,6 +32,17 @@ pub trait Meetings {
     fn quiesce(&mut self, ps: &mut ParamServer) -> Result<()>;
     /// Every server's `row`, in group order (after a meeting).
     fn share(&mut self, row: &[f64]) -> Result<Vec<Vec<f64>>>;
+}
+
+/// What one push's part in the exchange did, for the server's log row.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Exchanged {
+    /// The upload ratio it used (0 when it did not exchange).
+    pub ratio: f64,
+    /// Bytes it put into the peers' windows (0: nothing sent).
+    pub sent_bytes: u64,
+    /// The groups whose updates it applied, bit g for group g.
+    pub drained_from: u64,
 }
 
 /// What of the exchange a checkpoint saves.
@@ -60,8 +76,8 @@ pub enum Meet {
 pub struct NoPeers;
 
 impl Exchange for NoPeers {
-    fn after_push(&mut self, _: &mut ParamServer, _: u64, _: f64) -> Result<f64> {
-        Ok(0.0)
+    fn after_push(&mut self, _: &mut ParamServer, _: u64, _: f64) -> Result<Exchanged> {
+        Ok(Exchanged::default())
     }
     fn global_pushes(&self, own_pushes: u64) -> u64 {
         own_pushes

@@ -16,10 +16,11 @@ use crate::comm::SubComm;
 use crate::compute::optim;
 use crate::config::Config;
 use crate::protocol::param_server::ParamServer;
-use crate::runtime::peers::{Meet, Peers, SavedPeers};
+use crate::runtime::peers::{Exchanged, Meet, Peers, SavedPeers};
 use crate::runtime::regrouper::Regrouper;
 use crate::runtime::saver::{self, Saver};
 use crate::telemetry::clock::thread_cpu_s;
+use crate::telemetry::pace::WorkerPace;
 use crate::telemetry::progress::Progress;
 use crate::telemetry::{CsvLog, ServerRow, Snapshots};
 
@@ -93,6 +94,7 @@ pub fn serve(
     let before = ctx.resumed_pushes.unwrap_or(0);
     let samples_per_push = ctx.cfg.optim.batch_size as f64 / ctx.train_len as f64;
     let epoch = outside.peers.global_pushes(before) as f64 * samples_per_push;
+    let pace = WorkerPace::new(&pace_ranks(link.workers(), ctx.worker_ranks));
     let mut server = Server {
         link,
         ps,
@@ -110,6 +112,7 @@ pub fn serve(
         stopping: false,
         ready: Vec::new(),
         shown: Progress::new(ctx.cfg, ctx.train_len, ctx.show_progress),
+        pace,
     };
     server.send_first_weights()?;
     while let Some(pushed) = server.receive_and_apply()? {
@@ -139,9 +142,16 @@ struct Pushed {
     receive_cpu_s: f64,
 }
 
-/// What one exchange cost and sent.
-struct Exchanged {
-    ratio: f64,
+/// The world rank of each of `workers` slots (the slot itself where `ranks` is short).
+fn pace_ranks(workers: usize, ranks: &[usize]) -> Vec<usize> {
+    (0..workers)
+        .map(|w| ranks.get(w).copied().unwrap_or(w))
+        .collect()
+}
+
+/// What one exchange cost and did, and when it ended.
+struct AfterPush {
+    exchanged: Exchanged,
     seconds: f64,
     time_s: f64,
 }
@@ -168,6 +178,8 @@ struct Server<'a, 'c, 's, 'p, 'w> {
     stopping: bool,
     ready: Vec<usize>,
     shown: Progress,
+    /// Each worker's pace, for the progress line's slowest worker.
+    pace: WorkerPace,
 }
 
 impl Server<'_, '_, '_, '_, '_> {
@@ -203,6 +215,9 @@ impl Server<'_, '_, '_, '_, '_> {
         let everyone: Vec<usize> = (0..workers).filter(|&w| !link.is_retired(w)).collect();
         link.send_weights(&everyone, ps.version(), ps.weights(), |_| 0)?;
         let time_s = self.time_s();
+        for &w in &everyone {
+            self.pace.sent(w, time_s);
+        }
         if let Some(r) = self.regroup.as_deref_mut() {
             r.sent(&everyone, time_s);
         }
@@ -222,6 +237,7 @@ impl Server<'_, '_, '_, '_, '_> {
         let recv_wait_s = (t_wait.elapsed().as_secs_f64() - push.receive_s).max(0.0);
         let (w, loss) = (push.worker, push.loss);
         let time_s = self.ctx.start.elapsed().as_secs_f64();
+        self.pace.pushed(w, time_s);
         if let Some(r) = self.regroup.as_deref_mut() {
             r.pushed(w, time_s);
         }
@@ -270,22 +286,26 @@ impl Server<'_, '_, '_, '_, '_> {
         let stepped = pushed.stepped;
         let stop = self.ctx.cfg.run.should_stop(self.epoch, exchanged.time_s);
         self.stopping |= stepped && !self.changing() && stop;
-        if stepped && !self.stopping {
-            self.meet_if_due(exchanged.time_s)?;
-        }
+        let t_meet = Instant::now();
+        let met = stepped && !self.stopping && self.meet_if_due(exchanged.time_s)?;
+        let meet_s = if met {
+            t_meet.elapsed().as_secs_f64()
+        } else {
+            0.0
+        };
         let t_send = Instant::now();
         self.answer()?;
         let send_s = t_send.elapsed().as_secs_f64();
-        self.record(&pushed, &exchanged, send_s)
+        self.record(&pushed, &exchanged, (meet_s, send_s))
     }
 
     /// This server's part in the exchange between groups after the push, then the snapshot
     /// and the progress line.
-    fn exchange(&mut self, loss: f32) -> Result<Exchanged> {
+    fn exchange(&mut self, loss: f32) -> Result<AfterPush> {
         let own_pushes = self.own_pushes();
         let cpu = thread_cpu_s();
         let t = Instant::now();
-        let ratio = self.peers.after_push(self.ps, own_pushes, self.epoch)?;
+        let exchanged = self.peers.after_push(self.ps, own_pushes, self.epoch)?;
         let seconds = t.elapsed().as_secs_f64();
         self.stats.exchange_cpu_s += thread_cpu_s() - cpu;
         // The iteration a snapshot records is every group's batches (gssp: as far as this
@@ -295,9 +315,11 @@ impl Server<'_, '_, '_, '_, '_> {
         let time_s = self.time_s();
         self.snapshots
             .maybe_take(time_s, self.epoch, pushes, self.ps.weights());
-        self.shown.tick(self.epoch, time_s, loss);
-        Ok(Exchanged {
-            ratio,
+        let pace = &self.pace;
+        self.shown
+            .tick_with(self.epoch, time_s, loss, || pace.slowest());
+        Ok(AfterPush {
+            exchanged,
             seconds,
             time_s,
         })
@@ -305,24 +327,26 @@ impl Server<'_, '_, '_, '_, '_> {
 
     /// A checkpoint or a regroup, when one is due at `time_s`: the group servers meet (a
     /// server already finishing makes this one stop instead). Checkpoints and regrouping
-    /// do not mix (validated), so a meeting is one or the other.
-    fn meet_if_due(&mut self, time_s: f64) -> Result<()> {
+    /// do not mix (validated), so a meeting is one or the other. Returns whether the
+    /// servers met.
+    fn meet_if_due(&mut self, time_s: f64) -> Result<bool> {
         let regroup_due = self.regroup.as_deref().is_some_and(|r| r.due(time_s));
         let checkpoint_due = self.saver.due(time_s);
         if !checkpoint_due && !regroup_due {
-            return Ok(());
+            return Ok(false);
         }
         let Meet::Together { time_s } = self.peers.meet(time_s)? else {
             self.stopping = true;
-            return Ok(());
+            return Ok(false);
         };
         if checkpoint_due {
-            return self.checkpoint(time_s);
+            self.checkpoint(time_s)?;
+            return Ok(true);
         }
         if let Some(r) = self.regroup.as_deref_mut() {
             r.meet(self.peers, self.link, self.ps, time_s)?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// A checkpoint at the agreed `time_s`, at a quiet point of the exchange.
@@ -370,14 +394,18 @@ impl Server<'_, '_, '_, '_, '_> {
             ps.last_staleness(w)
         })?;
         let time_s = self.ctx.start.elapsed().as_secs_f64();
+        for &w in &self.ready {
+            self.pace.sent(w, time_s);
+        }
         if let Some(r) = self.regroup.as_deref_mut() {
             r.sent(&self.ready, time_s);
         }
         Ok(())
     }
 
-    /// Adds the push's times to the totals, and its row to the log every `log_every`.
-    fn record(&mut self, p: &Pushed, e: &Exchanged, send_s: f64) -> Result<()> {
+    /// Adds the push's times to the totals, and its row to the log every `log_every` (and
+    /// whenever the servers met after it, so the trace sees every meeting).
+    fn record(&mut self, p: &Pushed, e: &AfterPush, (meet_s, send_s): (f64, f64)) -> Result<()> {
         let stats = &mut self.stats;
         stats.busy_cpu_s += p.receive_cpu_s + (thread_cpu_s() - p.cpu_start);
         stats.recv_wait_s += p.recv_wait_s;
@@ -385,12 +413,10 @@ impl Server<'_, '_, '_, '_, '_> {
         stats.apply_s += p.apply_s;
         stats.send_s += send_s;
         stats.exchange_s += e.seconds;
-        stats.exchanges += u64::from(e.ratio > 0.0);
+        stats.exchanges += u64::from(e.exchanged.ratio > 0.0);
         stats.staleness_sum += p.staleness;
-        if !stats
-            .pushes
-            .is_multiple_of(self.ctx.cfg.run.log_every as u64)
-        {
+        let every = self.ctx.cfg.run.log_every as u64;
+        if !stats.pushes.is_multiple_of(every) && meet_s == 0.0 {
             return Ok(());
         }
         self.log.push(&ServerRow {
@@ -408,7 +434,10 @@ impl Server<'_, '_, '_, '_, '_> {
             exchange_s: e.seconds,
             loss: p.loss,
             lr: p.lr,
-            ratio: e.ratio,
+            ratio: e.exchanged.ratio,
+            sent_bytes: e.exchanged.sent_bytes,
+            drained_from: e.exchanged.drained_from,
+            meet_s,
         })
     }
 }

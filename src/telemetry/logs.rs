@@ -258,14 +258,23 @@ pub struct ServerRow {
     pub lr: f64,
     /// Upload ratio used by the exchange after this push (gssp), else 0.
     pub ratio: f64,
+    /// Bytes this push's exchange put into the peers' windows (gssp; 0 when it sent
+    /// nothing: no exchange, or deferred by a full mailbox).
+    pub sent_bytes: u64,
+    /// The groups whose updates this push's exchange or drain applied, one bit per group
+    /// (bit g: group g; gssp, else 0): the receiving end of `gssp report --trace`'s arrows.
+    pub drained_from: u64,
+    /// Seconds in a meeting of the group servers after this push (a checkpoint or a
+    /// regroup), else 0. A row with a meeting is always logged, whatever `log_every` says.
+    pub meet_s: f64,
 }
 
 impl CsvRow for ServerRow {
-    const HEADER: &'static str = "time_s,epoch,pushes,version,worker,staleness,clock_spread,recv_wait_s,receive_s,apply_s,send_s,exchange_s,loss,lr,ratio";
+    const HEADER: &'static str = "time_s,epoch,pushes,version,worker,staleness,clock_spread,recv_wait_s,receive_s,apply_s,send_s,exchange_s,loss,lr,ratio,sent_bytes,drained_from,meet_s";
     fn write(&self, w: &mut dyn Write) -> std::io::Result<()> {
         writeln!(
             w,
-            "{:.6},{:.5},{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6e},{:.6}",
+            "{:.6},{:.5},{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6e},{:.6},{},{},{:.6}",
             self.time_s,
             self.epoch,
             self.pushes,
@@ -280,7 +289,10 @@ impl CsvRow for ServerRow {
             self.exchange_s,
             self.loss,
             self.lr,
-            self.ratio
+            self.ratio,
+            self.sent_bytes,
+            self.drained_from,
+            self.meet_s
         )
     }
 }

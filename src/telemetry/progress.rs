@@ -11,6 +11,7 @@ use std::io::IsTerminal;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::config::Config;
+use crate::telemetry::pace::Slowest;
 
 /// Seconds between refreshes of the bar.
 const BAR_EVERY_S: f64 = 0.2;
@@ -50,6 +51,9 @@ pub struct Figures {
     pub images_per_s: f64,
     /// Seconds left at the rate so far; `None` before any progress.
     pub eta_s: Option<f64>,
+    /// The slowest worker this rank serves, against its group's median (parameter-server
+    /// modes; `None` elsewhere or before two workers have pushed).
+    pub slowest: Option<Slowest>,
 }
 
 impl Progress {
@@ -95,6 +99,18 @@ impl Progress {
     /// Records one step at `epoch` and `elapsed_s` seconds of training with `loss`;
     /// refreshes the display when its interval has passed.
     pub fn tick(&mut self, epoch: f64, elapsed_s: f64, loss: f32) {
+        self.tick_with(epoch, elapsed_s, loss, || None);
+    }
+
+    /// [`Progress::tick`] that also names the slowest worker, which `slowest` finds only
+    /// when the display refreshes (it sorts, so it stays off the per-push path).
+    pub fn tick_with(
+        &mut self,
+        epoch: f64,
+        elapsed_s: f64,
+        loss: f32,
+        slowest: impl FnOnce() -> Option<Slowest>,
+    ) {
         if matches!(self.out, Output::Off) {
             return;
         }
@@ -110,7 +126,10 @@ impl Progress {
         while self.next_s <= elapsed_s {
             self.next_s += self.every_s;
         }
-        let f = self.figures(epoch, elapsed_s);
+        let f = Figures {
+            slowest: slowest(),
+            ..self.figures(epoch, elapsed_s)
+        };
         match &self.out {
             Output::Off => {}
             Output::Bar(b) => {
@@ -139,6 +158,7 @@ impl Progress {
             loss: self.loss,
             images_per_s: epoch * self.samples_per_epoch / elapsed_s.max(1e-9),
             eta_s: (done > 0.0).then(|| elapsed_s * (1.0 - done) / done),
+            slowest: None,
         }
     }
 
@@ -150,10 +170,16 @@ impl Progress {
         }
     }
 
-    /// The bar's message: epoch, loss, throughput.
+    /// The bar's message: epoch, loss, throughput, and the slowest worker where known.
     fn message(&self, f: &Figures) -> String {
+        let slowest = f.slowest.map_or_else(String::new, |s| {
+            format!(
+                ", slowest rank {} {:.2}x its group's median",
+                s.rank, s.slowdown
+            )
+        });
         format!(
-            "epoch {:.2}{} loss {:.4} {:.0} {}",
+            "epoch {:.2}{} loss {:.4} {:.0} {}{slowest}",
             f.epoch,
             self.limit(),
             f.loss,
@@ -219,6 +245,26 @@ mod tests {
         p.tick(0.5, 1.0, 0.75);
         let line = p.line(&p.figures(0.5, 10.0));
         assert_eq!(line, "25.0% epoch 0.50/2 loss 0.7500 50 img/s, ETA 30 s");
+    }
+
+    #[test]
+    fn the_line_names_the_slowest_worker_when_known() {
+        let c = cfg(2.0, 0.0);
+        let p = Progress::plain(&c, 1000);
+        let f = Figures {
+            slowest: Some(Slowest {
+                rank: 5,
+                seconds: 0.3,
+                slowdown: 2.5,
+            }),
+            ..p.figures(0.5, 10.0)
+        };
+        assert!(
+            p.line(&f)
+                .ends_with("img/s, slowest rank 5 2.50x its group's median, ETA 30 s"),
+            "{}",
+            p.line(&f)
+        );
     }
 
     #[test]

@@ -51,7 +51,7 @@ use crate::compute::optim::Outer;
 use crate::config::{CompressionKind, Config, SparseTransport};
 use crate::protocol::mailbox::{self, MailboxLayout};
 use crate::protocol::param_server::ParamServer;
-use crate::runtime::peers::{Exchange, Meet, Meetings, SavedPeers};
+use crate::runtime::peers::{Exchange, Exchanged, Meet, Meetings, SavedPeers};
 use crate::telemetry::{EvalRow, Snapshots};
 
 pub mod encoder;
@@ -140,6 +140,8 @@ pub struct GroupExchange<'c> {
     /// Drains between this server's own exchanges (`drain_on_arrival`).
     arrival_drains: u64,
     phases: ExchangePhases,
+    /// Scratch: each group's push count before a drain.
+    known: Vec<u64>,
 }
 
 impl<'c> GroupExchange<'c> {
@@ -202,6 +204,7 @@ impl<'c> GroupExchange<'c> {
             deferred: 0,
             arrival_drains: 0,
             phases: ExchangePhases::default(),
+            known: Vec::with_capacity(groups),
         })
     }
 
@@ -335,17 +338,25 @@ impl<'c> GroupExchange<'c> {
     }
 
     /// Applies what the peers sent (the dense inbox too with `force`), and takes in their
-    /// telemetry.
-    fn drain(&mut self, weights: &mut [f32], force: bool) -> Result<()> {
+    /// telemetry. Returns the groups whose updates it applied, bit g for group g: those
+    /// whose push count (sent with every update) moved on.
+    fn drain(&mut self, weights: &mut [f32], force: bool) -> Result<u64> {
         let t = std::time::Instant::now();
+        // The scratch is reused: no allocation on the server's hot path.
+        self.known.clear();
+        self.known.extend(self.peers.iter().map(|p| p.pushes));
         let mut receiver = self.encoder.receiver(weights);
         self.transport
             .drain(&mut receiver, force, &mut self.peers)?;
+        let mut from = 0u64;
         for s in peers_of(self.me, self.groups) {
             self.speeds[s] = self.peers[s].speed;
+            if s < 64 && self.peers[s].pushes != self.known[s] {
+                from |= 1 << s;
+            }
         }
         self.phases.drain_s += t.elapsed().as_secs_f64();
-        Ok(())
+        Ok(from)
     }
 
     /// Frees the windows (collective over the servers, after [`GroupExchange::finish`]).
@@ -454,15 +465,24 @@ fn log_low_rank(layout: &LowRankLayout, encoder: &Encoder, (n, ratio): (usize, f
 }
 
 impl Exchange for GroupExchange<'_> {
-    fn after_push(&mut self, ps: &mut ParamServer, own_pushes: u64, epoch: f64) -> Result<f64> {
+    fn after_push(
+        &mut self,
+        ps: &mut ParamServer,
+        own_pushes: u64,
+        epoch: f64,
+    ) -> Result<Exchanged> {
         if !own_pushes.is_multiple_of(self.every) {
             // With `drain_on_arrival`, apply what peers sent as soon as it is seen: the
             // workers then compute on fresher weights. A peek at a few words decides.
+            let mut drained_from = 0;
             if self.drain_on_arrival && self.transport.mail_waiting() {
-                self.drain(ps.weights_mut(), false)?;
+                drained_from = self.drain(ps.weights_mut(), false)?;
                 self.arrival_drains += 1;
             }
-            return Ok(0.0);
+            return Ok(Exchanged {
+                drained_from,
+                ..Exchanged::default()
+            });
         }
         self.measure(own_pushes);
         let ratio = match self.compression {
@@ -470,9 +490,15 @@ impl Exchange for GroupExchange<'_> {
             _ => self.ratio.ratio(epoch, self.speeds[self.me], &self.speeds),
         };
         self.exchanges += 1;
+        let bytes_before = self.transport.bytes_sent();
         self.exchange(ps, ratio, own_pushes)?;
-        self.drain(ps.weights_mut(), false)?;
-        Ok(ratio)
+        let sent_bytes = self.transport.bytes_sent() - bytes_before;
+        let drained_from = self.drain(ps.weights_mut(), false)?;
+        Ok(Exchanged {
+            ratio,
+            sent_bytes,
+            drained_from,
+        })
     }
 
     fn saved_state(&self, own_pushes: u64) -> SavedPeers {

@@ -584,6 +584,7 @@ fn write_report(rows: &[BenchRow], baseline: Option<&str>, out: &Path) -> Result
         baseline: baseline.filter(|b| reported(b)).map(String::from),
         window: None,
         budget_s: None,
+        trace: false,
     })?;
     println!("report: {}", path.display());
     Ok(())

@@ -3,12 +3,16 @@
 //! - `read`: the run directory's files into rows,
 //! - `series`: what each picture shows, computed from the rows (pure, unit-tested),
 //! - `table`: the comparison table,
-//! - `plots`: the pictures, as PNG and SVG.
+//! - `plots`: the pictures, as PNG and SVG,
+//! - `stragglers`: who computes slowest and who waits most, and why (pure),
+//! - `trace`: with `--trace`, the run as a Chrome trace-event file (Perfetto).
 
 pub mod plots;
 pub mod read;
 pub mod series;
+pub mod stragglers;
 pub mod table;
+pub mod trace;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -29,6 +33,8 @@ pub struct Options {
     pub window: Option<(f64, f64)>,
     /// Time at which "accuracy at budget" is read; `None`: the shortest run's wall time.
     pub budget_s: Option<f64>,
+    /// Also write each run's timeline as `trace-RUN.json` (Chrome trace-event format).
+    pub trace: bool,
 }
 
 /// Parses `START:END` seconds, `START < END`.
@@ -209,11 +215,46 @@ fn embed(md: &mut String, files: &[PathBuf; 2], out: &Path) {
 
 /// One run's pictures, or why a picture is left out.
 fn per_run(md: &mut String, r: &Run, opts: &Options) -> Result<()> {
+    stragglers(md, r);
+    if opts.trace {
+        trace(md, r, opts)?;
+    }
     timeline(md, r, opts)?;
     wait_fraction(md, r, opts)?;
     upload_ratio(md, r, opts)?;
     staleness(md, r, opts)?;
     bytes_per_group(md, r, opts)
+}
+
+/// Who computes slowest and who waits most, per group and over all workers, and why.
+fn stragglers(md: &mut String, r: &Run) {
+    md.push_str("\n### Stragglers\n\n");
+    let scopes = stragglers::analyse(r);
+    if scopes.is_empty() {
+        skip(md, "Straggler table", "the run logged no worker iterations");
+        return;
+    }
+    md.push_str(&stragglers::markdown(&scopes));
+    md.push_str(
+        "\nComputes slowest: the worker with the longest median compute per iteration, \
+         against the scope's median. Waits most: the largest share of its iterations' time \
+         spent waiting for weights. Causes: slow compute, a busy server, a group held at its \
+         staleness bound by its slow worker, a slow link; see docs/usage.md.\n",
+    );
+}
+
+/// The run's trace file, and a line in `md` saying where it is and how big.
+fn trace(md: &mut String, r: &Run, opts: &Options) -> Result<()> {
+    let events = trace::build(r);
+    let name = format!("trace-{}.json", stem(&r.name));
+    let bytes = trace::write(r, &events, &opts.out.join(&name))?;
+    md.push_str(&format!(
+        "\n### Trace\n\n[{name}]({name}): {} events, {:.1} MB, in Chrome trace-event \
+         format; open it in https://ui.perfetto.dev or chrome://tracing.\n",
+        events.len(),
+        bytes as f64 / 1e6
+    ));
+    Ok(())
 }
 
 /// Says in `md` why picture `what` is not drawn.

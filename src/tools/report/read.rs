@@ -30,11 +30,38 @@ pub struct RunSummary {
 }
 
 /// The `layout.json` keys the report uses: which world ranks serve and which work in
-/// which group.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+/// which group, the mode, and each group server's SSP bound.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 pub struct RunLayout {
     pub servers: Vec<usize>,
     pub groups: Vec<Vec<usize>>,
+    /// `sync.mode` (`asp` has no bound whatever `staleness` says).
+    #[serde(default)]
+    pub mode: String,
+    #[serde(default)]
+    pub staleness: Vec<usize>,
+    /// With `grouping = "profile"`: the longest any worker spent profiling, seconds.
+    #[serde(default)]
+    pub profile_cost_s: Option<f64>,
+}
+
+impl RunLayout {
+    /// The SSP bound of group `g`'s server; `None` where its workers are never held (asp,
+    /// or no server).
+    pub fn bound(&self, g: usize) -> Option<usize> {
+        if self.mode == "asp" || self.servers.is_empty() {
+            return None;
+        }
+        self.staleness.get(g).or(self.staleness.first()).copied()
+    }
+}
+
+/// The `regroups.json` keys the report uses: one meeting of the group servers.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+pub struct Regroup {
+    pub time_s: f64,
+    /// Whether the meeting moved workers.
+    pub regrouped: bool,
 }
 
 /// One `eval.csv` row.
@@ -58,13 +85,26 @@ pub struct WorkerIter {
     pub staleness: u64,
 }
 
-/// One server row of a `rank-<r>.csv` (one applied push).
+/// One server row of a `rank-<r>.csv` (one applied push; `time_s` is the end of its
+/// exchange, before the answers to the workers). Columns an older log lacks read as 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ServerPush {
     pub time_s: f64,
     pub staleness: u64,
     /// Upload ratio of the exchange after this push; 0 where there was none.
     pub ratio: f64,
+    pub clock_spread: u64,
+    pub recv_wait_s: f64,
+    pub receive_s: f64,
+    pub apply_s: f64,
+    pub send_s: f64,
+    pub exchange_s: f64,
+    /// Bytes the exchange put into the peers' windows.
+    pub sent_bytes: u64,
+    /// Groups whose updates the exchange applied, bit g for group g.
+    pub drained_from: u64,
+    /// Seconds the servers met after this push (checkpoint or regroup).
+    pub meet_s: f64,
 }
 
 /// The log of one rank: a worker's iterations or a server's pushes.
@@ -86,6 +126,8 @@ pub struct Run {
     pub layout: Option<RunLayout>,
     /// `(world rank, log)`, by rank.
     pub ranks: Vec<(usize, RankLog)>,
+    /// gssp regrouping's meetings (`regroups.json`; empty without one).
+    pub regroups: Vec<Regroup>,
 }
 
 impl Run {
@@ -135,6 +177,12 @@ pub fn read_run(dir: &Path, name: &str) -> Result<Run> {
     } else {
         None
     };
+    let regroups_path = dir.join("regroups.json");
+    let regroups = if regroups_path.exists() {
+        read_json(&regroups_path)?
+    } else {
+        Vec::new()
+    };
     let mut ranks = Vec::new();
     for (rank, path) in rank_files(dir)? {
         let log =
@@ -148,6 +196,7 @@ pub fn read_run(dir: &Path, name: &str) -> Result<Run> {
         evals,
         layout,
         ranks,
+        regroups,
     })
 }
 
@@ -228,6 +277,11 @@ impl<'a> Table<'a> {
         self.header.contains(&name)
     }
 
+    /// The column `name`, where the header has it.
+    fn opt_col(&self, name: &str) -> Option<usize> {
+        self.header.iter().position(|&h| h == name)
+    }
+
     fn col(&self, name: &str) -> Result<usize> {
         self.header
             .iter()
@@ -281,20 +335,58 @@ pub fn parse_evals(text: &str) -> Result<Vec<Eval>> {
     Ok(out)
 }
 
+/// Field `name` of `fields` as a number where the header has its column `col`, else 0.
+fn opt_field<T: std::str::FromStr + Default>(
+    fields: &[&str],
+    col: Option<usize>,
+    line: usize,
+    name: &str,
+) -> Result<T> {
+    col.map_or(Ok(T::default()), |c| field(fields, c, line, name))
+}
+
+/// Parses the rows of a server's `rank-<r>.csv`.
+fn parse_server_rows(mut t: Table<'_>) -> Result<RankLog> {
+    let (ct, cs, cr) = (t.col("time_s")?, t.col("staleness")?, t.col("ratio")?);
+    const OPTIONAL: [&str; 9] = [
+        "clock_spread",
+        "recv_wait_s",
+        "receive_s",
+        "apply_s",
+        "send_s",
+        "exchange_s",
+        "sent_bytes",
+        "drained_from",
+        "meet_s",
+    ];
+    let c = OPTIONAL.map(|n| t.opt_col(n));
+    let mut rows = Vec::new();
+    while let Some((line, f)) = t.next_row() {
+        let num = |i: usize| opt_field::<f64>(&f, c[i], line, OPTIONAL[i]);
+        let int = |i: usize| opt_field::<u64>(&f, c[i], line, OPTIONAL[i]);
+        rows.push(ServerPush {
+            time_s: field(&f, ct, line, "time_s")?,
+            staleness: field(&f, cs, line, "staleness")?,
+            ratio: field(&f, cr, line, "ratio")?,
+            clock_spread: int(0)?,
+            recv_wait_s: num(1)?,
+            receive_s: num(2)?,
+            apply_s: num(3)?,
+            send_s: num(4)?,
+            exchange_s: num(5)?,
+            sent_bytes: int(6)?,
+            drained_from: int(7)?,
+            meet_s: num(8)?,
+        });
+    }
+    Ok(RankLog::Server(rows))
+}
+
 /// Parses a `rank-<r>.csv`: server rows when the header has `pushes`, else worker rows.
 pub fn parse_rank_log(text: &str) -> Result<RankLog> {
     let mut t = Table::new(text)?;
     if t.has("pushes") {
-        let (ct, cs, cr) = (t.col("time_s")?, t.col("staleness")?, t.col("ratio")?);
-        let mut rows = Vec::new();
-        while let Some((line, f)) = t.next_row() {
-            rows.push(ServerPush {
-                time_s: field(&f, ct, line, "time_s")?,
-                staleness: field(&f, cs, line, "staleness")?,
-                ratio: field(&f, cr, line, "ratio")?,
-            });
-        }
-        return Ok(RankLog::Server(rows));
+        return parse_server_rows(t);
     }
     let names = [
         "time_s",
@@ -396,9 +488,24 @@ mod tests {
             RankLog::Server(vec![ServerPush {
                 time_s: 1.5,
                 staleness: 4,
-                ratio: 0.01
+                ratio: 0.01,
+                clock_spread: 1,
+                ..ServerPush::default()
             }])
         );
+        let now = "time_s,epoch,pushes,version,worker,staleness,clock_spread,recv_wait_s,receive_s,apply_s,send_s,exchange_s,loss,lr,ratio,sent_bytes,drained_from,meet_s\n\
+                   1.5,0.1,1,1,0,4,1,0.1,0.2,0.3,0.4,0.5,2.3,5e-2,0.01,800,6,0.25\n";
+        let RankLog::Server(s) = parse_rank_log(now).unwrap() else {
+            panic!("server log read as a worker log")
+        };
+        assert_eq!((s[0].sent_bytes, s[0].drained_from), (800, 6));
+        assert_eq!(
+            (s[0].recv_wait_s, s[0].send_s, s[0].meet_s),
+            (0.1, 0.4, 0.25)
+        );
+        let bad = now.replace(",800,", ",x,");
+        let err = format!("{:#}", parse_rank_log(&bad).unwrap_err());
+        assert!(err.contains("line 2: `sent_bytes`"), "{err}");
     }
 
     #[test]

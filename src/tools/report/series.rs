@@ -190,6 +190,7 @@ pub(crate) mod tests {
             time_s,
             staleness,
             ratio,
+            ..ServerPush::default()
         };
         Run {
             name: "gssp".into(),
@@ -229,6 +230,7 @@ pub(crate) mod tests {
             layout: Some(RunLayout {
                 servers: vec![0, 1],
                 groups: vec![vec![2], vec![3]],
+                ..RunLayout::default()
             }),
             ranks: vec![
                 (0, RankLog::Server(vec![s(1.0, 0, 0.0), s(2.0, 2, 0.01)])),
@@ -240,6 +242,7 @@ pub(crate) mod tests {
                 ),
                 (3, RankLog::Worker(vec![w(1.6, 1, 0.0, 300, 0)])),
             ],
+            regroups: Vec::new(),
         }
     }
 
