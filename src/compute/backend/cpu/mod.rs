@@ -12,6 +12,7 @@ mod norm;
 mod pool;
 mod threads;
 mod winograd;
+mod winograd_rows;
 
 use std::ops::Range;
 

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::gemm::gemm;
 use super::threads::{for_ranges, Shared};
+use super::winograd_rows as rows;
 use crate::compute::backend::{Conv2dDims, GemmDims, Window2d};
 
 /// Tiles per chunk of images (the GEMMs' `n`).
@@ -184,6 +185,14 @@ fn transform_inputs(v: &mut [f32], inp: &[f32], first: usize, m: usize, g: &Wind
         for jc in planes {
             let (j, c) = (jc / c_n, jc % c_n);
             let plane = &inp[(first * c_n + jc) * hw..][..hw];
+            if g.width <= rows::MAX_WIDTH {
+                // SAFETY: plane (j, c)'s tiles are this task's alone.
+                let mut dst = std::array::from_fn(|xi| unsafe {
+                    v.part((xi * c_n + c) * t_n + j * per..(xi * c_n + c) * t_n + (j + 1) * per)
+                });
+                rows::input_tiles(&mut dst, plane, g.height, g.width);
+                continue;
+            }
             for ty in 0..th {
                 for tx in 0..tw {
                     let t = j * per + ty * tw + tx;
@@ -263,6 +272,12 @@ fn write_outputs(
             // SAFETY: plane (j, k) is this task's alone.
             let plane = unsafe { out.part(jk * h * w..(jk + 1) * h * w) };
             let b0 = bias.map_or(0.0, |b| b[k]);
+            if w <= rows::MAX_WIDTH {
+                let base = |xi: usize| ((xi * k_n + k) * t_n) + j * per;
+                let src = std::array::from_fn(|xi| &mm[base(xi)..base(xi) + per]);
+                rows::output_tiles(plane, &src, h, w, b0);
+                continue;
+            }
             for ty in 0..th {
                 for tx in 0..tw {
                     let t = j * per + ty * tw + tx;
@@ -302,6 +317,14 @@ fn transform_output_grads(
         for jk in planes {
             let (j, k) = (jk / k_n, jk % k_n);
             let plane = &dout[(first * k_n + jk) * h * w..][..h * w];
+            if w <= rows::MAX_WIDTH {
+                let base = |xi: usize| ((xi * k_n + k) * t_n) + j * per;
+                // SAFETY: plane (j, k)'s tiles are this task's alone.
+                let mut dst =
+                    std::array::from_fn(|xi| unsafe { dm.part(base(xi)..base(xi) + per) });
+                rows::output_grad_tiles(&mut dst, plane, h, w);
+                continue;
+            }
             for ty in 0..th {
                 for tx in 0..tw {
                     let t = j * per + ty * tw + tx;
@@ -337,6 +360,12 @@ fn scatter_input_grads(dinp: &mut [f32], dv: &[f32], first: usize, m: usize, g: 
             let (j, c) = (jc / c_n, jc % c_n);
             // SAFETY: plane (j, c) is this task's alone.
             let plane = unsafe { dinp.part(jc * hw..(jc + 1) * hw) };
+            if g.width <= rows::MAX_WIDTH {
+                let base = |xi: usize| ((xi * c_n + c) * t_n) + j * per;
+                let src = std::array::from_fn(|xi| &dv[base(xi)..base(xi) + per]);
+                rows::input_grad_tiles(plane, &src, g.height, g.width);
+                continue;
+            }
             for ty in 0..th {
                 for tx in 0..tw {
                     let t = j * per + ty * tw + tx;
@@ -433,7 +462,8 @@ mod tests {
     }
 
     /// Odd and even planes, from one tile to several chunks (3 images of 21x20 tiles), with
-    /// and without bias, against im2col and GEMM.
+    /// and without bias, row by row and (wider than the row transforms take) tile by tile,
+    /// against im2col and GEMM.
     #[test]
     fn winograd_matches_the_direct_convolution_forward_and_backward() {
         let cases = [
@@ -442,6 +472,7 @@ mod tests {
             (70, 8, 3, 4, 5),
             (1, 16, 8, 1, 2),
             (8, 64, 64, 4, 4),
+            (1, 8, 3, 3, rows::MAX_WIDTH + 3),
         ];
         for (batch, c, k, height, width) in cases {
             let window = Window2d {
