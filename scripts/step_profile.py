@@ -8,8 +8,9 @@ out) into one kind by its leaf function and the frames above it:
 - `conv fwd GEMM`, `conv dW GEMM`, `conv dX GEMM`: OpenBLAS under conv2d_forward, or under
   conv2d_backward as sgemm_tn (dW = dY col^T, row-major NT) or sgemm_nt (dcol = W^T dY),
   packing (`*copy*` kernels) included;
-- `unfold (im2col)`, `fold (col2im)`, `conv copies`: the unfold, the fold, and the copies and
-  fills inside the convolution (chunk scatter and gather, zeroing dX);
+- `unfold (im2col)`, `fold (col2im)`, `Winograd transforms`, `conv copies`: the unfold, the
+  fold, Winograd's tile and filter transforms, and the copies and fills inside the
+  convolution (chunk scatter and gather, zeroing dX);
 - `batch norm`, `ReLU`, `pooling`, `linear`, `loss`, `optimizer`, `residual add`, `batch fill`,
   `kernel` (page faults, scheduling), `other`.
 
@@ -35,6 +36,7 @@ KINDS = [
     ("unfold (im2col)", lambda f: leaf_gssp(f).endswith("im2col")
      or leaf_gssp(f).endswith("im2col_same")),
     ("fold (col2im)", lambda f: leaf_gssp(f).endswith("col2im")),
+    ("Winograd transforms", lambda f: "winograd" in leaf_gssp(f)),
     ("conv copies", lambda f: "conv2d_" in leaf_gssp(f)),
     ("batch norm", lambda f: "norm::" in leaf_gssp(f) or "BatchNorm" in leaf_gssp(f)),
     ("ReLU", lambda f: "relu" in leaf_gssp(f) or "Relu" in leaf_gssp(f)),
