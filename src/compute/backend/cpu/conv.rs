@@ -1,4 +1,5 @@
-//! Convolution by im2col and one GEMM per chunk of images.
+//! Convolution by im2col and one GEMM per chunk of images; 3x3 stride-1 convolutions go to
+//! Winograd ([`super::winograd`]).
 //!
 //! Planes of at least [`WIDE_PLANE`] output pixels make a wide enough GEMM alone: one image
 //! per GEMM, which then reads and writes the NCHW tensors in place. Smaller planes (the
@@ -9,6 +10,7 @@
 //! which every layer keeps anyway.
 
 use super::gemm::gemm;
+use super::winograd;
 use crate::compute::backend::{Conv2dDims, GemmDims, Window2d};
 
 /// Output pixels per GEMM (the GEMM's `n`).
@@ -25,9 +27,18 @@ fn chunk(pix: usize, batch: usize) -> usize {
     (GEMM_COLUMNS / pix.max(1)).clamp(1, batch.max(1))
 }
 
-/// Scratch values a convolution needs: the unfolded chunk `[C*k*k x cols]` and one output
-/// chunk `[out_c x cols]`.
+/// Scratch values a convolution needs: for im2col the unfolded chunk `[C*k*k x cols]` and
+/// one output chunk `[out_c x cols]`; where Winograd [`winograd::fits`], enough for either
+/// (it may be turned off after the model is built).
 pub fn scratch_len(dims: &Conv2dDims) -> usize {
+    if winograd::fits(&dims.window) {
+        return winograd::scratch_len(dims).max(direct_scratch_len(dims));
+    }
+    direct_scratch_len(dims)
+}
+
+/// Scratch values of the im2col path.
+pub(super) fn direct_scratch_len(dims: &Conv2dDims) -> usize {
     let g = &dims.window;
     let cols = chunk(g.col_cols(), dims.batch) * g.col_cols();
     (g.col_rows() + dims.out_c) * cols
@@ -165,10 +176,27 @@ fn unfold_chunk(col: &mut [f32], inp: &[f32], first: usize, m: usize, g: &Window
     }
 }
 
-/// Convolution forward over `dims.batch` images.
+/// Convolution forward over `dims.batch` images: Winograd where it [`winograd::applies`]
+/// (3x3, stride 1, padding 1), else im2col and GEMM.
 /// out: `[n x out_c x OH*OW]`, inp: `[n x C x H x W]`, weight: `[out_c x C*k*k]`,
 /// bias: `[out_c]` or none, scratch: [`scratch_len`].
 pub fn conv2d_forward(
+    out: &mut [f32],
+    scratch: &mut [f32],
+    inp: &[f32],
+    weight: &[f32],
+    bias: Option<&[f32]>,
+    dims: &Conv2dDims,
+) {
+    if winograd::applies(&dims.window) {
+        return winograd::forward(out, scratch, inp, weight, bias, dims);
+    }
+    direct_forward(out, scratch, inp, weight, bias, dims);
+}
+
+/// Convolution forward by im2col and GEMM, arguments as [`conv2d_forward`]'s (scratch:
+/// [`direct_scratch_len`]).
+pub(super) fn direct_forward(
     out: &mut [f32],
     scratch: &mut [f32],
     inp: &[f32],
@@ -227,7 +255,24 @@ pub struct ConvGrads<'a> {
 }
 
 /// Convolution backward. Accumulates `grads`; writes dinp: `[n x C x H x W]` when given.
+/// Winograd where it [`winograd::applies`], else im2col and GEMM.
 pub fn conv2d_backward(
+    dinp: Option<&mut [f32]>,
+    grads: ConvGrads<'_>,
+    scratch: &mut [f32],
+    dout: &[f32],
+    inp: &[f32],
+    weight: &[f32],
+    dims: &Conv2dDims,
+) {
+    if winograd::applies(&dims.window) {
+        return winograd::backward(dinp, grads, scratch, dout, inp, weight, dims);
+    }
+    direct_backward(dinp, grads, scratch, dout, inp, weight, dims);
+}
+
+/// Convolution backward by im2col and GEMM, arguments as [`conv2d_backward`]'s.
+pub(super) fn direct_backward(
     dinp: Option<&mut [f32]>,
     grads: ConvGrads<'_>,
     scratch: &mut [f32],

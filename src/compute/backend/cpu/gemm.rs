@@ -12,9 +12,8 @@ extern "C" {
     fn openblas_set_num_threads(n: std::ffi::c_int);
 }
 
-/// Sets the number of threads OpenBLAS uses for one GEMM (one per rank by default, so
-/// that ranks sharing a node do not oversubscribe its cores).
-pub fn set_threads(n: usize) {
+/// Sets the number of threads OpenBLAS uses for one GEMM.
+pub(super) fn set_blas_threads(n: usize) {
     let n = n.clamp(1, 1024) as std::ffi::c_int;
     // SAFETY: plain setter of OpenBLAS's thread count; no pointers involved.
     unsafe { openblas_set_num_threads(n) }

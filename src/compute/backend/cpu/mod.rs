@@ -10,6 +10,9 @@ mod gemm;
 mod lstm;
 mod norm;
 mod pool;
+mod threads;
+mod winograd;
+mod winograd_rows;
 
 use std::ops::Range;
 
@@ -21,13 +24,15 @@ pub use elementwise::{
     softmax_xent_masked,
 };
 pub use embedding::{embedding_backward, embedding_forward};
-pub use gemm::{gemm, set_threads};
+pub use gemm::gemm;
 pub use lstm::{lstm_backward, lstm_forward, LstmGrads, LstmParams, LstmSaved};
 pub use norm::{batchnorm_backward, batchnorm_forward};
 pub use pool::{
     avgpool_backward, avgpool_forward, global_avgpool_backward, global_avgpool_forward,
     maxpool_backward, maxpool_forward,
 };
+pub use threads::set_threads;
+pub use winograd::set_enabled as set_winograd;
 
 use super::{
     AdamStep, Backend, BatchNormDims, BatchNormMode, Conv2dDims, EmbeddingDims, LinearDims,
