@@ -387,7 +387,7 @@ requeue_job() {
     local restarts
     restarts=$(scontrol show job "$id" | grep -oE 'Restarts=[0-9]+')
     [ "$restarts" != "Restarts=0" ] || die "$label: job $id was not restarted ($restarts)"
-    grep -q "has a checkpoint .* resuming it" "$log" || { tail -n 40 "$log" >&2; die "$label: $log shows no resume"; }
+    grep -q "has checkpoint .* resuming it" "$log" || { tail -n 40 "$log" >&2; die "$label: $log shows no resume"; }
     grep -q "resuming $run from checkpoint" "$log" || die "$label: gssp did not resume $run"
     grep -qE '^gssp .* test accuracy [0-9.]+% after' "$log" || die "$label: no final accuracy line in $log"
     [ -s "$run/summary.json" ] || die "$label: $run/summary.json is missing"
