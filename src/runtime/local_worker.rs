@@ -18,7 +18,7 @@ use crate::compute::backend::Backend;
 use crate::compute::model::Trainable;
 use crate::compute::optim::{self, NetworkOptimizer};
 use crate::config::Config;
-use crate::runtime::worker::{recv_weights, WorkerContext, WorkerStats};
+use crate::runtime::worker::{finish_link, recv_weights, WorkerContext, WorkerStats};
 use crate::telemetry::WorkerRow;
 
 /// Runs the worker with `local_steps` local steps per push until its server says stop.
@@ -90,12 +90,7 @@ pub fn work_locally<B: Backend>(
             stats.record(log, row)?;
         }
     }
-    link.finish()?;
-    let s = link.stats();
-    stats.bytes_sent = s.bytes_sent;
-    stats.bytes_recv = s.bytes_received;
-    stats.wall_s = start.elapsed().as_secs_f64();
-    Ok(stats)
+    finish_link(link, stats, start)
 }
 
 /// A local step's row: computing, nothing sent or waited for.

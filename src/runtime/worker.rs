@@ -122,6 +122,16 @@ pub fn work<B: Backend>(
             },
         )?;
     }
+    finish_link(link, stats, start)
+}
+
+/// Ends the worker's side of `link` and completes `stats` with its bytes and the wall
+/// time since `start`.
+pub(crate) fn finish_link(
+    link: &mut WorkerLink,
+    mut stats: WorkerStats,
+    start: Instant,
+) -> Result<WorkerStats> {
     link.finish()?;
     let s = link.stats();
     stats.bytes_sent = s.bytes_sent;
