@@ -291,6 +291,7 @@ fn every_mode_resumes_its_final_checkpoint_and_trains_on() {
         ("ssp", 4, 4, &[]),
         ("allreduce", 3, 2, &[]),
         ("localsgd", 3, 4, &[]),
+        ("async-localsgd", 3, 4, &[]),
         ("gssp", 6, 6, &[]),
         ("asp", 3, 3, &adam),
         ("allreduce", 3, 4, &adam),
@@ -315,6 +316,11 @@ fn every_mode_resumes_its_final_checkpoint_and_trains_on() {
         resume_trains_on(&first, mode, resumed_on, 2);
         if resumed_on == ranks {
             assert_eq!(first.layout(), layout, "{mode}: the layout changed");
+        }
+        if mode == "async-localsgd" {
+            // The new workers were profiled again: one count of local steps each.
+            let steps = first.layout()["local_steps"].as_array().map(Vec::len);
+            assert_eq!(steps, Some(resumed_on - 1), "{}", first.layout());
         }
         if mode == "gssp" {
             // Two replicas merged into one model, then split again: 3 workers, then 6.

@@ -307,7 +307,7 @@ fn trace_and_straggler_report_of_a_run_with_one_slow_worker() {
     let _lock = job_lock();
     let scratch = Scratch::new();
     // Group 1's rank 5 is 3x slower than everyone; transient spells on every worker.
-    let run = scratch.train_ok(
+    let (run, job) = scratch.train_ok_env(
         "slow",
         6,
         &[
@@ -323,13 +323,23 @@ fn trace_and_straggler_report_of_a_run_with_one_slow_worker() {
             "run.time_budget_s=4",
             "run.snapshot_every_s=1",
             "run.checkpoint_every_s=1.5",
+            "run.progress_every_s=1",
             "heterogeneity.tiers=[{factor=1.0,workers=3},{factor=3.0,workers=1}]",
             "heterogeneity.unit_s=0.01",
             "heterogeneity.straggler_prob=0.1",
             "heterogeneity.straggler_factor=2.0",
         ],
+        &[("RUST_LOG", "gssp=info")],
         DEADLINE,
     );
+    // Rank 0 serves group 0, yet its progress line names group 1's straggler: the group
+    // servers tell each other their slowest worker.
+    let last_progress = job
+        .stderr
+        .lines()
+        .rfind(|l| l.contains("progress:"))
+        .unwrap_or_else(|| panic!("no progress line:\n{}", job.stderr));
+    assert!(last_progress.contains("slowest rank 5 "), "{last_progress}");
     let out = scratch.tmp.path().join("report");
     let o = report(&[
         &run.dir.display().to_string(),

@@ -70,6 +70,8 @@ pub struct RunConfig {
     pub target_accuracy: f64,
     /// Write one CSV row every this many iterations.
     pub log_every: usize,
+    /// Seconds between rank 0's `progress:` lines when stderr is not a terminal.
+    pub progress_every_s: f64,
     /// Compute threads per rank.
     pub threads: usize,
 }
@@ -738,6 +740,7 @@ impl Default for RunConfig {
             checkpoint_every_s: 0.0,
             target_accuracy: 0.98,
             log_every: 1,
+            progress_every_s: 10.0,
             threads: 1,
         }
     }

@@ -139,6 +139,12 @@ impl Config {
         at_least("run.checkpoint_every_s", r.checkpoint_every_s, 0.0)?;
         in_unit_interval("run.target_accuracy", r.target_accuracy)?;
         ensure(r.log_every >= 1, "run.log_every", ">= 1", r.log_every)?;
+        ensure(
+            r.progress_every_s > 0.0 && r.progress_every_s.is_finite(),
+            "run.progress_every_s",
+            "> 0",
+            r.progress_every_s,
+        )?;
         ensure(r.threads >= 1, "run.threads", ">= 1", r.threads)
     }
 
@@ -572,6 +578,10 @@ mod tests {
             (&["run.target_accuracy=0"], "run.target_accuracy: must be in (0, 1], got 0"),
             (&["run.target_accuracy=1.5"], "run.target_accuracy: must be in (0, 1], got 1.5"),
             (&["run.log_every=0"], "run.log_every: must be >= 1, got 0"),
+            (
+                &["run.progress_every_s=0"],
+                "run.progress_every_s: must be > 0, got 0",
+            ),
             (&["run.threads=0"], "run.threads: must be >= 1, got 0"),
             (&["data.dataset=mnist"], "data.dir: must be the dataset folder (required for dataset mnist), got \"\""),
             (&["data.dataset=cifar10", "data.dir=' '"], "data.dir: must be the dataset folder (required for dataset cifar10), got \" \""),

@@ -7,9 +7,9 @@
 //! when the receiver's ring has room, and otherwise keeps the values unsent (they stay in
 //! its error feedback) until the receiver has drained.
 //!
-//! Slot of sender `s`: `[written, speed bits, pushes, dense flushes, consumed | ring]`. The
-//! sender alone writes the first four words and the ring; the receiver alone writes
-//! `consumed`. `written` and `consumed` count words and wrap; the ring's length is a power
+//! Slot of sender `s`: `[written, speed bits, pushes, dense flushes, slowest worker's rank,
+//! its seconds per iteration bits, its slowdown bits, consumed | ring]`. The sender alone
+//! writes the first seven words and the ring; the receiver alone writes `consumed`. `written` and `consumed` count words and wrap; the ring's length is a power
 //! of two, so a counter modulo it stays continuous across the wrap. A top-k message is
 //! `[k, k indices, k value bits]`; a low-rank (PowerSGD) message is
 //! `[LOW_RANK | rank, len, len value bits]`, its payload laid out by
@@ -24,10 +24,18 @@ pub const WRITTEN: usize = 0;
 pub const SPEED: usize = 1;
 pub const PUSHES: usize = 2;
 pub const DENSE_FLUSHES: usize = 3;
-/// The header words the sender writes (`WRITTEN..=DENSE_FLUSHES`).
-pub const SENDER_WORDS: usize = 4;
-pub const CONSUMED: usize = 4;
-pub const HEADER: usize = 5;
+/// The sender's slowest worker (world rank, [`NO_WORKER`] when it knows none), its smoothed
+/// seconds per iteration and its slowdown against its group's median (`f32` bits), for rank
+/// 0's progress line.
+pub const SLOWEST_RANK: usize = 4;
+pub const SLOWEST_SECONDS: usize = 5;
+pub const SLOWEST_SLOWDOWN: usize = 6;
+/// The header words the sender writes (`WRITTEN..=SLOWEST_SLOWDOWN`).
+pub const SENDER_WORDS: usize = 7;
+pub const CONSUMED: usize = 7;
+pub const HEADER: usize = 8;
+/// [`SLOWEST_RANK`] of a sender that has not measured two workers yet.
+pub const NO_WORKER: u32 = u32::MAX;
 
 /// Tag bit of a low-rank message's first word (the rest of the word is its rank).
 pub const LOW_RANK: u32 = 1 << 31;

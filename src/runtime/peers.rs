@@ -6,6 +6,7 @@
 use anyhow::Result;
 
 use crate::protocol::param_server::ParamServer;
+use crate::telemetry::pace::Slowest;
 
 /// A server's part in the exchange, push by push.
 pub trait Exchange {
@@ -21,6 +22,12 @@ pub trait Exchange {
     fn global_pushes(&self, own_pushes: u64) -> u64;
     /// What of the exchange a checkpoint saves (this group's pushes are `own_pushes`).
     fn saved_state(&self, own_pushes: u64) -> SavedPeers;
+    /// Notes this server's slowest worker, told to the peers with its next exchange.
+    fn note_slowest(&mut self, _own: Option<Slowest>) {}
+    /// The run's slowest worker as far as this server knows (`own`: its own slowest).
+    fn slowest_of_run(&self, own: Option<Slowest>) -> Option<Slowest> {
+        own
+    }
 }
 
 /// The meetings of the group servers (each method collective among them).

@@ -113,6 +113,7 @@ pub fn serve(
         ready: Vec::new(),
         shown: Progress::new(ctx.cfg, ctx.train_len, ctx.show_progress),
         pace,
+        slowest_due_s: 0.0,
     };
     server.send_first_weights()?;
     while let Some(pushed) = server.receive_and_apply()? {
@@ -180,6 +181,8 @@ struct Server<'a, 'c, 's, 'p, 'w> {
     shown: Progress,
     /// Each worker's pace, for the progress line's slowest worker.
     pace: WorkerPace,
+    /// When this server next tells its peers its slowest worker (seconds on the clock).
+    slowest_due_s: f64,
 }
 
 impl Server<'_, '_, '_, '_, '_> {
@@ -315,14 +318,26 @@ impl Server<'_, '_, '_, '_, '_> {
         let time_s = self.time_s();
         self.snapshots
             .maybe_take(time_s, self.epoch, pushes, self.ps.weights());
-        let pace = &self.pace;
-        self.shown
-            .tick_with(self.epoch, time_s, loss, || pace.slowest());
+        self.tell_slowest(time_s);
+        let (pace, peers) = (&self.pace, &*self.peers);
+        self.shown.tick_with(self.epoch, time_s, loss, || {
+            peers.slowest_of_run(pace.slowest())
+        });
         Ok(AfterPush {
             exchanged,
             seconds,
             time_s,
         })
+    }
+
+    /// Tells the peers this group's slowest worker, once a second (the median is taken only
+    /// then), so that rank 0's progress line names the run's slowest worker, not only its
+    /// own group's.
+    fn tell_slowest(&mut self, time_s: f64) {
+        if time_s >= self.slowest_due_s {
+            self.peers.note_slowest(self.pace.slowest());
+            self.slowest_due_s = time_s + 1.0;
+        }
     }
 
     /// A checkpoint or a regroup, when one is due at `time_s`: the group servers meet (a

@@ -1,10 +1,11 @@
 //! Each worker's pace as its server sees it, for rank 0's progress line: the seconds from
 //! the weights a worker was sent to its next push (its compute and its push, without the
 //! time it waited for the weights), smoothed, and the slowest worker against its group's
-//! median.
+//! median. In gssp each group server sends its slowest worker with its exchanges, and
+//! [`slowest_of`] picks the run's from them.
 //!
 //! Pure bookkeeping, O(1) per push and per answer; the median is taken only when the
-//! progress line refreshes.
+//! progress line refreshes and once a second for the peers.
 
 /// Weight of the newest iteration in a worker's smoothed pace.
 const EMA: f64 = 0.2;
@@ -27,6 +28,16 @@ pub struct Slowest {
     pub seconds: f64,
     /// `seconds` over the median of the group's workers.
     pub slowdown: f64,
+}
+
+/// The slowest of the servers' slowest workers (the most seconds per iteration), each
+/// with its slowdown against its own group's median.
+pub fn slowest_of(candidates: impl IntoIterator<Item = Option<Slowest>>) -> Option<Slowest> {
+    candidates
+        .into_iter()
+        .flatten()
+        .filter(|s| s.seconds.is_finite())
+        .max_by(|a, b| a.seconds.total_cmp(&b.seconds))
 }
 
 impl WorkerPace {
@@ -114,6 +125,27 @@ mod tests {
         // A push without weights sent before it (a resume) does not count.
         p.pushed(0, 9.0);
         assert!((p.slowest().unwrap().slowdown - 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_run_s_slowest_worker_is_the_slowest_of_every_group_s() {
+        let fast_group = Slowest {
+            rank: 3,
+            seconds: 0.2,
+            slowdown: 2.0,
+        };
+        let slow_group = Slowest {
+            rank: 7,
+            seconds: 0.5,
+            slowdown: 1.1,
+        };
+        // The absolute pace decides, not the slowdown within a group.
+        assert_eq!(
+            slowest_of([Some(fast_group), None, Some(slow_group)]),
+            Some(slow_group)
+        );
+        assert_eq!(slowest_of([None, Some(fast_group)]), Some(fast_group));
+        assert_eq!(slowest_of([None, None]), None);
     }
 
     #[test]

@@ -15,8 +15,6 @@ use crate::telemetry::pace::Slowest;
 
 /// Seconds between refreshes of the bar.
 const BAR_EVERY_S: f64 = 0.2;
-/// Seconds between plain log lines.
-const PLAIN_EVERY_S: f64 = 10.0;
 /// Bar resolution: run progress in thousandths.
 const BAR_LEN: u64 = 1000;
 const TEMPLATE: &str = "{elapsed_precise} [{bar:30.cyan/blue}] {percent:>3}% {msg} ETA {eta}";
@@ -78,7 +76,7 @@ impl Progress {
     fn with_output(cfg: &Config, samples_per_epoch: usize, out: Output) -> Progress {
         let every_s = match out {
             Output::Bar(_) => BAR_EVERY_S,
-            _ => PLAIN_EVERY_S,
+            _ => cfg.run.progress_every_s,
         };
         Progress {
             out,
@@ -281,9 +279,9 @@ mod tests {
         let c = cfg(1.0, 0.0);
         let mut p = Progress::plain(&c, 10);
         p.tick(0.1, 1.0, 1.0);
-        assert_eq!(p.next_s, PLAIN_EVERY_S);
+        assert_eq!(p.next_s, 10.0);
         p.tick(0.5, 25.0, 1.0);
-        assert_eq!(p.next_s, 3.0 * PLAIN_EVERY_S);
+        assert_eq!(p.next_s, 30.0);
     }
 
     #[test]

@@ -347,6 +347,24 @@ impl Scratch {
         self.train_config_ok(name, &config, ranks, sets, deadline)
     }
 
+    /// Like [`Scratch::train_ok`] with extra environment variables (e.g. `RUST_LOG`), and
+    /// what the job printed.
+    pub fn train_ok_env(
+        &self,
+        name: &str,
+        ranks: usize,
+        sets: &[&str],
+        env: &[(&str, &str)],
+        deadline: Duration,
+    ) -> (Run, JobResult) {
+        let config = self.config("base", &base_toml());
+        let out = self.out(name);
+        let args = self.train_args(&config, sets, &out);
+        let job = spawn_mpirun_env(ranks, &args, &out.display().to_string(), env).wait(deadline);
+        job.assert_ok(name);
+        (Run { dir: out, ranks }, job)
+    }
+
     /// Like [`Scratch::train_ok`] on the config file `config`.
     pub fn train_config_ok(
         &self,

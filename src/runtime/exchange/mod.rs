@@ -52,6 +52,7 @@ use crate::config::{CompressionKind, Config, SparseTransport};
 use crate::protocol::mailbox::{self, MailboxLayout};
 use crate::protocol::param_server::ParamServer;
 use crate::runtime::peers::{Exchange, Exchanged, Meet, Meetings, SavedPeers};
+use crate::telemetry::pace::{slowest_of, Slowest};
 use crate::telemetry::{EvalRow, Snapshots};
 
 pub mod encoder;
@@ -131,6 +132,8 @@ pub struct GroupExchange<'c> {
     exchanges: u64,
     /// What each group last said of itself (this one's own entry kept up to date here).
     peers: Vec<Telemetry>,
+    /// This server's slowest worker, as its server loop last noted it.
+    own_slowest: Option<Slowest>,
     speeds: Vec<f64>,
     meter: SpeedMeter,
     last_exchange: std::time::Instant,
@@ -197,6 +200,7 @@ impl<'c> GroupExchange<'c> {
             ratio: RatioSettings::from_config(c),
             exchanges: 0,
             peers: vec![Telemetry::default(); groups],
+            own_slowest: None,
             speeds: vec![0.0; groups],
             meter: SpeedMeter::new(c.speed_ema)?,
             last_exchange: std::time::Instant::now(),
@@ -233,6 +237,7 @@ impl<'c> GroupExchange<'c> {
         Telemetry {
             speed: self.meter.speed(),
             pushes: own_pushes,
+            slowest: self.own_slowest,
         }
     }
 
@@ -520,6 +525,15 @@ impl Exchange for GroupExchange<'_> {
             outer_steps,
             outer,
         }
+    }
+
+    fn note_slowest(&mut self, own: Option<Slowest>) {
+        self.own_slowest = own;
+    }
+
+    fn slowest_of_run(&self, own: Option<Slowest>) -> Option<Slowest> {
+        let peers = peers_of(self.me, self.groups).map(|g| self.peers[g].slowest);
+        slowest_of(std::iter::once(own).chain(peers))
     }
 
     fn global_pushes(&self, own_pushes: u64) -> u64 {

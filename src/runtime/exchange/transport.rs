@@ -14,9 +14,10 @@ use anyhow::Result;
 use crate::comm::rma::{LockKind, SharedWindow, Window};
 use crate::comm::{Collectives, SubComm};
 use crate::protocol::mailbox::{
-    Inbox, MailboxError, MailboxLayout, CONSUMED, DENSE_FLUSHES, HEADER, PUSHES, SENDER_WORDS,
-    SPEED, WRITTEN,
+    Inbox, MailboxError, MailboxLayout, CONSUMED, DENSE_FLUSHES, HEADER, NO_WORKER, PUSHES,
+    SENDER_WORDS, SLOWEST_RANK, SLOWEST_SECONDS, SLOWEST_SLOWDOWN, SPEED, WRITTEN,
 };
+use crate::telemetry::pace::Slowest;
 
 /// What arrives at a server from its peers: mailbox messages (through [`Inbox`]) and the
 /// dense inbox's sum.
@@ -39,11 +40,47 @@ impl Inbox for Forward<'_> {
 }
 
 /// What a server says of itself with every exchange: its measured speed (pushes per
-/// second) and its pushes so far.
+/// second), its pushes so far, and its slowest worker (for rank 0's progress line).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Telemetry {
     pub speed: f64,
     pub pushes: u64,
+    pub slowest: Option<Slowest>,
+}
+
+impl Telemetry {
+    /// The sender's header words (`written` and `dense_flushes` are the transport's).
+    fn header(&self, written: u32, dense_flushes: u32) -> [u32; SENDER_WORDS] {
+        let mut h = [0; SENDER_WORDS];
+        h[WRITTEN] = written;
+        h[SPEED] = (self.speed as f32).to_bits();
+        h[PUSHES] = self.pushes as u32;
+        h[DENSE_FLUSHES] = dense_flushes;
+        let (rank, seconds, slowdown) = match self.slowest {
+            Some(s) => (s.rank as u32, s.seconds as f32, s.slowdown as f32),
+            None => (NO_WORKER, 0.0, 0.0),
+        };
+        h[SLOWEST_RANK] = rank;
+        h[SLOWEST_SECONDS] = seconds.to_bits();
+        h[SLOWEST_SLOWDOWN] = slowdown.to_bits();
+        h
+    }
+
+    /// What a sender's header words say of it (a header never written, all zero, names no
+    /// slowest worker).
+    fn from_header(h: &[u32; SENDER_WORDS]) -> Telemetry {
+        let float = |i: usize| f64::from(f32::from_bits(h[i]));
+        let named = h[SLOWEST_RANK] != NO_WORKER && float(SLOWEST_SECONDS) > 0.0;
+        Telemetry {
+            speed: float(SPEED),
+            pushes: u64::from(h[PUSHES]),
+            slowest: named.then(|| Slowest {
+                rank: h[SLOWEST_RANK] as usize,
+                seconds: float(SLOWEST_SECONDS),
+                slowdown: float(SLOWEST_SLOWDOWN),
+            }),
+        }
+    }
 }
 
 /// One group server's end of the windows, and the counts that order what flows through
@@ -201,12 +238,7 @@ impl<'c> Transport<'c> {
     fn write_headers(&mut self, telemetry: Telemetry, consumed: bool) -> Result<()> {
         let (me, slot) = (self.me, self.layout.slot(self.me));
         for peer in peers_of(me, self.groups) {
-            let header = [
-                self.written[peer],
-                (telemetry.speed as f32).to_bits(),
-                telemetry.pushes as u32,
-                self.dense_sent,
-            ];
+            let header = telemetry.header(self.written[peer], self.dense_sent);
             self.deltas[peer] = header_delta(&self.sent_header[peer], &header);
             self.sent_header[peer] = header;
         }
@@ -253,10 +285,7 @@ impl<'c> Transport<'c> {
             let consumed = layout.decode(s, ring, from, to, self.n, Forward(&mut *arrivals))?;
             self.consumed_delta[s] = consumed.wrapping_sub(self.consumed[s]);
             self.consumed[s] = consumed;
-            peers[s] = Telemetry {
-                speed: f64::from(f32::from_bits(head[SPEED])),
-                pushes: u64::from(head[PUSHES]),
-            };
+            peers[s] = Telemetry::from_header(&head);
             if head[DENSE_FLUSHES] != self.dense_seen[s] {
                 self.dense_seen[s] = head[DENSE_FLUSHES];
                 dense_new = true;
@@ -328,5 +357,33 @@ impl<'c> Transport<'c> {
         self.inbox.free()?;
         self.mail.free()?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn telemetry_travels_through_the_header_words() {
+        let sent = Telemetry {
+            speed: 12.5,
+            pushes: 77,
+            slowest: Some(Slowest {
+                rank: 9,
+                seconds: 0.25,
+                slowdown: 1.5,
+            }),
+        };
+        let h = sent.header(5, 2);
+        assert_eq!((h[WRITTEN], h[DENSE_FLUSHES]), (5, 2));
+        assert_eq!(Telemetry::from_header(&h), sent);
+        let quiet = Telemetry {
+            slowest: None,
+            ..sent
+        };
+        assert_eq!(Telemetry::from_header(&quiet.header(0, 0)), quiet);
+        // A slot no sender has written yet names nobody.
+        assert_eq!(Telemetry::from_header(&[0; SENDER_WORDS]).slowest, None);
     }
 }
