@@ -383,12 +383,6 @@ fn train_config(
         &name.display().to_string(),
         overrides,
     )?;
-    anyhow::ensure!(
-        cfg.sync.mode != SyncMode::Gssp || cfg.sync.gssp.regroup_every_s == 0.0,
-        "--resume: {} regrouped its workers during the run (sync.gssp.regroup_every_s = {}), and a checkpoint does not record moved workers yet; it cannot be resumed",
-        resume.dir.display(),
-        cfg.sync.gssp.regroup_every_s
-    );
     Ok((cfg, Some(resume)))
 }
 
@@ -413,7 +407,10 @@ fn fit_to_world(cfg: &mut Config, resume: &mut Resume, world_size: usize) -> any
             resume.dir.display()
         )
     })?;
-    resume.for_world(world_size, cfg.num_workers(world_size))?;
+    // A run that regrouped saved its workers where they ended, not where its layout put
+    // them: it is laid out again, as on another rank count.
+    let regrouped = cfg.sync.mode == SyncMode::Gssp && cfg.sync.gssp.regroup_every_s > 0.0;
+    resume.for_world(world_size, cfg.num_workers(world_size), regrouped)?;
     Ok(())
 }
 

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{job_lock, mean, median, num, Csv, Run, Scratch};
+use common::{job_lock, mean, median, num, spawn_mpirun, Csv, Run, Scratch};
 
 const DEADLINE: Duration = Duration::from_secs(90);
 
@@ -900,6 +900,26 @@ fn gssp_regroups_a_worker_that_slows_mid_run() {
     assert!(last > 8.5, "rank 3 logged its last iteration at {last} s");
     let summary = run.summary();
     assert!(num(&summary, "final_test_accuracy") > 0.8, "{summary}");
+    resume_a_regrouped_run(&run, &summary);
+}
+
+/// A run that regrouped resumes from its final checkpoint, laid out anew (its saved
+/// layout no longer says who was where), trains on, and its replicas agree.
+fn resume_a_regrouped_run(run: &Run, before: &serde_json::Value) {
+    let args: Vec<String> = ["train", "--resume", &run.dir.display().to_string()]
+        .into_iter()
+        .chain(["--set", "run.time_budget_s=11"])
+        .map(String::from)
+        .collect();
+    let job = spawn_mpirun(run.ranks, &args, &run.dir.display().to_string());
+    job.wait(DEADLINE).assert_ok("resuming the regrouped run");
+    let after = run.summary();
+    assert!(
+        num(&after, "iterations") > num(before, "iterations")
+            && num(&after, "final_test_accuracy") >= num(before, "final_test_accuracy") - 0.02
+            && num(&after, "replica_max_error") < 1e-4,
+        "before {before}\nafter {after}"
+    );
 }
 
 /// Equal workers, one of them (rank 3) 4x slower from 1 s to 6 s, as under a noisy

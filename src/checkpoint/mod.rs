@@ -150,10 +150,16 @@ impl Resume {
     }
 
     /// Continues on `world_size` ranks, of which `workers` train: on another rank count than
-    /// the checkpoint's, plans how the saved state is shared out ([`Rescale::plan`], which
-    /// reads every saved file's header).
-    pub fn for_world(&mut self, world_size: usize, workers: usize) -> Result<(), CheckpointError> {
-        self.rescale = if world_size == self.manifest.world_size {
+    /// the checkpoint's, or with `relayout` (the saved layout no longer says who was where:
+    /// a gssp run that regrouped), plans how the saved state is shared out
+    /// ([`Rescale::plan`], which reads every saved file's header).
+    pub fn for_world(
+        &mut self,
+        world_size: usize,
+        workers: usize,
+        relayout: bool,
+    ) -> Result<(), CheckpointError> {
+        self.rescale = if world_size == self.manifest.world_size && !relayout {
             None
         } else {
             Some(Rescale::plan(self, world_size, workers)?)

@@ -76,10 +76,11 @@ pub fn serve_group(
         .context("server without its group's communicator")?;
     let mut link = ServerLink::new(group_comm, &slots, n)?;
     let mut ps = param_server(cfg, layout, group, model.weights, slots.len());
+    let resumed = restore(ctx, group, &mut ps, snapshots)?;
+    // After the restore, which sets every slot's clock.
     for (w, _) in slots.iter().enumerate().filter(|(_, s)| s.is_none()) {
         ps.leave(w);
     }
-    let resumed = restore(ctx, group, &mut ps, snapshots)?;
     let mut log = ctx
         .run
         .csv_continued::<ServerRow>(&format!("rank-{rank}.csv"))?;

@@ -205,12 +205,12 @@ pub fn restore_server(
     group_sizes: (usize, &[usize]),
 ) -> Result<(RankFile<RankMeta>, Snapshots)> {
     let path = resume.path(rank);
+    let workers = ps.clock().clocks().len();
     let mut file = match &resume.rescale {
-        Some(rs) => rescaled_server_file(resume, rs, group_sizes)?,
+        Some(rs) => rescaled_server_file(resume, rs, group_sizes, workers)?,
         None => load(resume, rank)?,
     };
     let n = ps.weights().len();
-    let workers = ps.clock().clocks().len();
     let weights = file.take(checkpoint::WEIGHTS, n, &path)?;
     let steps = file.meta.optimizer_steps;
     ps.optimizer_mut()
@@ -232,11 +232,13 @@ pub fn restore_server(
 /// same clock, its share of the work done (so the SSP bound holds from the start); each
 /// group's pushes its workers' clocks summed; this group's speed its workers' share of the
 /// saved groups' speeds together. `(group, sizes)`: this server's group and the workers of
-/// every group of the new layout.
+/// every group of the new layout; `slots`: the server's worker slots (a regrouping server
+/// has one for every worker of the run, the others' absent).
 fn rescaled_server_file(
     resume: &Resume,
     rs: &Rescale,
     (group, sizes): (usize, &[usize]),
+    slots: usize,
 ) -> Result<RankFile<RankMeta>> {
     let mut files = Vec::with_capacity(rs.saved_ranks.len());
     for &r in &rs.saved_ranks {
@@ -246,7 +248,7 @@ fn rescaled_server_file(
     let clock = rs.per_worker;
     let mine = sizes.get(group).copied().unwrap_or(0);
     let m = &mut file.meta;
-    m.worker_clocks = vec![clock; mine];
+    m.worker_clocks = vec![clock; slots];
     m.steps = clock * mine as u64;
     m.group_pushes = sizes.iter().map(|&w| clock * w as u64).collect();
     m.speed *= mine as f64 / rs.workers.max(1) as f64;
