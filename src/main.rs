@@ -389,6 +389,12 @@ fn train_config(
         resume.dir.display(),
         cfg.sync.gssp.regroup_every_s
     );
+    anyhow::ensure!(
+        cfg.sync.mode != SyncMode::Gssp || !cfg.sync.gssp.takes_local_steps(),
+        "--resume: {} took local steps (sync.gssp.local_steps = {}), and a checkpoint does not record its workers' replicas yet; it cannot be resumed",
+        resume.dir.display(),
+        cfg.sync.gssp.local_steps
+    );
     Ok((cfg, Some(resume)))
 }
 
