@@ -776,6 +776,10 @@ fn plan(
         gssp_staleness: cfg.sync.gssp.staleness,
         local_steps: cfg.sync.localsgd.local_steps,
         async_local_steps: cfg.sync.async_localsgd.local_steps,
+        gssp_local_steps: match cfg.sync.gssp.takes_local_steps() {
+            true => (cfg.sync.gssp.local_steps, cfg.sync.gssp.dynamic_local_steps),
+            false => (gssp::tools::plan::GSSP_LOCAL_STEPS_SHOWN, true),
+        },
         group_counts: group_counts.unwrap_or_else(|| (1..=cfg.sync.gssp.max_groups).collect()),
         horizon_s: seconds,
         seed: cfg.run.seed,
