@@ -451,6 +451,7 @@ mod tests {
             apply_s_per_param: 1e-9,
             exchange_bytes: 4.0 * params as f64,
             exchange_every: 4,
+            local_steps: (1, false),
         }
     }
 
