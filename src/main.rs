@@ -383,6 +383,12 @@ fn train_config(
         &name.display().to_string(),
         overrides,
     )?;
+    anyhow::ensure!(
+        cfg.sync.mode != SyncMode::Gssp || !cfg.sync.gssp.takes_local_steps(),
+        "--resume: {} took local steps (sync.gssp.local_steps = {}), and a checkpoint does not record its workers' replicas yet; it cannot be resumed",
+        resume.dir.display(),
+        cfg.sync.gssp.local_steps
+    );
     Ok((cfg, Some(resume)))
 }
 
@@ -767,6 +773,10 @@ fn plan(
         gssp_staleness: cfg.sync.gssp.staleness,
         local_steps: cfg.sync.localsgd.local_steps,
         async_local_steps: cfg.sync.async_localsgd.local_steps,
+        gssp_local_steps: match cfg.sync.gssp.takes_local_steps() {
+            true => (cfg.sync.gssp.local_steps, cfg.sync.gssp.dynamic_local_steps),
+            false => (gssp::tools::plan::GSSP_LOCAL_STEPS_SHOWN, true),
+        },
         group_counts: group_counts.unwrap_or_else(|| (1..=cfg.sync.gssp.max_groups).collect()),
         horizon_s: seconds,
         seed: cfg.run.seed,

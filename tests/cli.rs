@@ -245,7 +245,8 @@ fn plan_predicts_every_mode_and_recommends_a_group_per_tier() {
             "gssp",
             "gssp",
             "gssp",
-            "gssp"
+            "gssp",
+            "gssp-local"
         ]
     );
     let rate = |i: usize| rows[i]["images_per_s"].as_f64().unwrap();
@@ -254,6 +255,12 @@ fn plan_predicts_every_mode_and_recommends_a_group_per_tier() {
     assert_eq!(rows[10]["bounds"], serde_json::json!([0, 0, 0, 0]));
     // Asynchronous local SGD never waits for a slower worker: about asp's rate.
     assert!(rate(6) > 0.9 * rate(1), "{} vs {}", rate(6), rate(1));
+    // gssp with local steps at the recommended 4 groups: gssp's rate (nobody waits in
+    // either), at a fraction of the pushes.
+    assert_eq!(rows[11]["servers"], 4);
+    assert!(rate(11) > 0.95 * rate(10), "{} vs {}", rate(11), rate(10));
+    let busy = |i: usize| rows[i]["server_busy"].as_f64().unwrap();
+    assert!(busy(11) < 0.8 * busy(10), "{} vs {}", busy(11), busy(10));
 
     // `sync.gssp.staleness = "auto"` with 5x spells: each group the bound a run would pick.
     let transient = concat!(

@@ -248,6 +248,79 @@ fn async_localsgd_takes_local_steps_in_proportion_to_speed_and_learns() {
     assert!(accuracy >= 0.85, "final accuracy {accuracy}");
 }
 
+/// gssp with work per push scaled by speed: 2 groups of workers at 1x and 4x, the fastest
+/// taking 4 local steps per push and the 4x ones 1 (layout.json), each pushing after them;
+/// both groups then push at about one rhythm (without local steps the fast group pushes
+/// about 4x as often), each server keeps its workers within the bound, every update reaches
+/// every replica, and the model learns.
+#[test]
+fn gssp_local_steps_scale_work_by_speed_and_keep_groups_in_step() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let sets = [
+        "sync.mode=\"gssp\"",
+        "sync.gssp.groups=2",
+        "sync.gssp.staleness=1",
+        "sync.gssp.local_steps=4",
+        "compression.kind=\"topk\"",
+        "heterogeneity.slowdown=[1.0,1.0,4.0,4.0]",
+        "heterogeneity.unit_s=0.01",
+    ];
+    let run = scratch.train_ok("gssp-local", 6, &sets, DEADLINE);
+    let layout = run.layout();
+    let as_u64 = |v: &serde_json::Value| -> Vec<u64> {
+        let a = v.as_array().unwrap_or_else(|| panic!("layout: {layout}"));
+        a.iter().filter_map(|x| x.as_u64()).collect()
+    };
+    let steps = as_u64(&layout["local_steps"]);
+    let groups: Vec<Vec<u64>> = layout["groups"]
+        .as_array()
+        .unwrap_or_else(|| panic!("layout: {layout}"))
+        .iter()
+        .map(as_u64)
+        .collect();
+    let workers: Vec<u64> = groups.iter().flatten().copied().collect();
+    assert_eq!(workers.len(), steps.len(), "layout: {layout}");
+    for (&rank, &h) in workers.iter().zip(&steps) {
+        // Ranks 2 and 3 run at 1x, 4 and 5 at 4x.
+        assert_eq!(
+            h,
+            if rank < 4 { 4 } else { 1 },
+            "rank {rank}: layout {layout}"
+        );
+        assert_worker_loss_falls(&run, rank as usize);
+        let csv = run.rank_csv(rank as usize);
+        let (iteration, sent) = (csv.col("iteration"), csv.col("bytes_sent"));
+        let pushed: Vec<f64> = iteration
+            .iter()
+            .zip(&sent)
+            .filter(|(_, &b)| b > 0.0)
+            .map(|(&i, _)| i)
+            .collect();
+        assert!(pushed.len() >= 5, "rank {rank}: {} pushes", pushed.len());
+        for (k, i) in pushed.iter().enumerate() {
+            assert_eq!(*i, ((k as u64 + 1) * h) as f64, "rank {rank}: push {k}");
+        }
+    }
+    let mut pushes = Vec::new();
+    for server in [0, 1] {
+        let csv = run.rank_csv(server);
+        let max = csv.col("clock_spread").iter().copied().fold(0.0, f64::max);
+        assert!(max <= 2.0, "server {server}: clock_spread reached {max}");
+        pushes.push(csv.last("pushes"));
+    }
+    let ratio = pushes[0] / pushes[1];
+    assert!((0.5..2.0).contains(&ratio), "pushes per group {pushes:?}");
+    let s = run.summary();
+    let err = num(&s, "replica_max_error");
+    assert!(err <= 1e-4, "replica_max_error {err}");
+    let epochs = num(&s, "epochs");
+    assert!((5.0..5.6).contains(&epochs), "epochs {epochs}");
+    let accuracy = num(&s, "final_test_accuracy");
+    eprintln!("gssp-local: pushes per group {pushes:?}, accuracy {accuracy}, epochs {epochs}");
+    assert!(accuracy >= 0.85, "final accuracy {accuracy}");
+}
+
 // Accuracy after 5 epochs measured over seeds: bsp/asp/ssp/allreduce/gssp-topk 0.89-0.90;
 // gssp dense 0.80-0.89 (its groups step on their own gradients and also add the other
 // group's updates, late: the effective step is larger and staler).

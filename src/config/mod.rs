@@ -508,6 +508,24 @@ pub struct GsspConfig {
     /// `[sync.gssp.outer]`: how a group server turns its own group's progress into the
     /// steps every replica takes.
     pub outer: OuterConfig,
+    /// Work per push, in batches: the fastest worker's local steps between two pushes (H).
+    /// 1 = every push is one batch's gradient. Above 1 every worker takes local steps on
+    /// its own replica with its own optimizer and pushes the change they made, which its
+    /// group server applies scaled by 1/W as it applies a gradient (see
+    /// [`crate::runtime::local_worker`]).
+    pub local_steps: usize,
+    /// With `local_steps` > 1: each worker's local steps in proportion to its profiled
+    /// speed, `max(1, round(local_steps * fastest / own))`, so that every worker pushes,
+    /// and every group exchanges, at about one wall-clock rhythm; otherwise `local_steps`
+    /// each.
+    pub dynamic_local_steps: bool,
+}
+
+impl GsspConfig {
+    /// Whether workers take local steps and push the change they made (`local_steps` > 1).
+    pub fn takes_local_steps(&self) -> bool {
+        self.local_steps > 1
+    }
 }
 
 /// The outer optimizer: what a server makes of a delta, a change the inner optimizer made
@@ -832,6 +850,8 @@ impl Default for GsspConfig {
             regroup_every_s: 0.0,
             regroup_min_gain: REGROUP_MIN_GAIN,
             outer: OuterConfig::default(),
+            local_steps: 1,
+            dynamic_local_steps: true,
         }
     }
 }

@@ -57,6 +57,7 @@ impl Config {
             local_steps,
         )?;
         self.validate_async_localsgd()?;
+        self.validate_gssp_local_steps()?;
         let regroup_every_s = self.sync.gssp.regroup_every_s;
         if regroup_every_s > 0.0 && self.sync.mode == SyncMode::Gssp {
             ensure(
@@ -116,6 +117,41 @@ impl Config {
             )?;
         }
         Ok(())
+    }
+
+    /// gssp's local steps (`sync.gssp.local_steps` > 1): workers keep replicas and momentum
+    /// a checkpoint does not record, a regroup would move them between servers that count
+    /// their batches per slot, and a pushed change has no gradient to compensate.
+    fn validate_gssp_local_steps(&self) -> Result<(), ConfigError> {
+        let g = &self.sync.gssp;
+        if self.sync.mode != SyncMode::Gssp || !g.takes_local_steps() {
+            return Ok(());
+        }
+        let why = "with sync.gssp.local_steps > 1";
+        ensure(
+            self.run.checkpoint_every_s == 0.0,
+            "run.checkpoint_every_s",
+            &format!("0 {why} (its workers' replicas are not checkpointed yet)"),
+            self.run.checkpoint_every_s,
+        )?;
+        ensure(
+            g.regroup_every_s == 0.0,
+            "sync.gssp.regroup_every_s",
+            &format!("0 {why} (local steps are laid out per worker once)"),
+            g.regroup_every_s,
+        )?;
+        ensure(
+            self.optim.delay_compensation == 0.0,
+            "optim.delay_compensation",
+            &format!("0 {why} (a pushed change is not a gradient to compensate)"),
+            self.optim.delay_compensation,
+        )?;
+        ensure(
+            !g.dynamic_local_steps || g.grouping == Grouping::Profile,
+            "sync.gssp.dynamic_local_steps",
+            "false unless sync.gssp.grouping = \"profile\" (it reads the profile)",
+            true,
+        )
     }
 
     fn validate_run(&self) -> Result<(), ConfigError> {
@@ -512,6 +548,8 @@ impl GsspConfig {
         ensure(iters >= 1, "sync.gssp.profile_iters", ">= 1", iters)?;
         let every = self.inter_group_every;
         ensure(every >= 1, "sync.gssp.inter_group_every", ">= 1", every)?;
+        let steps = self.local_steps;
+        ensure(steps >= 1, "sync.gssp.local_steps", ">= 1", steps)?;
         at_least("sync.gssp.regroup_every_s", self.regroup_every_s, 0.0)?;
         at_least("sync.gssp.regroup_min_gain", self.regroup_min_gain, 0.0)?;
         ensure(
@@ -635,6 +673,11 @@ mod tests {
                 "sync.gssp.regroup_every_s: must be 0 when run.checkpoint_every_s > 0 (a checkpoint does not record moved workers yet; set one of them to 0), got 10",
             ),
             (&["sync.localsgd.local_steps=0"], "sync.localsgd.local_steps: must be >= 1, got 0"),
+            (&["sync.gssp.local_steps=0"], "sync.gssp.local_steps: must be >= 1, got 0"),
+            (&["sync.mode=gssp", "sync.gssp.local_steps=4", "run.checkpoint_every_s=5"], "run.checkpoint_every_s: must be 0 with sync.gssp.local_steps > 1 (its workers' replicas are not checkpointed yet), got 5"),
+            (&["sync.mode=gssp", "sync.gssp.local_steps=4", "sync.gssp.regroup_every_s=5"], "sync.gssp.regroup_every_s: must be 0 with sync.gssp.local_steps > 1 (local steps are laid out per worker once), got 5"),
+            (&["sync.mode=gssp", "sync.gssp.local_steps=4", "optim.delay_compensation=2"], "optim.delay_compensation: must be 0 with sync.gssp.local_steps > 1 (a pushed change is not a gradient to compensate), got 2"),
+            (&["sync.mode=gssp", "sync.gssp.local_steps=4", "sync.gssp.grouping=static", "sync.gssp.static_groups=[[1]]"], "sync.gssp.dynamic_local_steps: must be false unless sync.gssp.grouping = \"profile\" (it reads the profile), got true"),
             (&["sync.gssp.mailbox_messages=0"], "sync.gssp.mailbox_messages: must be in 1..=65536, got 0"),
             // Fuzzing finding: a huge ring overflowed MailboxLayout::new's size arithmetic.
             (&["sync.gssp.mailbox_messages=9223372036854775807"], "sync.gssp.mailbox_messages: must be in 1..=65536, got 9223372036854775807"),

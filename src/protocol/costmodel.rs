@@ -14,15 +14,22 @@
 //!   index (top-k);
 //! - a group runs at its slowest worker's pace (SSP's steady state, whatever the bound):
 //!   `size / slowest seconds per iteration` iterations per second, unless its server
-//!   saturates first: at most `1 / server seconds per push`.
+//!   saturates first: at most `1 / server seconds per push`;
+//! - with gssp's local steps (`sync.gssp.local_steps` H > 1) a push stands for its worker's
+//!   h local steps (H for the fastest, in proportion to speed with `dynamic_local_steps`):
+//!   a group pushes at the pace of its slowest push, `size / max(h x seconds per
+//!   iteration)` pushes per second (the SSP clock counts pushes), each worth the mean h
+//!   of its workers' iterations, and its server is saturated by pushes, not iterations.
 //!
 //! The defaults (`[cluster]`) describe one node's shared memory; on a cluster, set them
 //! to its network's latency and bandwidth and its servers' apply rate.
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{ClusterConfig, CompressionKind, Config};
-use crate::protocol::grouping::{balance_equal_speeds, partition_by_speed, GroupingError};
+use crate::config::{ClusterConfig, CompressionKind, Config, SyncMode};
+use crate::protocol::grouping::{
+    balance_equal_speeds, dynamic_local_steps, partition_by_speed, GroupingError,
+};
 
 /// Among group counts whose predicted throughput lies within this fraction of the best,
 /// `"auto"` takes the fewest: fewer groups mean fresher replicas (less staleness between
@@ -41,6 +48,9 @@ pub struct CostModel {
     pub exchange_bytes: f64,
     /// Pushes between two exchanges of a group server.
     pub exchange_every: usize,
+    /// gssp's local steps per push of the fastest worker (1: one batch per push), and
+    /// whether the others' follow its speed (`sync.gssp.dynamic_local_steps`).
+    pub local_steps: (usize, bool),
 }
 
 impl CostModel {
@@ -58,7 +68,7 @@ impl CostModel {
         } else {
             bandwidth_gbps
         };
-        let c = &cfg.compression;
+        let (c, g) = (&cfg.compression, &cfg.sync.gssp);
         let exchange_bytes = match c.kind {
             CompressionKind::Dense => 4.0 * params as f64,
             CompressionKind::Topk => 8.0 * c.ratio * params as f64,
@@ -71,6 +81,10 @@ impl CostModel {
             apply_s_per_param: apply_ns_per_param * 1e-9,
             exchange_bytes,
             exchange_every: cfg.sync.gssp.inter_group_every.max(1),
+            local_steps: match cfg.sync.mode == SyncMode::Gssp && g.takes_local_steps() {
+                true => (g.local_steps, g.dynamic_local_steps),
+                false => (1, false),
+            },
         }
     }
 
@@ -118,15 +132,16 @@ impl CostModel {
     }
 
     /// Iterations per second of `groups` (worker indices into `times`, seconds per
-    /// iteration), each at its slowest worker's pace or its server's limit.
+    /// iteration), each at its slowest push's pace or its server's limit.
     pub fn rate(&self, groups: &[Vec<usize>], times: &[f64]) -> f64 {
         let limit = 1.0 / self.server_s_per_push(groups.len());
+        let steps = self.steps_per_push(times);
         groups
             .iter()
             .filter(|g| !g.is_empty())
             .map(|g| {
-                let slowest = g.iter().map(|&w| times[w]).fold(0.0, f64::max);
-                (g.len() as f64 / slowest).min(limit)
+                let (pushes, batches) = group_pace(g, times, &steps);
+                pushes.min(limit) * batches
             })
             .sum()
     }
@@ -134,15 +149,30 @@ impl CostModel {
     /// The busiest group server's share of its time spent serving, for `groups`.
     pub fn server_load(&self, groups: &[Vec<usize>], times: &[f64]) -> f64 {
         let per_push = self.server_s_per_push(groups.len());
+        let steps = self.steps_per_push(times);
         groups
             .iter()
             .filter(|g| !g.is_empty())
-            .map(|g| {
-                let slowest = g.iter().map(|&w| times[w]).fold(0.0, f64::max);
-                (g.len() as f64 / slowest * per_push).min(1.0)
-            })
+            .map(|g| (group_pace(g, times, &steps).0 * per_push).min(1.0))
             .fold(0.0, f64::max)
     }
+
+    /// Each worker's iterations per push, for workers of `times` seconds per iteration.
+    fn steps_per_push(&self, times: &[f64]) -> Vec<usize> {
+        match self.local_steps {
+            (h, true) if h > 1 => dynamic_local_steps(h, times),
+            (h, _) => vec![h.max(1); times.len()],
+        }
+    }
+}
+
+/// Pushes per second of group `g` (at its slowest push, `steps[w] x times[w]`) and the
+/// iterations a push stands for on average.
+fn group_pace(g: &[usize], times: &[f64], steps: &[usize]) -> (f64, f64) {
+    let push_s = |w: usize| steps[w] as f64 * times[w];
+    let slowest = g.iter().map(|&w| push_s(w)).fold(0.0, f64::max);
+    let batches = g.iter().map(|&w| steps[w]).sum::<usize>() as f64 / g.len() as f64;
+    (g.len() as f64 / slowest, batches)
 }
 
 /// The groups the profile gives for `count` groups: the exact partition by speed, then
@@ -223,6 +253,7 @@ mod tests {
             apply_s_per_param: 0.55e-9,
             exchange_bytes: 4.0 * params as f64,
             exchange_every: 8,
+            local_steps: (1, false),
         }
     }
 
@@ -266,6 +297,41 @@ mod tests {
         let rate = m.rate(&one, &times);
         assert!((rate - 1.0 / m.server_s_per_push(1)).abs() < 1e-9, "{rate}");
         assert_eq!(m.server_load(&one, &times), 1.0);
+    }
+
+    #[test]
+    fn local_steps_let_a_mixed_group_run_at_its_workers_own_pace() {
+        // Four tiers 1x..4x of four workers, 10 ms per unit, in one group. One batch per
+        // push: the group runs at the slowest, 16 / 0.04 iterations per second. With 4
+        // local steps in proportion to speed (4, 2, 1, 1; pushes of 40, 40, 30 and 40 ms)
+        // it pushes every 40 ms, each push worth 2 iterations: twice as many, a quarter of
+        // the server's pushes per iteration.
+        let times: Vec<f64> = (0..16).map(|i| 0.01 * (1 + i / 4) as f64).collect();
+        let one = vec![(0..16).collect::<Vec<_>>()];
+        let m = model(61_706);
+        let local = CostModel {
+            local_steps: (4, true),
+            ..m
+        };
+        assert!((m.rate(&one, &times) - 400.0).abs() < 1e-6);
+        assert!((local.rate(&one, &times) - 800.0).abs() < 1e-6);
+        let (load, local_load) = (m.server_load(&one, &times), local.server_load(&one, &times));
+        assert!(
+            (local_load - load).abs() < 1e-12,
+            "{local_load} against {load}"
+        );
+        // The same steps everywhere: every push as slow as the slowest tier's 4 steps.
+        let fixed = CostModel {
+            local_steps: (4, false),
+            ..m
+        };
+        assert!((fixed.rate(&one, &times) - 400.0).abs() < 1e-6);
+        // One group now does almost what one per tier does: "auto" takes one.
+        let spreads = vec![0.0; 16];
+        let chosen = choose_group_count(&local, &times, &spreads, 4)
+            .unwrap()
+            .chosen;
+        assert!(chosen < 4, "{chosen}");
     }
 
     #[test]

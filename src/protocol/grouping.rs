@@ -248,9 +248,49 @@ pub fn dynamic_local_steps(steps: usize, times: &[f64]) -> Vec<usize> {
         .collect()
 }
 
+/// gssp's local steps per push of each of `workers` (world ranks, the layout's order):
+/// `steps` each, or with `dynamic` in proportion to speed ([`dynamic_local_steps`]) from
+/// `times`, the seconds per iteration profiled for the world ranks `profiled`. A worker
+/// without a profiled time gets `steps`.
+pub fn local_steps_per_worker(
+    (steps, dynamic): (usize, bool),
+    profiled: &[usize],
+    times: Option<&[f64]>,
+    workers: &[usize],
+) -> Vec<usize> {
+    let by_profile = match times {
+        Some(t) if dynamic => dynamic_local_steps(steps, t),
+        _ => Vec::new(),
+    };
+    workers
+        .iter()
+        .map(|r| {
+            let i = profiled.iter().position(|p| p == r);
+            i.and_then(|i| by_profile.get(i)).copied().unwrap_or(steps)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn local_steps_follow_each_worker_into_its_group() {
+        // Ranks 2..=5 profiled at 1, 2, 4 and 1 s; grouped as [[5, 2], [3], [4]].
+        let profiled = [2, 3, 4, 5];
+        let times = [1.0, 2.0, 4.0, 1.0];
+        let grouped = [5, 2, 3, 4];
+        let each =
+            |dynamic| local_steps_per_worker((8, dynamic), &profiled, Some(&times), &grouped);
+        assert_eq!(each(true), [8, 8, 4, 2]);
+        assert_eq!(each(false), [8, 8, 8, 8]);
+        // Static groups have no profile: every worker takes `steps`.
+        assert_eq!(
+            local_steps_per_worker((3, true), &profiled, None, &grouped),
+            [3; 4]
+        );
+    }
     use rand::{Rng, SeedableRng};
 
     #[test]

@@ -51,8 +51,9 @@ pub struct Layout {
     /// Ranks reserved as servers that the chosen group count left over: they take no part.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub idle: Vec<usize>,
-    /// async-localsgd: each worker's local steps per push, in [`Layout::worker_ranks`]
-    /// order.
+    /// async-localsgd, and gssp with `sync.gssp.local_steps` > 1: each worker's local
+    /// steps per push, in [`Layout::worker_ranks`] order (empty: one batch's gradient per
+    /// push).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub local_steps: Vec<usize>,
 }

@@ -10,6 +10,8 @@
 //! - `Apply::Delta` (async-localsgd): a push is the change a worker's local steps made to
 //!   the weights it received; the server's outer optimizer turns it into a step, applied
 //!   at once (no inner optimizer, no 1/W: the outer optimizer's period does the averaging).
+//!   gssp with local steps applies a change scaled by 1/W instead ([`ParamServer::with_delta_scale`]),
+//!   as it scales a gradient: a change of H local steps at lr is worth H gradient pushes at lr.
 //!
 //! A push's staleness is the number of optimizer steps applied between the weights its
 //! worker received and its arrival. With [`StalenessLr::Inverse`] an immediate push of
@@ -86,6 +88,8 @@ pub struct ParamServer {
     corrected: Vec<f32>,
     /// `Apply::Delta`: the outer optimizer (`None`: each change as it is).
     outer: Option<Outer>,
+    /// `Apply::Delta`: the factor each change is taken at before the outer optimizer.
+    delta_scale: f32,
 }
 
 impl ParamServer {
@@ -123,12 +127,20 @@ impl ParamServer {
             compensation: rule.delay_compensation as f32,
             sent_weights,
             outer: None,
+            delta_scale: 1.0,
         }
     }
 
     /// `Apply::Delta`: steps on each pushed change through `outer`.
     pub fn with_outer(mut self, outer: Option<Outer>) -> Self {
         self.outer = outer;
+        self
+    }
+
+    /// `Apply::Delta`: takes each pushed change at `scale` (gssp's local steps: 1/W, as a
+    /// gradient push is, so that a round of every worker's change is their mean).
+    pub fn with_delta_scale(mut self, scale: f32) -> Self {
+        self.delta_scale = scale;
         self
     }
 
@@ -224,7 +236,10 @@ impl ParamServer {
                 self.version += 1;
             }
             Apply::Delta => {
-                self.corrected.copy_from_slice(grad);
+                let scale = self.delta_scale;
+                for (c, g) in self.corrected.iter_mut().zip(grad) {
+                    *c = scale * g;
+                }
                 if let Some(outer) = self.outer.as_mut() {
                     outer.step(&mut self.corrected);
                 }
@@ -360,6 +375,12 @@ mod tests {
         let mut ps = ParamServer::new(vec![1.0], rule(1, 1, None, Apply::Delta));
         ps.on_push(0, &[0.5], 0.1).unwrap();
         assert_eq!(ps.weights(), [1.5]);
+        // gssp's local steps: each change at 1/W of 4 workers, whatever the lr.
+        let mut ps =
+            ParamServer::new(vec![1.0], rule(2, 4, Some(1), Apply::Delta)).with_delta_scale(0.25);
+        ps.on_push(0, &[2.0], 0.1).unwrap();
+        ps.on_push(1, &[-4.0], 0.1).unwrap();
+        assert_eq!((ps.weights(), ps.version()), (&[0.5][..], 2));
     }
 
     #[test]

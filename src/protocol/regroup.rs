@@ -510,6 +510,7 @@ mod tests {
             apply_s_per_param: 0.55e-9,
             exchange_bytes: 4.0 * 61_706.0,
             exchange_every: 8,
+            local_steps: (1, false),
         }
     }
 

@@ -69,6 +69,7 @@ pub fn serve_group(
         .filter(|g| g.regroup_every_s > 0.0)
         .map(|g| regrouper(ctx, group, g, n));
     let (slots, ranks) = slots_of(layout, group, regroup.as_ref());
+    let batches = batches_per_slot(layout, &ranks);
     let group_comm = ctx
         .comms
         .group
@@ -91,7 +92,7 @@ pub fn serve_group(
         show_progress: rank == 0,
         worker_ranks: &ranks,
         resumed_pushes: resumed.as_ref().map(|f| f.meta.steps),
-        batches_per_push: &layout.local_steps,
+        batches_per_push: &batches,
     };
     let mut outcome = RoleOutcome::default();
     let served = (&mut link, &mut ps, &serve_ctx);
@@ -99,6 +100,7 @@ pub fn serve_group(
         Some(_) => {
             let what = (&model.tensors[..], mirror, resumed);
             let mut ex = exchange_for(ctx, rank, served.1.weights(), what)?;
+            ex.count_batches(batches_per_group_push(layout));
             let outside = Outside {
                 peers: &mut ex,
                 regroup: regroup.as_mut(),
@@ -165,6 +167,38 @@ fn slots_of(
             ((1..=members.len()).map(Some).collect(), members)
         }
     }
+}
+
+/// The batches a push of each of `ranks` (a server's slots, by world rank) stands for:
+/// its local steps (empty where pushes are one batch each).
+fn batches_per_slot(layout: &Layout, ranks: &[usize]) -> Vec<usize> {
+    if layout.local_steps.is_empty() {
+        return Vec::new();
+    }
+    let workers = layout.worker_ranks();
+    let steps_of = |r: &usize| {
+        let i = workers.iter().position(|w| w == r);
+        i.and_then(|i| layout.local_steps.get(i))
+            .copied()
+            .unwrap_or(1)
+    };
+    ranks.iter().map(steps_of).collect()
+}
+
+/// The mean batches a push of each group stands for (its workers' local steps; 1 without
+/// them): a peer's pushes, so weighted, count its batches towards the run's epochs.
+fn batches_per_group_push(layout: &Layout) -> Vec<f64> {
+    layout
+        .groups
+        .iter()
+        .map(|g| {
+            let steps = batches_per_slot(layout, g);
+            match steps.is_empty() {
+                true => 1.0,
+                false => steps.iter().sum::<usize>() as f64 / steps.len() as f64,
+            }
+        })
+        .collect()
 }
 
 /// Group `group`'s server's state from the checkpoint a run resumes from (replica,
@@ -239,10 +273,12 @@ fn param_server(
     weights: Vec<f32>,
     slots: usize,
 ) -> ParamServer {
+    let gssp_local = cfg.sync.mode == SyncMode::Gssp && cfg.sync.gssp.takes_local_steps();
     let (bound, apply) = match cfg.sync.mode {
         SyncMode::Bsp => (Some(0), Apply::Round),
         SyncMode::Asp => (None, Apply::Immediate),
         SyncMode::AsyncLocalsgd => (None, Apply::Delta),
+        _ if gssp_local => (Some(layout.staleness[group]), Apply::Delta),
         _ => (Some(layout.staleness[group]), Apply::Immediate),
     };
     let n = weights.len();
@@ -261,9 +297,16 @@ fn param_server(
         Scheme::AsyncLocalsgd(a) => Outer::new(&a.outer(), n, slots),
         _ => None,
     };
+    // gssp's local steps: a change is worth its H steps at the workers' lr, taken at 1/W
+    // as a gradient push is (module docs of `runtime::local_worker`).
+    let delta_scale = match gssp_local {
+        true => 1.0 / rule.total_workers.max(1) as f32,
+        false => 1.0,
+    };
     ParamServer::new(weights, rule)
         .with_optimizer(HostOptimizer::new(&cfg.optim, n))
         .with_outer(outer)
+        .with_delta_scale(delta_scale)
 }
 
 /// The final checkpoint, at the latest server's clock: after the final flush every

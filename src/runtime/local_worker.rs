@@ -1,8 +1,23 @@
-//! The worker loop of asynchronous local SGD (`async-localsgd`; Liu et al. 2024): take this
-//! worker's local steps on its own replica with its own optimizer, push the change they
-//! made to the weights it last received, and continue from the weights the server answers
-//! with, until told to stop. The server applies each change at once through its outer
-//! optimizer (`Apply::Delta`); it never waits for a particular worker.
+//! The worker loop of asynchronous local SGD (`async-localsgd`; Liu et al. 2024) and of
+//! gssp with `sync.gssp.local_steps` > 1: take this worker's local steps on its own replica
+//! with its own optimizer, push the change they made to the weights it last received, and
+//! continue from the weights the server answers with, until told to stop. The server
+//! applies each change at once (`Apply::Delta`): async-localsgd's through its outer
+//! optimizer, never waiting for a particular worker; a gssp group server's scaled by 1/W,
+//! within its group's staleness bound.
+//!
+//! gssp's work per push follows speed: with `dynamic_local_steps` the fastest worker takes
+//! `local_steps` and a worker t times slower `max(1, round(local_steps / t))`, so every
+//! push takes about the same wall time. The SSP clock counts pushes, so workers of unequal
+//! speed stay level and the bound rarely binds; and a group server exchanges every
+//! `inter_group_every` pushes, so every group exchanges at one wall-clock rhythm.
+//!
+//! The learning rate needs no rescaling: a change of H local steps at the schedule's lr
+//! already carries H steps' worth, as H gradient pushes at that lr would, and the group
+//! server takes it at 1/W as it takes a gradient (W the workers of all groups), so one
+//! round of every worker's change is their mean, as one round of gradients is their mean
+//! step. A push counts as its H batches towards the epochs (the server's
+//! `batches_per_push`; a peer group's pushes at its workers' mean H).
 //!
 //! Each worker keeps its momentum across pushes (as local SGD does) and steps at the
 //! schedule's learning rate for its own shard's epochs and the run's clock: a worker's

@@ -169,22 +169,31 @@ fn play_worker<B: Backend>(
     let mut link = WorkerLink::new(group, 0, trainer.step.net.num_params())?;
     let mut log = ctx.run.worker_log(ctx.comm.rank(), ctx.cfg.run.log_every)?;
     let work = trainer.context(ctx, &mut log);
-    let stats = match ctx.cfg.sync.mode {
-        SyncMode::AsyncLocalsgd => {
-            let me = ctx
-                .layout
-                .worker_ranks()
-                .iter()
-                .position(|&r| r == ctx.comm.rank());
-            let steps = me.and_then(|i| ctx.layout.local_steps.get(i)).copied();
-            let steps = steps.context("async-localsgd worker without its local steps")?;
-            local_worker::work_locally(&mut link, ctx.comm, ctx.cfg, work, steps as u64)?
-        }
-        _ => worker::work(&mut link, ctx.comm, work, faults)?,
+    let stats = match local_steps(ctx)? {
+        Some(steps) => local_worker::work_locally(&mut link, ctx.comm, ctx.cfg, work, steps)?,
+        None => worker::work(&mut link, ctx.comm, work, faults)?,
     };
     log.flush()?;
     Ok(RoleOutcome {
         worker: Some(stats),
         ..RoleOutcome::default()
     })
+}
+
+/// This worker's local steps per push: async-localsgd's, or gssp's with
+/// `sync.gssp.local_steps` > 1 (`None`: it pushes one batch's gradient).
+fn local_steps(ctx: &RunContext<'_>) -> Result<Option<u64>> {
+    let local = match ctx.cfg.sync.mode {
+        SyncMode::AsyncLocalsgd => true,
+        SyncMode::Gssp => ctx.cfg.sync.gssp.takes_local_steps(),
+        _ => false,
+    };
+    if !local {
+        return Ok(None);
+    }
+    let rank = ctx.comm.rank();
+    let me = ctx.layout.worker_ranks().iter().position(|&r| r == rank);
+    let steps = me.and_then(|i| ctx.layout.local_steps.get(i)).copied();
+    let steps = steps.with_context(|| format!("worker rank {rank} without its local steps"))?;
+    Ok(Some(steps as u64))
 }

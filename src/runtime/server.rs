@@ -75,8 +75,8 @@ pub struct ServeContext<'a> {
     /// Pushes this server applied before the checkpoint it resumed from (`None`: a fresh
     /// run).
     pub resumed_pushes: Option<u64>,
-    /// async-localsgd: the batches each worker's push stands for, its local steps (empty:
-    /// one per push).
+    /// async-localsgd and gssp's local steps: the batches each worker's push stands for,
+    /// its local steps (empty: one per push).
     pub batches_per_push: &'a [usize],
 }
 

@@ -308,7 +308,8 @@ fn layout_local_steps<B: Backend>(
 
 /// Takes the formed groups into `layout`, with each group's staleness bound: the
 /// configured one, or with `sync.gssp.staleness = "auto"` the one each group's profile calls
-/// for ([`grouping::auto_staleness`]).
+/// for ([`grouping::auto_staleness`]); with `sync.gssp.local_steps` > 1, each worker's local
+/// steps per push ([`grouping::local_steps_per_worker`]).
 fn apply_groups(cfg: &Config, layout: &mut Layout, formed: WorkerGroups, params: usize) {
     let profiled = layout.worker_ranks();
     layout.keep_servers(formed.groups.len());
@@ -330,6 +331,15 @@ fn apply_groups(cfg: &Config, layout: &mut Layout, formed: WorkerGroups, params:
         (s, _, _) => vec![s.bound().unwrap_or(0); formed.groups.len()],
     };
     layout.groups = formed.groups;
+    let g = &cfg.sync.gssp;
+    if g.takes_local_steps() {
+        layout.local_steps = grouping::local_steps_per_worker(
+            (g.local_steps, g.dynamic_local_steps),
+            &profiled,
+            formed.profiled_s.as_deref(),
+            &layout.worker_ranks(),
+        );
+    }
     layout.profiled_s = formed.profiled_s;
     layout.profiled_spread_s = formed.profiled_spread_s;
     layout.profiled_worst_s = formed.profiled_worst_s;
@@ -366,6 +376,12 @@ fn describe(cfg: &Config, layout: &Layout, resume: Option<&Resume>) {
                 100.0 * cost / budget
             );
         }
+    }
+    if !layout.local_steps.is_empty() {
+        log::info!(
+            "local steps per push of each worker (in the order of the groups above): {:?}",
+            layout.local_steps
+        );
     }
     if let Some(choice) = &layout.group_count {
         let each: Vec<String> = choice

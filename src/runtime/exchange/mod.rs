@@ -145,6 +145,9 @@ pub struct GroupExchange<'c> {
     phases: ExchangePhases,
     /// Scratch: each group's push count before a drain.
     known: Vec<u64>,
+    /// The batches a push of each group stands for (empty: one each), so that the
+    /// peers' pushes count their batches towards the run's epochs.
+    batches_per_push: Vec<f64>,
 }
 
 impl<'c> GroupExchange<'c> {
@@ -209,7 +212,14 @@ impl<'c> GroupExchange<'c> {
             arrival_drains: 0,
             phases: ExchangePhases::default(),
             known: Vec::with_capacity(groups),
+            batches_per_push: Vec::new(),
         })
+    }
+
+    /// Counts a push of group g as `per_group[g]` batches in [`Exchange::global_pushes`]
+    /// (gssp's local steps: the mean of the group's workers' local steps).
+    pub fn count_batches(&mut self, per_group: Vec<f64>) {
+        self.batches_per_push = per_group;
     }
 
     /// Selects sparse exchanges on `device` from now on, the peer view mirrored there.
@@ -536,11 +546,13 @@ impl Exchange for GroupExchange<'_> {
         slowest_of(std::iter::once(own).chain(peers))
     }
 
+    /// `own_pushes` (the server's own batches) and each peer's pushes, as many batches as
+    /// [`GroupExchange::count_batches`] says a push of its group stands for.
     fn global_pushes(&self, own_pushes: u64) -> u64 {
-        let peers: u64 = peers_of(self.me, self.groups)
-            .map(|g| self.peers[g].pushes)
+        let peers: f64 = peers_of(self.me, self.groups)
+            .map(|g| self.peers[g].pushes as f64 * self.batches_per_push.get(g).unwrap_or(&1.0))
             .sum();
-        own_pushes + peers
+        own_pushes + peers.round() as u64
     }
 }
 

@@ -318,6 +318,8 @@ pub fn check(run: &MeasuredRun, machine: &Machine) -> Check {
         apply_s_per_param: apply_s / p / if run.delay_compensation { 2.0 } else { 1.0 },
         exchange_bytes: run.exchange_bytes,
         exchange_every: run.exchange_every,
+        // The simulator takes each worker's local steps from its scheme.
+        local_steps: (1, false),
     };
     // Workers train after the profiling, and the run's clock counts it: its images per
     // second and wait fractions are over the whole of `wall_s`.

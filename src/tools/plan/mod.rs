@@ -15,7 +15,10 @@
 //!   one first-in first-out resource. A push costs it the gradient's message, the apply (bsp:
 //!   a sum per push and one apply per round; DC-ASGD: one more pass for the correction), and
 //!   one weights message per worker it releases; every `inter_group_every` pushes a gssp
-//!   server spends one exchange with its peers. Workers are released by the SSP rule of
+//!   server spends one exchange with its peers. async-localsgd and gssp-local (gssp with
+//!   `sync.gssp.local_steps`) push after each worker's local steps, in proportion to its
+//!   speed: a push stands for that many batches, and a gssp-local group exchanges every
+//!   `inter_group_every` of its pushes, so at one wall-clock rhythm with the others. Workers are released by the SSP rule of
 //!   [`crate::protocol::ssp_clock`]; a worker's wait runs from its push to its weights.
 //! - collective modes (allreduce, local SGD): every round waits for the slowest rank, then
 //!   a ring allreduce (2 (N-1) messages of P/N values and the sums).
@@ -39,6 +42,10 @@ use crate::config::Staleness;
 use crate::protocol::costmodel::{groups_for, CostModel, AUTO_GROUPS_TOLERANCE};
 use crate::protocol::grouping::{dynamic_local_steps, GroupingError};
 pub use workers::Workload;
+
+/// The fastest worker's local steps per push the gssp-local row assumes when the config
+/// leaves gssp at one batch per push (`sync.gssp.local_steps = 1`).
+pub const GSSP_LOCAL_STEPS_SHOWN: usize = 4;
 
 /// Iterations the slowest worker completes in the default simulated time.
 pub const DEFAULT_SLOWEST_ITERATIONS: f64 = 100.0;
@@ -200,6 +207,10 @@ pub struct PlanOptions {
     /// Asynchronous local SGD's local steps per push of the fastest worker (every worker's
     /// in proportion to its speed, as `dynamic_local_steps` makes them).
     pub async_local_steps: usize,
+    /// gssp-local's local steps per push of the fastest worker, and whether every other
+    /// worker's follow its speed (`sync.gssp.dynamic_local_steps`) or are the same; its row
+    /// is gssp at the recommended group count with them.
+    pub gssp_local_steps: (usize, bool),
     /// gssp is simulated with each of these group counts (those above the worker count
     /// are left out).
     pub group_counts: Vec<usize>,
@@ -297,7 +308,10 @@ pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Pla
         .find(|p| p.images_per_s >= best * (1.0 - AUTO_GROUPS_TOLERANCE))
         .and_then(|p| p.servers)
         .unwrap_or(1);
+    let local = gssp.iter().find(|p| p.servers == Some(recommended_groups));
+    let local = local.map(|row| gssp_local(work, cost, opts, (recommended_groups, row)));
     predictions.extend(gssp);
+    predictions.extend(local.transpose()?);
     Ok(Plan {
         workers: n,
         params: cost.params,
@@ -305,6 +319,32 @@ pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Pla
         predictions,
         recommended_groups,
     })
+}
+
+/// gssp with local steps at `groups` groups, its bounds those of the `gssp` row there.
+fn gssp_local(
+    work: &Workload,
+    cost: &CostModel,
+    opts: &PlanOptions,
+    (groups, gssp): (usize, &Prediction),
+) -> Result<Prediction, GroupingError> {
+    let spreads = vec![0.0; work.times.len()];
+    let (steps, dynamic) = opts.gssp_local_steps;
+    let bounds = gssp.bounds.clone().unwrap_or_default();
+    let scheme = servers::PsScheme {
+        groups: groups_for(&work.times, &spreads, groups)?,
+        bounds: bounds.iter().map(|&b| Some(b)).collect(),
+        round: false,
+        extra_apply_passes: 0.0,
+        local_steps: match dynamic {
+            true => dynamic_local_steps(steps, &work.times),
+            false => vec![steps; work.times.len()],
+        },
+    };
+    let o = servers::simulate(&scheme, work, cost, horizon(work, opts), opts.seed);
+    let mut row = Prediction::from_outcome("gssp-local", Some(groups), &o);
+    row.bounds = Some(bounds);
+    Ok(row)
 }
 
 /// Each gssp group's SSP bound under `staleness`. For `"auto"`, the run's rule on the
@@ -411,6 +451,7 @@ mod tests {
             apply_s_per_param: 1e-9,
             exchange_bytes: 4.0 * params as f64,
             exchange_every: 4,
+            local_steps: (1, false),
         }
     }
 
@@ -431,6 +472,7 @@ mod tests {
             gssp_staleness: Staleness::Bound(0),
             local_steps: 4,
             async_local_steps: 4,
+            gssp_local_steps: (4, true),
             group_counts: vec![1, 2, 3, 4],
             horizon_s: Some(20.0),
             seed: 1,
@@ -483,6 +525,29 @@ mod tests {
         // Local SGD waits once every 4 steps, as long as bsp per step.
         let local = row(&plan, "localsgd", None);
         assert!((local.max_wait_fraction - 0.75).abs() < 0.02, "{local:?}");
+    }
+
+    #[test]
+    fn gssp_local_keeps_the_rate_and_pushes_at_one_rhythm() {
+        // Two workers at 10 ms, two at 40 ms, in two groups: with 4 local steps for the
+        // fast and 1 for the slow, every worker pushes every 40 ms. The images per second
+        // are gssp's (neither waits), the fast group's server serves a quarter of the
+        // pushes, and the exchange happens as often in both groups.
+        let c = cost(1_000, 1e-5);
+        let plan = plan(&work(vec![0.01, 0.01, 0.04, 0.04]), &c, &opts()).unwrap();
+        let (gssp, local) = (
+            row(&plan, "gssp", Some(2)),
+            row(&plan, "gssp-local", Some(2)),
+        );
+        assert_eq!(plan.predictions.last(), Some(local));
+        assert!(
+            (local.images_per_s / gssp.images_per_s - 1.0).abs() < 0.02,
+            "{local:?}"
+        );
+        assert!(local.mean_wait_fraction < 0.02, "{local:?}");
+        let (busy, busy_local) = (gssp.server_busy.unwrap(), local.server_busy.unwrap());
+        assert!(busy_local < 0.3 * busy, "{busy_local} against {busy}");
+        assert!(local.staleness_max.unwrap() <= gssp.staleness_max.unwrap());
     }
 
     #[test]
