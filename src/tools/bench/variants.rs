@@ -125,6 +125,7 @@ mod tests {
             ("gssp-topk", 20),
             ("gssp-gdtopk", 20),
             ("gssp-gdtopk-outer", 20),
+            ("gssp-gdtopk-local", 20),
         ];
         let want: Vec<(String, usize)> = want.iter().map(|(n, r)| (n.to_string(), *r)).collect();
         assert_eq!(ranks, want);
