@@ -18,7 +18,11 @@ out) into one kind by its leaf function and the frames above it:
         target/release/gssp bench step --model resnet18 --batch 32 --threads 1 --seconds 8
     perf script -i /tmp/p.data > /tmp/p.txt && python3 scripts/step_profile.py /tmp/p.txt
 
-Prints one row per kind: samples and share of the step.
+Prints one row per kind: samples and share of the step, then the share that ran on the
+worker's pool (under `threads::` frames: `run`, `for_ranges`, `for_values`, or under the
+im2col chunks that `run` hands out, whose `run` frame a tail call hides at one thread); the
+rest ran on the calling thread alone whatever `run.threads` is. Record at `--threads 1` for that split:
+at more threads the helpers' samples lie outside the step's stacks.
 """
 
 import collections
@@ -45,6 +49,14 @@ KINDS = [
     ("residual add", lambda f: "Residual" in leaf_gssp(f) or leaf_gssp(f).endswith("::add")),
     ("kernel", lambda f: f and f[0].endswith("[k]")),
 ]
+
+
+# Frames of work on the pool.
+POOL_FRAMES = (
+    "gssp::compute::backend::cpu::threads::",
+    "gssp::compute::backend::cpu::conv::forward_chunk",
+    "gssp::compute::backend::cpu::conv::backward_chunk",
+)
 
 
 def has(frames, name):
@@ -90,17 +102,20 @@ def in_step(frames):
 
 def main():
     counts = collections.Counter()
+    pooled = 0
     with open(sys.argv[1], errors="replace") as f:
         for frames in samples(f):
             if not in_step(frames):
                 continue
             kind = next((k for k, test in KINDS if test(frames)), "other")
             counts[kind] += 1
+            pooled += any(x.startswith(POOL_FRAMES) for x in frames)
     total = sum(counts.values())
     print(f"{'kind':<18} {'samples':>8} {'share':>7}")
     for kind, n in counts.most_common():
         print(f"{kind:<18} {n:>8} {100 * n / total:>6.1f}%")
     print(f"{'step':<18} {total:>8} {100.0:>6.1f}%")
+    print(f"{'on the pool':<18} {pooled:>8} {100 * pooled / total:>6.1f}%")
 
 
 if __name__ == "__main__":

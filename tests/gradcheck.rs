@@ -28,6 +28,12 @@ use rand_chacha::ChaCha8Rng;
 
 const EPS: f32 = 1e-3;
 
+/// Starts the pool at two threads before a network is built (its scratch is sized for the
+/// pool's threads); the first call in the process decides.
+fn pool() {
+    gssp::compute::backend::cpu::set_threads(2);
+}
+
 fn random_batch(net: &Network<Cpu>, n: usize, seed: u64) -> (Vec<f32>, Vec<u8>) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let x = (0..n * net.input_len())
@@ -115,6 +121,7 @@ fn net(
     seed: u64,
     fill: impl FnOnce(&mut Builder<Cpu>),
 ) -> Network<Cpu> {
+    pool();
     custom(Cpu, name, input, n, seed, fill)
 }
 
@@ -270,6 +277,7 @@ fn residual_block_with_projection() {
 
 #[test]
 fn lenet5_end_to_end() {
+    pool();
     let net = zoo::lenet5(Cpu, (1, 28, 28), 10, 4, 6);
     assert_eq!(net.num_params(), 61_706, "LeNet-5 parameter count");
     check(net, 4, 400);
@@ -277,18 +285,21 @@ fn lenet5_end_to_end() {
 
 #[test]
 fn mlp_end_to_end() {
+    pool();
     let net = zoo::mlp(Cpu, (1, 6, 6), &[16, 8], 10, 5, 8);
     check(net, 5, usize::MAX);
 }
 
 #[test]
 fn narrow_resnet18_end_to_end() {
+    pool();
     let net = zoo::resnet18(Cpu, zoo::CIFAR_INPUT, 10, 0.125, 8, 12);
     check_with(net, 8, 300, DEEP);
 }
 
 #[test]
 fn narrow_vgg19_end_to_end() {
+    pool();
     let net = zoo::vgg19(Cpu, zoo::CIFAR_INPUT, 10, 0.125, 8, 13);
     check_with(net, 8, 300, DEEP);
 }

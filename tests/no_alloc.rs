@@ -55,7 +55,8 @@ fn turn() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// Allocations in `steps` training steps (forward, backward, SGD) after 3 warm-up
-/// steps, for a synthetic dataset shaped for the model.
+/// steps, for a synthetic dataset shaped for the model, on the worker's pool at two
+/// threads (its dispatches and the calling thread's share of every pass counted).
 fn allocations_in_steps(
     model: &str,
     extra: &str,
@@ -63,6 +64,7 @@ fn allocations_in_steps(
     batch: usize,
     steps: usize,
 ) -> usize {
+    gssp::compute::backend::cpu::set_threads(2);
     let text = format!(
         "[data]\ndataset = \"synthetic\"\naugment = \"{augment}\"\n[data.synthetic]\n\
          train = {train}\ntest = 8\n{extra}[model]\nname = \"{model}\"\n[optim]\nbatch_size = {batch}\n",

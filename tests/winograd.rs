@@ -30,6 +30,8 @@ fn loss_and_grads(build: &dyn Fn() -> Network<Cpu>, winograd: bool) -> (f32, Vec
 
 #[test]
 fn winograd_networks_match_their_im2col_gradients() {
+    // Both paths on the worker's pool at two threads (the first call in the process decides).
+    gssp::compute::backend::cpu::set_threads(2);
     let vgg = || zoo::vgg19(Cpu, zoo::CIFAR_INPUT, 10, 0.125, 8, 13);
     let resnet = || zoo::resnet18(Cpu, zoo::CIFAR_INPUT, 10, 0.125, 8, 12);
     for (name, build) in [("vgg19", &vgg as &dyn Fn() -> _), ("resnet18", &resnet)] {

@@ -8,8 +8,14 @@
 //! NCHW. The scratch (the unfolded chunk and one output chunk) stays a few MB. The
 //! unfolded input is not kept for backward: it is unfolded again from the layer's input,
 //! which every layer keeps anyway.
+//!
+//! Chunks of images go to the pool's threads, each with its own part of the scratch (a
+//! [`Slot`]), so that every GEMM runs on one thread next to the others.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::gemm::gemm;
+use super::threads::{for_values, run, share, threads, Shared};
 use super::winograd;
 use crate::compute::backend::{Conv2dDims, GemmDims, Window2d};
 
@@ -19,17 +25,17 @@ pub const GEMM_COLUMNS: usize = 4096;
 /// Output pixels from which one image makes a GEMM of its own.
 pub const WIDE_PLANE: usize = 256;
 
-/// Images per GEMM for planes of `pix` output pixels.
-fn chunk(pix: usize, batch: usize) -> usize {
+/// Images per GEMM for planes of `pix` output pixels, with `slots` threads to keep busy
+/// (no more than a thread's share of the batch).
+fn chunk(pix: usize, batch: usize, slots: usize) -> usize {
     if pix >= WIDE_PLANE {
         return 1;
     }
-    (GEMM_COLUMNS / pix.max(1)).clamp(1, batch.max(1))
+    (GEMM_COLUMNS / pix.max(1)).clamp(1, batch.div_ceil(slots.max(1)).max(1))
 }
 
-/// Scratch values a convolution needs: for im2col the unfolded chunk `[C*k*k x cols]` and
-/// one output chunk `[out_c x cols]`; where Winograd [`winograd::fits`], enough for either
-/// (it may be turned off after the model is built).
+/// Scratch values a convolution needs: for im2col [`direct_scratch_len`]; where Winograd
+/// [`winograd::fits`], enough for either (it may be turned off after the model is built).
 pub fn scratch_len(dims: &Conv2dDims) -> usize {
     if winograd::fits(&dims.window) {
         return winograd::scratch_len(dims).max(direct_scratch_len(dims));
@@ -37,11 +43,49 @@ pub fn scratch_len(dims: &Conv2dDims) -> usize {
     direct_scratch_len(dims)
 }
 
-/// Scratch values of the im2col path.
+/// Scratch values of the im2col path: a [`Slot`] for each of the pool's threads.
 pub(super) fn direct_scratch_len(dims: &Conv2dDims) -> usize {
-    let g = &dims.window;
-    let cols = chunk(g.col_cols(), dims.batch) * g.col_cols();
-    (g.col_rows() + dims.out_c) * cols
+    threads() * Slot::len(dims)
+}
+
+/// One thread's part of the im2col scratch: the unfolded chunk `[C*k*k x cols]`, one output
+/// chunk `[out_c x cols]`, and (for backward, on threads after the first) a weight and a bias
+/// gradient of its own, summed into the layer's after all chunks.
+struct Slot<'a> {
+    col: &'a mut [f32],
+    tmp: &'a mut [f32],
+    dweight: &'a mut [f32],
+    dbias: &'a mut [f32],
+}
+
+impl<'a> Slot<'a> {
+    /// Values of one slot: enough for the largest chunk, that of one thread.
+    fn len(dims: &Conv2dDims) -> usize {
+        let (g, out_c) = (&dims.window, dims.out_c);
+        let cols = chunk(g.col_cols(), dims.batch, 1) * g.col_cols();
+        (g.col_rows() + out_c) * cols + out_c * g.col_rows() + out_c
+    }
+
+    /// Cuts a slot's values (of [`Slot::len`]) into its parts, for chunks of `cols` columns.
+    fn new(values: &'a mut [f32], dims: &Conv2dDims, cols: usize) -> Self {
+        let (rows, out_c) = (dims.window.col_rows(), dims.out_c);
+        let (grads, work) = values.split_at_mut(out_c * rows + out_c);
+        let (dweight, dbias) = grads.split_at_mut(out_c * rows);
+        let (col, rest) = work.split_at_mut(rows * cols);
+        Slot {
+            col,
+            tmp: &mut rest[..out_c * cols],
+            dweight,
+            dbias,
+        }
+    }
+}
+
+/// Threads that get a slot of `scratch` (the pool's, fewer if the scratch was sized for
+/// fewer), and the values of one slot.
+fn slots(scratch: &[f32], dims: &Conv2dDims) -> (usize, usize) {
+    let len = Slot::len(dims);
+    (threads().min(scratch.len() / len).max(1), len)
 }
 
 /// Valid output columns `lo..hi` of kernel column `kx`: those with
@@ -195,7 +239,8 @@ pub fn conv2d_forward(
 }
 
 /// Convolution forward by im2col and GEMM, arguments as [`conv2d_forward`]'s (scratch:
-/// [`direct_scratch_len`]).
+/// [`direct_scratch_len`]). Chunks of images go to the pool's threads as they come free,
+/// each thread unfolding into its own slot (OpenBLAS held to one thread inside).
 pub(super) fn direct_forward(
     out: &mut [f32],
     scratch: &mut [f32],
@@ -204,47 +249,82 @@ pub(super) fn direct_forward(
     bias: Option<&[f32]>,
     dims: &Conv2dDims,
 ) {
-    let (n, out_c, g) = (dims.batch, dims.out_c, &dims.window);
+    let (n, out_c, pix) = (dims.batch, dims.out_c, dims.window.col_cols());
+    let (slots, slot_len) = slots(scratch, dims);
+    let per = chunk(pix, n, slots);
+    let chunks = n.div_ceil(per);
+    let out = Shared::new(&mut out[..n * out_c * pix]);
+    let scratch = Shared::new(&mut scratch[..slots * slot_len]);
+    let next = AtomicUsize::new(0);
+    run(&|i| {
+        if i >= slots {
+            return;
+        }
+        // SAFETY: slot i is this task's alone.
+        let slot = Slot::new(
+            unsafe { scratch.part(i * slot_len..(i + 1) * slot_len) },
+            dims,
+            per * pix,
+        );
+        let (col, tmp) = (slot.col, slot.tmp);
+        loop {
+            let c = next.fetch_add(1, Ordering::Relaxed);
+            if c >= chunks {
+                break;
+            }
+            let (first, m) = (c * per, per.min(n - c * per));
+            // SAFETY: chunk c's images are this task's alone.
+            let o = unsafe { out.part(first * out_c * pix..(first + m) * out_c * pix) };
+            forward_chunk(o, &mut *col, &mut *tmp, inp, weight, bias, first, m, dims);
+        }
+    });
+}
+
+/// Images `first..first + m` of the forward into `out` (their output, `[m x out_c x pix]`):
+/// one GEMM over the chunk unfolded into `col`, through `tmp` when `m > 1`.
+#[allow(clippy::too_many_arguments)]
+fn forward_chunk(
+    out: &mut [f32],
+    col: &mut [f32],
+    tmp: &mut [f32],
+    inp: &[f32],
+    weight: &[f32],
+    bias: Option<&[f32]>,
+    first: usize,
+    m: usize,
+    dims: &Conv2dDims,
+) {
+    let (out_c, g) = (dims.out_c, &dims.window);
     let (rows, pix) = (g.col_rows(), g.col_cols());
-    let per = chunk(pix, n);
-    let mut first = 0;
-    while first < n {
-        let m = per.min(n - first);
-        let cols = m * pix;
-        let (col, tmp) = scratch.split_at_mut(rows * cols);
-        unfold_chunk(col, inp, first, m, g);
-        if m == 1 {
-            // out_i[out_c x pix] = W[out_c x rows] * col[rows x pix] + bias
-            let o = &mut out[first * out_c * pix..(first + 1) * out_c * pix];
+    let cols = m * pix;
+    unfold_chunk(col, inp, first, m, g);
+    if m == 1 {
+        // out_i[out_c x pix] = W[out_c x rows] * col[rows x pix] + bias
+        let beta = match bias {
+            Some(b) => {
+                for (oc, dst) in out.chunks_exact_mut(pix).enumerate() {
+                    dst.fill(b[oc]);
+                }
+                1.0
+            }
+            None => 0.0,
+        };
+        return gemm(GemmDims::new(out_c, pix, rows), 1.0, weight, col, beta, out);
+    }
+    // tmp[out_c x cols] = W[out_c x rows] * col[rows x cols]
+    gemm(GemmDims::new(out_c, cols, rows), 1.0, weight, col, 0.0, tmp);
+    for (j, o) in out.chunks_exact_mut(out_c * pix).enumerate() {
+        for (oc, dst) in o.chunks_exact_mut(pix).enumerate() {
+            let src = &tmp[oc * cols + j * pix..oc * cols + (j + 1) * pix];
             match bias {
                 Some(b) => {
-                    for (oc, dst) in o.chunks_exact_mut(pix).enumerate() {
-                        dst.fill(b[oc]);
+                    for (d, &s) in dst.iter_mut().zip(src) {
+                        *d = s + b[oc];
                     }
-                    gemm(GemmDims::new(out_c, pix, rows), 1.0, weight, col, 1.0, o);
                 }
-                None => gemm(GemmDims::new(out_c, pix, rows), 1.0, weight, col, 0.0, o),
-            }
-            first += 1;
-            continue;
-        }
-        // tmp[out_c x cols] = W[out_c x rows] * col[rows x cols]
-        gemm(GemmDims::new(out_c, cols, rows), 1.0, weight, col, 0.0, tmp);
-        for j in 0..m {
-            let o = &mut out[(first + j) * out_c * pix..(first + j + 1) * out_c * pix];
-            for (oc, dst) in o.chunks_exact_mut(pix).enumerate() {
-                let src = &tmp[oc * cols + j * pix..oc * cols + (j + 1) * pix];
-                match bias {
-                    Some(b) => {
-                        for (d, &s) in dst.iter_mut().zip(src) {
-                            *d = s + b[oc];
-                        }
-                    }
-                    None => dst.copy_from_slice(src),
-                }
+                None => dst.copy_from_slice(src),
             }
         }
-        first += m;
     }
 }
 
@@ -271,7 +351,10 @@ pub fn conv2d_backward(
     direct_backward(dinp, grads, scratch, dout, inp, weight, dims);
 }
 
-/// Convolution backward by im2col and GEMM, arguments as [`conv2d_backward`]'s.
+/// Convolution backward by im2col and GEMM, arguments as [`conv2d_backward`]'s. The
+/// pool's threads take fixed shares of the chunks; the first accumulates into `grads`, the
+/// others into their slots' gradients, which are then added to `grads` in thread order (so
+/// the sum's order depends on the thread count only).
 pub(super) fn direct_backward(
     dinp: Option<&mut [f32]>,
     grads: ConvGrads<'_>,
@@ -283,52 +366,132 @@ pub(super) fn direct_backward(
 ) {
     let (n, out_c, g) = (dims.batch, dims.out_c, &dims.window);
     let (rows, pix, in_len) = (g.col_rows(), g.col_cols(), g.in_len());
-    let ConvGrads {
-        weight: dweight,
-        mut bias,
-    } = grads;
-    let mut dinp = dinp;
-    if let Some(d) = dinp.as_deref_mut() {
-        d[..n * in_len].fill(0.0);
-    }
-    let per = chunk(pix, n);
-    let mut first = 0;
-    while first < n {
-        let m = per.min(n - first);
-        let cols = m * pix;
-        let (col, gathered) = scratch.split_at_mut(rows * cols);
-        // dtmp[out_c x cols]: this chunk's output gradient, images side by side (one
-        // image's is its NCHW slice as it is).
-        let dtmp: &[f32] = if m == 1 {
-            &dout[first * out_c * pix..(first + 1) * out_c * pix]
-        } else {
-            for j in 0..m {
-                let d = &dout[(first + j) * out_c * pix..(first + j + 1) * out_c * pix];
-                for (oc, src) in d.chunks_exact(pix).enumerate() {
-                    gathered[oc * cols + j * pix..oc * cols + (j + 1) * pix].copy_from_slice(src);
+    let (slots, slot_len) = slots(scratch, dims);
+    let per = chunk(pix, n, slots);
+    let chunks = n.div_ceil(per);
+    let dinp = dinp.map(|d| Shared::new(&mut d[..n * in_len]));
+    let dweight = Shared::new(&mut grads.weight[..out_c * rows]);
+    let has_bias = grads.bias.is_some();
+    let mut no_bias = [0.0f32; 0];
+    let dbias = Shared::new(grads.bias.unwrap_or(&mut no_bias[..]));
+    {
+        let scratch = Shared::new(&mut scratch[..slots * slot_len]);
+        run(&|i| {
+            if i >= slots {
+                return;
+            }
+            // SAFETY: slot i is this task's alone.
+            let slot = Slot::new(
+                unsafe { scratch.part(i * slot_len..(i + 1) * slot_len) },
+                dims,
+                per * pix,
+            );
+            let (col, tmp) = (slot.col, slot.tmp);
+            let (dw, db) = if i == 0 {
+                // SAFETY: only task 0 writes the layer's gradients.
+                unsafe {
+                    (
+                        dweight.part(0..out_c * rows),
+                        dbias.part(0..if has_bias { out_c } else { 0 }),
+                    )
                 }
+            } else {
+                slot.dweight.fill(0.0);
+                slot.dbias.fill(0.0);
+                (slot.dweight, slot.dbias)
+            };
+            for c in share(chunks, i, slots) {
+                let (first, m) = (c * per, per.min(n - c * per));
+                // SAFETY: chunk c's images are this task's alone.
+                let di = dinp
+                    .as_ref()
+                    .map(|d| unsafe { d.part(first * in_len..(first + m) * in_len) });
+                let db = has_bias.then_some(&mut *db);
+                backward_chunk(
+                    di, &mut *dw, db, &mut *col, &mut *tmp, dout, inp, weight, first, m, dims,
+                );
             }
-            gathered
-        };
-        if let Some(db) = bias.as_deref_mut() {
-            for (oc, b) in db.iter_mut().enumerate() {
-                *b += dtmp[oc * cols..(oc + 1) * cols].iter().sum::<f32>();
+        });
+    }
+    // SAFETY: the tasks have returned; nothing else holds these.
+    let (dw, db) = unsafe {
+        (
+            dweight.part(0..out_c * rows),
+            dbias.part(0..if has_bias { out_c } else { 0 }),
+        )
+    };
+    for i in 1..slots {
+        let s = Slot::new(
+            &mut scratch[i * slot_len..(i + 1) * slot_len],
+            dims,
+            per * pix,
+        );
+        add_into(dw, s.dweight);
+        add_into(db, s.dbias);
+    }
+}
+
+/// `acc += x`, on the pool.
+fn add_into(acc: &mut [f32], x: &[f32]) {
+    let len = acc.len();
+    let acc = Shared::new(acc);
+    for_values(len, &|r| {
+        // SAFETY: the parts are disjoint.
+        for (a, &v) in unsafe { acc.part(r.clone()) }.iter_mut().zip(&x[r]) {
+            *a += v;
+        }
+    });
+}
+
+/// Images `first..first + m` of the backward: accumulates `dweight` and `dbias`, writes
+/// their input gradient `dinp` (`[m x C x H x W]`) when given.
+#[allow(clippy::too_many_arguments)]
+fn backward_chunk(
+    dinp: Option<&mut [f32]>,
+    dweight: &mut [f32],
+    dbias: Option<&mut [f32]>,
+    col: &mut [f32],
+    gathered: &mut [f32],
+    dout: &[f32],
+    inp: &[f32],
+    weight: &[f32],
+    first: usize,
+    m: usize,
+    dims: &Conv2dDims,
+) {
+    let (out_c, g) = (dims.out_c, &dims.window);
+    let (rows, pix, in_len) = (g.col_rows(), g.col_cols(), g.in_len());
+    let cols = m * pix;
+    // dtmp[out_c x cols]: this chunk's output gradient, images side by side (one image's is
+    // its NCHW slice as it is).
+    let dtmp: &[f32] = if m == 1 {
+        &dout[first * out_c * pix..(first + 1) * out_c * pix]
+    } else {
+        for j in 0..m {
+            let d = &dout[(first + j) * out_c * pix..(first + j + 1) * out_c * pix];
+            for (oc, src) in d.chunks_exact(pix).enumerate() {
+                gathered[oc * cols + j * pix..oc * cols + (j + 1) * pix].copy_from_slice(src);
             }
         }
-        unfold_chunk(col, inp, first, m, g);
-        // dW[out_c x rows] += dtmp[out_c x cols] * col^T[cols x rows]
-        let dims = GemmDims::new(out_c, rows, cols).b_transposed();
-        gemm(dims, 1.0, dtmp, col, 1.0, dweight);
-        if let Some(d) = dinp.as_deref_mut() {
-            // dcol[rows x cols] = W^T[rows x out_c] * dtmp[out_c x cols], over col.
-            let dims = GemmDims::new(rows, cols, out_c).a_transposed();
-            gemm(dims, 1.0, weight, dtmp, 0.0, col);
-            for j in 0..m {
-                let img = &mut d[(first + j) * in_len..(first + j + 1) * in_len];
-                col2im(img, &col[j * pix..], cols, g);
-            }
+        gathered
+    };
+    if let Some(db) = dbias {
+        for (oc, b) in db.iter_mut().enumerate() {
+            *b += dtmp[oc * cols..(oc + 1) * cols].iter().sum::<f32>();
         }
-        first += m;
+    }
+    unfold_chunk(col, inp, first, m, g);
+    // dW[out_c x rows] += dtmp[out_c x cols] * col^T[cols x rows]
+    let gd = GemmDims::new(out_c, rows, cols).b_transposed();
+    gemm(gd, 1.0, dtmp, col, 1.0, dweight);
+    if let Some(d) = dinp {
+        // dcol[rows x cols] = W^T[rows x out_c] * dtmp[out_c x cols], over col.
+        let gd = GemmDims::new(rows, cols, out_c).a_transposed();
+        gemm(gd, 1.0, weight, dtmp, 0.0, col);
+        d.fill(0.0);
+        for (j, img) in d.chunks_exact_mut(in_len).enumerate() {
+            col2im(img, &col[j * pix..], cols, g);
+        }
     }
 }
 

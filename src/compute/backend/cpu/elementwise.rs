@@ -1,26 +1,58 @@
-//! Elementwise operations, the loss and the optimizer step.
+//! Elementwise operations, the loss and the optimizer step. The passes over whole
+//! activations and parameters run on the pool in contiguous parts ([`for_values`]); each
+//! value is computed as on one thread, so the results do not depend on the thread count.
 
+use super::threads::{for_values, Shared};
 use crate::compute::backend::{AdamStep, SgdStep, XentStats};
+
+/// Calls `f(part of out, its range)` over `out` in parts on the pool.
+fn par_map(out: &mut [f32], f: &(dyn Fn(&mut [f32], std::ops::Range<usize>) + Sync)) {
+    let len = out.len();
+    let out = Shared::new(out);
+    for_values(len, &|r| {
+        // SAFETY: the parts are disjoint.
+        f(unsafe { out.part(r.clone()) }, r)
+    });
+}
+
+/// buf = value.
+pub fn fill(buf: &mut [f32], value: f32) {
+    par_map(buf, &|b, _| b.fill(value));
+}
+
+/// dst = src (the first `dst.len()` values).
+pub fn copy(dst: &mut [f32], src: &[f32]) {
+    par_map(dst, &|d, r| d.copy_from_slice(&src[r]));
+}
 
 /// out = a + b.
 pub fn add(out: &mut [f32], a: &[f32], b: &[f32]) {
-    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-        *o = x + y;
-    }
+    let len = out.len().min(a.len()).min(b.len());
+    par_map(&mut out[..len], &|o, r| {
+        for ((o, &x), &y) in o.iter_mut().zip(&a[r.clone()]).zip(&b[r]) {
+            *o = x + y;
+        }
+    });
 }
 
 /// out = max(inp, 0).
 pub fn relu_forward(out: &mut [f32], inp: &[f32]) {
-    for (o, &x) in out.iter_mut().zip(inp) {
-        *o = x.max(0.0);
-    }
+    let len = out.len().min(inp.len());
+    par_map(&mut out[..len], &|o, r| {
+        for (o, &x) in o.iter_mut().zip(&inp[r]) {
+            *o = x.max(0.0);
+        }
+    });
 }
 
 /// dinp = dout * (out > 0), from the forward's output.
 pub fn relu_backward(dinp: &mut [f32], dout: &[f32], out: &[f32]) {
-    for ((di, &d), &o) in dinp.iter_mut().zip(dout).zip(out) {
-        *di = if o > 0.0 { d } else { 0.0 };
-    }
+    let len = dinp.len().min(dout.len()).min(out.len());
+    par_map(&mut dinp[..len], &|di, r| {
+        for ((di, &d), &o) in di.iter_mut().zip(&dout[r.clone()]).zip(&out[r]) {
+            *di = if o > 0.0 { d } else { 0.0 };
+        }
+    });
 }
 
 /// A uniform draw in [0, 1) for element `i` of the mask seeded `seed` (SplitMix64's
@@ -49,21 +81,31 @@ pub fn dropout_forward_from(
     first: usize,
 ) {
     let keep = 1.0 / (1.0 - p);
-    for (i, ((o, m), &x)) in out.iter_mut().zip(mask.iter_mut()).zip(inp).enumerate() {
-        *m = if mask_uniform(seed, (first + i) as u64) < p {
-            0.0
-        } else {
-            keep
-        };
-        *o = x * *m;
-    }
+    let len = out.len().min(mask.len()).min(inp.len());
+    let out = Shared::new(&mut out[..len]);
+    par_map(&mut mask[..len], &|mask, r| {
+        // SAFETY: the parts are disjoint.
+        let out = unsafe { out.part(r.clone()) };
+        let at = first + r.start;
+        for (i, ((o, m), &x)) in out.iter_mut().zip(mask).zip(&inp[r]).enumerate() {
+            *m = if mask_uniform(seed, (at + i) as u64) < p {
+                0.0
+            } else {
+                keep
+            };
+            *o = x * *m;
+        }
+    });
 }
 
 /// dinp = dout * mask.
 pub fn dropout_backward(dinp: &mut [f32], dout: &[f32], mask: &[f32]) {
-    for ((di, &d), &m) in dinp.iter_mut().zip(dout).zip(mask) {
-        *di = d * m;
-    }
+    let len = dinp.len().min(dout.len()).min(mask.len());
+    par_map(&mut dinp[..len], &|di, r| {
+        for ((di, &d), &m) in di.iter_mut().zip(&dout[r.clone()]).zip(&mask[r]) {
+            *di = d * m;
+        }
+    });
 }
 
 /// Softmax cross-entropy over `n` rows of `classes` logits. Writes `dlogits` (gradient of
@@ -150,7 +192,7 @@ fn xent_row(d: &mut [f32], row: &[f32], label: usize, weight: f32) -> (f64, bool
 
 /// buf *= factor.
 pub fn scale(buf: &mut [f32], factor: f32) {
-    buf.iter_mut().for_each(|x| *x *= factor);
+    par_map(buf, &|b, _| b.iter_mut().for_each(|x| *x *= factor));
 }
 
 /// Adam with L2 weight decay (PyTorch's `torch.optim.Adam` with `weight_decay`):
@@ -171,17 +213,18 @@ pub fn adam_step(params: &mut [f32], m: &mut [f32], v: &mut [f32], grads: &[f32]
     } = *h;
     let step_size = lr / bias_correction1;
     let sqrt_bc2 = bias_correction2.sqrt();
-    for (((w, m), v), &g) in params
-        .iter_mut()
-        .zip(m.iter_mut())
-        .zip(v.iter_mut())
-        .zip(grads)
-    {
-        let g = scale * g + weight_decay * *w;
-        *m += d1 * (g - *m);
-        *v += d2 * (g * g - *v);
-        *w -= step_size * *m / (v.sqrt() / sqrt_bc2 + eps);
-    }
+    let len = params.len().min(m.len()).min(v.len()).min(grads.len());
+    let (m, v) = (Shared::new(&mut m[..len]), Shared::new(&mut v[..len]));
+    par_map(&mut params[..len], &|params, r| {
+        // SAFETY: the parts are disjoint.
+        let (m, v) = unsafe { (m.part(r.clone()), v.part(r.clone())) };
+        for (((w, m), v), &g) in params.iter_mut().zip(m).zip(v).zip(&grads[r]) {
+            let g = scale * g + weight_decay * *w;
+            *m += d1 * (g - *m);
+            *v += d2 * (g * g - *v);
+            *w -= step_size * *m / (v.sqrt() / sqrt_bc2 + eps);
+        }
+    });
 }
 
 /// SGD with momentum and weight decay: `g = scale * grad + wd * w; v = momentum * v + g;
@@ -193,11 +236,17 @@ pub fn sgd_step(params: &mut [f32], velocity: &mut [f32], grads: &[f32], h: &Sgd
         weight_decay,
         scale,
     } = *h;
-    for ((w, v), &g) in params.iter_mut().zip(velocity.iter_mut()).zip(grads) {
-        let g = scale * g + weight_decay * *w;
-        *v = momentum * *v + g;
-        *w -= lr * *v;
-    }
+    let len = params.len().min(velocity.len()).min(grads.len());
+    let velocity = Shared::new(&mut velocity[..len]);
+    par_map(&mut params[..len], &|params, r| {
+        // SAFETY: the parts are disjoint.
+        let velocity = unsafe { velocity.part(r.clone()) };
+        for ((w, v), &g) in params.iter_mut().zip(velocity).zip(&grads[r]) {
+            let g = scale * g + weight_decay * *w;
+            *v = momentum * *v + g;
+            *w -= lr * *v;
+        }
+    });
 }
 
 #[cfg(test)]

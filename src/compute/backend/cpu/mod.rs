@@ -19,8 +19,8 @@ use std::ops::Range;
 pub use conv::{col2im, conv2d_backward, conv2d_forward, im2col, ConvGrads, GEMM_COLUMNS};
 pub use dense::{linear_backward, linear_forward};
 pub use elementwise::{
-    adam_step, add, dropout_backward, dropout_forward, dropout_forward_from, mask_uniform,
-    relu_backward, relu_forward, scale, sgd_step, softmax_xent_forward_backward,
+    adam_step, add, copy, dropout_backward, dropout_forward, dropout_forward_from, fill,
+    mask_uniform, relu_backward, relu_forward, scale, sgd_step, softmax_xent_forward_backward,
     softmax_xent_masked,
 };
 pub use embedding::{embedding_backward, embedding_forward};
@@ -111,10 +111,10 @@ impl Backend for Cpu {
         Some(buf)
     }
     fn fill(&self, buf: &mut Vec<f32>, range: Range<usize>, value: f32) {
-        buf[range].fill(value);
+        fill(&mut buf[range], value);
     }
     fn copy(&self, dst: &mut Vec<f32>, src: &Vec<f32>, len: usize) {
-        dst[..len].copy_from_slice(&src[..len]);
+        copy(&mut dst[..len], &src[..len]);
     }
     fn add(&self, out: &mut Vec<f32>, a: &Vec<f32>, b: &Vec<f32>, len: usize) {
         add(&mut out[..len], &a[..len], &b[..len]);

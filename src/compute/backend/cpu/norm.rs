@@ -1,5 +1,7 @@
-//! Batch norm over NCHW: per-channel statistics over the batch and the plane.
+//! Batch norm over NCHW: per-channel statistics over the batch and the plane, the channels
+//! shared among the pool's threads.
 
+use super::threads::{for_ranges, Shared};
 use crate::compute::backend::{BatchNormDims, BatchNormMode};
 
 /// Lanes of the partial sums: independent accumulators let the compiler vectorise a
@@ -40,6 +42,7 @@ fn lane_sums2(d: &[f32], x: &[f32], mu: f32) -> (f32, f32) {
 /// Forward. out, inp: `[n x C x plane]`; gamma, beta: `[C]`; running mean and variance:
 /// `[C]` each; saved: `[2C]` (batch mean, then 1/std) for backward. Each plane is summed
 /// in f32 partial sums, the planes in f64, so that large batches do not lose precision.
+/// Channels are shared among the pool's threads; each is computed as on one thread.
 #[allow(clippy::too_many_arguments)]
 pub fn batchnorm_forward(
     out: &mut [f32],
@@ -59,46 +62,82 @@ pub fn batchnorm_forward(
         eps,
     } = *dims;
     let (saved_mean, saved_rstd) = saved.split_at_mut(ch);
-    for c in 0..ch {
-        let planes = (0..n).map(|i| (i * ch + c) * plane);
-        let (mean, rstd) = match mode {
-            BatchNormMode::Train { momentum } => {
-                let count = (n * plane) as f64;
-                let sum: f64 = planes
-                    .clone()
-                    .map(|s| lane_sum(&inp[s..s + plane], |x| x) as f64)
-                    .sum();
-                let mean = sum / count;
-                let m32 = mean as f32;
-                let sq: f64 = planes
-                    .clone()
-                    .map(|s| lane_sum(&inp[s..s + plane], |x| (x - m32) * (x - m32)) as f64)
-                    .sum();
-                let var = sq / count;
-                let unbiased = if count > 1.0 { sq / (count - 1.0) } else { var };
-                let m = momentum as f64;
-                run_mean[c] = ((1.0 - m) * run_mean[c] as f64 + m * mean) as f32;
-                run_var[c] = ((1.0 - m) * run_var[c] as f64 + m * unbiased) as f32;
-                let rstd = 1.0 / (var + eps as f64).sqrt();
-                saved_mean[c] = mean as f32;
-                saved_rstd[c] = rstd as f32;
-                (mean as f32, rstd as f32)
-            }
-            BatchNormMode::Eval => (run_mean[c], 1.0 / (run_var[c] + eps).sqrt()),
-        };
-        let scale = gamma[c] * rstd;
-        let shift = beta[c] - mean * scale;
-        for s in planes {
-            for (o, &x) in out[s..s + plane].iter_mut().zip(&inp[s..s + plane]) {
-                *o = x * scale + shift;
+    let out = Shared::new(&mut out[..n * ch * plane]);
+    let (saved_mean, saved_rstd) = (Shared::new(saved_mean), Shared::new(saved_rstd));
+    let (run_mean, run_var) = (
+        Shared::new(&mut run_mean[..ch]),
+        Shared::new(&mut run_var[..ch]),
+    );
+    for_ranges(ch, &|channels| {
+        for c in channels {
+            let planes = (0..n).map(|i| (i * ch + c) * plane);
+            // SAFETY: channel c's statistics are this task's alone.
+            let (rm, rv) = unsafe {
+                (
+                    &mut run_mean.part(c..c + 1)[0],
+                    &mut run_var.part(c..c + 1)[0],
+                )
+            };
+            let (mean, rstd) = match mode {
+                BatchNormMode::Train { momentum } => {
+                    let (mean, rstd) =
+                        train_statistics(inp, planes.clone(), plane, eps, momentum, rm, rv);
+                    // SAFETY: as above.
+                    unsafe {
+                        saved_mean.set(c, mean);
+                        saved_rstd.set(c, rstd);
+                    }
+                    (mean, rstd)
+                }
+                BatchNormMode::Eval => (*rm, 1.0 / (*rv + eps).sqrt()),
+            };
+            let scale = gamma[c] * rstd;
+            let shift = beta[c] - mean * scale;
+            for s in planes {
+                // SAFETY: channel c's planes are this task's alone.
+                let o = unsafe { out.part(s..s + plane) };
+                for (o, &x) in o.iter_mut().zip(&inp[s..s + plane]) {
+                    *o = x * scale + shift;
+                }
             }
         }
-    }
+    });
+}
+
+/// One channel's batch mean and 1/std over its `planes` (offsets of `plane` values in
+/// `inp`), updating its running mean `rm` and unbiased variance `rv`.
+fn train_statistics(
+    inp: &[f32],
+    planes: impl Iterator<Item = usize> + Clone,
+    plane: usize,
+    eps: f32,
+    momentum: f32,
+    rm: &mut f32,
+    rv: &mut f32,
+) -> (f32, f32) {
+    let count = (planes.clone().count() * plane) as f64;
+    let sum: f64 = planes
+        .clone()
+        .map(|s| lane_sum(&inp[s..s + plane], |x| x) as f64)
+        .sum();
+    let mean = sum / count;
+    let m32 = mean as f32;
+    let sq: f64 = planes
+        .map(|s| lane_sum(&inp[s..s + plane], |x| (x - m32) * (x - m32)) as f64)
+        .sum();
+    let var = sq / count;
+    let unbiased = if count > 1.0 { sq / (count - 1.0) } else { var };
+    let m = momentum as f64;
+    *rm = ((1.0 - m) * *rm as f64 + m * mean) as f32;
+    *rv = ((1.0 - m) * *rv as f64 + m * unbiased) as f32;
+    let rstd = 1.0 / (var + eps as f64).sqrt();
+    (mean as f32, rstd as f32)
 }
 
 /// Backward of a training-mode forward. Accumulates dgamma and dbeta `[C]` and writes
 /// dinp: `[n x C x plane]`:
 /// `dinp = gamma * rstd / m * (m * dout - sum(dout) - xhat * sum(dout * xhat))`.
+/// Channels are shared among the pool's threads, as in [`batchnorm_forward`].
 #[allow(clippy::too_many_arguments)]
 pub fn batchnorm_backward(
     dinp: &mut [f32],
@@ -117,29 +156,41 @@ pub fn batchnorm_backward(
         ..
     } = *dims;
     let (mean, rstd) = saved.split_at(ch);
-    for c in 0..ch {
-        let planes = (0..n).map(|i| (i * ch + c) * plane);
-        let (mu, r) = (mean[c], rstd[c]);
-        let (mut sum_d, mut sum_dx) = (0.0f64, 0.0f64);
-        for s in planes.clone() {
-            let (sd, sdx) = lane_sums2(&dout[s..s + plane], &inp[s..s + plane], mu);
-            sum_d += sd as f64;
-            sum_dx += sdx as f64 * r as f64;
-        }
-        dbeta[c] += sum_d as f32;
-        dgamma[c] += sum_dx as f32;
-        let m = (n * plane) as f32;
-        let (k, mean_d, mean_dx) = (gamma[c] * r, sum_d as f32 / m, sum_dx as f32 / m);
-        for s in planes {
-            for ((di, &d), &x) in dinp[s..s + plane]
-                .iter_mut()
-                .zip(&dout[s..s + plane])
-                .zip(&inp[s..s + plane])
-            {
-                *di = k * (d - mean_d - (x - mu) * r * mean_dx);
+    let dinp = Shared::new(&mut dinp[..n * ch * plane]);
+    let (dgamma, dbeta) = (
+        Shared::new(&mut dgamma[..ch]),
+        Shared::new(&mut dbeta[..ch]),
+    );
+    for_ranges(ch, &|channels| {
+        for c in channels {
+            let planes = (0..n).map(|i| (i * ch + c) * plane);
+            let (mu, r) = (mean[c], rstd[c]);
+            let (mut sum_d, mut sum_dx) = (0.0f64, 0.0f64);
+            for s in planes.clone() {
+                let (sd, sdx) = lane_sums2(&dout[s..s + plane], &inp[s..s + plane], mu);
+                sum_d += sd as f64;
+                sum_dx += sdx as f64 * r as f64;
+            }
+            // SAFETY: channel c's gradients and planes are this task's alone.
+            unsafe {
+                dbeta.part(c..c + 1)[0] += sum_d as f32;
+                dgamma.part(c..c + 1)[0] += sum_dx as f32;
+            }
+            let m = (n * plane) as f32;
+            let (k, mean_d, mean_dx) = (gamma[c] * r, sum_d as f32 / m, sum_dx as f32 / m);
+            for s in planes {
+                // SAFETY: as above.
+                let di = unsafe { dinp.part(s..s + plane) };
+                for ((di, &d), &x) in di
+                    .iter_mut()
+                    .zip(&dout[s..s + plane])
+                    .zip(&inp[s..s + plane])
+                {
+                    *di = k * (d - mean_d - (x - mu) * r * mean_dx);
+                }
             }
         }
-    }
+    });
 }
 
 #[cfg(test)]

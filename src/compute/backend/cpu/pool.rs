@@ -1,6 +1,20 @@
-//! Max, average and global average pooling over planes (no padding).
+//! Max, average and global average pooling over planes (no padding), the planes shared
+//! among the pool's threads.
 
+use super::threads::{for_ranges, Shared};
 use crate::compute::backend::Window2d;
+
+/// Calls `f(plane index, its slice of out)` for planes `0..planes` of `out` (`len` values
+/// each), on the pool.
+fn per_plane(out: &mut [f32], planes: usize, len: usize, f: &(dyn Fn(usize, &mut [f32]) + Sync)) {
+    let out = Shared::new(&mut out[..planes * len]);
+    for_ranges(planes, &|range| {
+        for p in range {
+            // SAFETY: plane p is this task's alone.
+            f(p, unsafe { out.part(p * len..(p + 1) * len) });
+        }
+    });
+}
 
 /// Index (within the plane) of the first maximum of output (oy, ox)'s window.
 fn window_argmax(plane: &[f32], oy: usize, ox: usize, g: &Window2d) -> usize {
@@ -30,10 +44,11 @@ pub fn maxpool_forward(
     g: &Window2d,
 ) {
     let (oh, ow, hw) = (g.out_height(), g.out_width(), g.height * g.width);
-    for p in 0..planes {
+    let argmax = Shared::new(&mut argmax[..planes * oh * ow]);
+    per_plane(out, planes, oh * ow, &|p, o| {
         let plane = &inp[p * hw..(p + 1) * hw];
-        let o = &mut out[p * oh * ow..(p + 1) * oh * ow];
-        let a = &mut argmax[p * oh * ow..(p + 1) * oh * ow];
+        // SAFETY: plane p is this task's alone.
+        let a = unsafe { argmax.part(p * oh * ow..(p + 1) * oh * ow) };
         if g.kernel == 2 && g.stride == 2 {
             // The common case without the generic window loop: each row's pair, then the
             // second row's winner only if strictly greater (the same as a row-by-row scan).
@@ -53,7 +68,7 @@ pub fn maxpool_forward(
                     a[oy * ow + ox] = (top + second * (bottom - top)) as f32;
                 }
             }
-            continue;
+            return;
         }
         for oy in 0..oh {
             for ox in 0..ow {
@@ -62,7 +77,7 @@ pub fn maxpool_forward(
                 a[oy * ow + ox] = best as f32;
             }
         }
-    }
+    });
 }
 
 /// dinp: `[planes x H x W]`; each output gradient goes to its window's maximum, as the
@@ -75,21 +90,20 @@ pub fn maxpool_backward(
     g: &Window2d,
 ) {
     let (ohw, hw) = (g.out_height() * g.out_width(), g.height * g.width);
-    dinp[..planes * hw].fill(0.0);
-    for p in 0..planes {
-        let di = &mut dinp[p * hw..(p + 1) * hw];
+    per_plane(dinp, planes, hw, &|p, di| {
+        di.fill(0.0);
         let d = &dout[p * ohw..(p + 1) * ohw];
         for (&g, &a) in d.iter().zip(&argmax[p * ohw..(p + 1) * ohw]) {
             di[a as usize] += g;
         }
-    }
+    });
 }
 
 /// out: `[planes x OH x OW]`, the mean of each window.
 pub fn avgpool_forward(out: &mut [f32], inp: &[f32], planes: usize, g: &Window2d) {
     let (oh, ow, hw, w) = (g.out_height(), g.out_width(), g.height * g.width, g.width);
     let inv = 1.0 / (g.kernel * g.kernel) as f32;
-    for p in 0..planes {
+    per_plane(out, planes, oh * ow, &|p, out| {
         let plane = &inp[p * hw..(p + 1) * hw];
         for oy in 0..oh {
             for ox in 0..ow {
@@ -101,19 +115,18 @@ pub fn avgpool_forward(out: &mut [f32], inp: &[f32], planes: usize, g: &Window2d
                             .sum::<f32>()
                     })
                     .sum();
-                out[(p * oh + oy) * ow + ox] = s * inv;
+                out[oy * ow + ox] = s * inv;
             }
         }
-    }
+    });
 }
 
 /// dinp: `[planes x H x W]`; each input gets dout / k^2 from every window it lies in.
 pub fn avgpool_backward(dinp: &mut [f32], dout: &[f32], planes: usize, g: &Window2d) {
     let (oh, ow, hw, w) = (g.out_height(), g.out_width(), g.height * g.width, g.width);
     let inv = 1.0 / (g.kernel * g.kernel) as f32;
-    dinp[..planes * hw].fill(0.0);
-    for p in 0..planes {
-        let di = &mut dinp[p * hw..(p + 1) * hw];
+    per_plane(dinp, planes, hw, &|p, di| {
+        di.fill(0.0);
         for oy in 0..oh {
             for ox in 0..ow {
                 let d = dout[(p * oh + oy) * ow + ox] * inv;
@@ -125,23 +138,21 @@ pub fn avgpool_backward(dinp: &mut [f32], dout: &[f32], planes: usize, g: &Windo
                 }
             }
         }
-    }
+    });
 }
 
 /// out: `[planes]`, the mean of each plane of inp: `[planes x plane]`.
 pub fn global_avgpool_forward(out: &mut [f32], inp: &[f32], planes: usize, plane: usize) {
     let inv = 1.0 / plane as f32;
-    for (o, x) in out[..planes].iter_mut().zip(inp.chunks_exact(plane)) {
-        *o = x.iter().sum::<f32>() * inv;
-    }
+    per_plane(out, planes, 1, &|p, o| {
+        o[0] = inp[p * plane..(p + 1) * plane].iter().sum::<f32>() * inv;
+    });
 }
 
 /// dinp: `[planes x plane]` = dout / plane.
 pub fn global_avgpool_backward(dinp: &mut [f32], dout: &[f32], planes: usize, plane: usize) {
     let inv = 1.0 / plane as f32;
-    for (d, &g) in dinp[..planes * plane].chunks_exact_mut(plane).zip(dout) {
-        d.fill(g * inv);
-    }
+    per_plane(dinp, planes, plane, &|p, d| d.fill(dout[p] * inv));
 }
 
 #[cfg(test)]

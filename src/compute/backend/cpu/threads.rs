@@ -1,14 +1,24 @@
 //! The worker's threads: a persistent pool that runs one closure on `run.threads` threads at
-//! once (the calling thread is one of them), for the passes of a step that OpenBLAS does not
-//! thread (the Winograd transforms and per-point GEMMs, batch norm, elementwise passes).
+//! once (the calling thread is one of them). Every pass of a CNN step runs on it: the
+//! convolutions (Winograd's transforms and per-point GEMMs, im2col and its GEMMs per chunk of
+//! images), batch norm per channel, pooling per plane, and the elementwise passes and the
+//! optimizer's step over contiguous parts.
 //!
 //! The helper threads start once, in [`set_threads`], and wait on a condition variable; a
 //! [`run`] hands them a borrowed closure and waits until all have returned, so a dispatch
 //! allocates nothing (the step's no-allocation rule holds). While the pool's tasks run,
 //! OpenBLAS is held to one thread, so that a GEMM inside a task does not start threads of its
-//! own on cores the pool already fills; outside them it keeps `run.threads`.
+//! own on cores the pool already fills; outside them it keeps `run.threads` (the LSTM's and
+//! the dense layer's GEMMs).
+//!
+//! Two ways to share work: [`run`] hands out fixed task indices (for passes that reduce into
+//! a buffer per task, so that the sum's order depends on the thread count only), and
+//! [`for_ranges`] hands out blocks of a range on demand (for passes whose parts write
+//! disjoint outputs: a thread slowed by other work on the machine then takes fewer blocks).
 
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock, TryLockError};
 
 use super::gemm::set_blas_threads;
 
@@ -38,6 +48,19 @@ struct Pool {
 }
 
 static POOL: OnceLock<Pool> = OnceLock::new();
+
+thread_local! {
+    /// Whether this thread is running a pool task (a nested [`run`] then runs inline).
+    static IN_TASK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Values from which an elementwise pass is shared ([`for_values`]): fewer take one thread
+/// about as long as a dispatch costs.
+pub const MIN_PARALLEL_VALUES: usize = 1 << 15;
+
+/// Blocks per thread that [`for_ranges`] cuts a range into, so that threads that finish
+/// early take more.
+const BLOCKS_PER_THREAD: usize = 4;
 
 /// Threads [`run`] uses: the first [`set_threads`] call's count (1 before it).
 pub fn threads() -> usize {
@@ -84,6 +107,7 @@ fn start(n: usize) {
 
 /// A helper's loop: waits for a generation, runs the task with its index, reports.
 fn helper(pool: &'static Pool, index: usize) {
+    IN_TASK.with(|t| t.set(true));
     let mut seen = 0;
     loop {
         let task = {
@@ -105,12 +129,22 @@ fn helper(pool: &'static Pool, index: usize) {
 }
 
 /// Runs `task(i)` for every `i` in `0..threads()`, `i = 0` on this thread, and returns when
-/// all have returned. Callers on different threads take turns; a task must not call `run`.
+/// all have returned. Called from inside a task, or while another thread's dispatch holds the
+/// pool, it runs every index in turn on this thread (the same results, as each index does
+/// the same work wherever it runs).
 pub fn run(task: &Task<'_>) {
     let Some(pool) = POOL.get().filter(|p| p.helpers > 0) else {
         return task(0);
     };
-    let _turn = pool.dispatch.lock().unwrap_or_else(|e| e.into_inner());
+    let inline = || (0..=pool.helpers).for_each(task);
+    if IN_TASK.with(Cell::get) {
+        return inline();
+    }
+    let _turn = match pool.dispatch.try_lock() {
+        Ok(turn) => turn,
+        Err(TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(TryLockError::WouldBlock) => return inline(),
+    };
     set_blas_threads(1);
     {
         let mut s = pool.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -121,7 +155,9 @@ pub fn run(task: &Task<'_>) {
         s.generation += 1;
         pool.start.notify_all();
     }
+    IN_TASK.with(|t| t.set(true));
     task(0);
+    IN_TASK.with(|t| t.set(false));
     let mut s = pool.state.lock().unwrap_or_else(|e| e.into_inner());
     while s.pending > 0 {
         s = pool.done.wait(s).unwrap_or_else(|e| e.into_inner());
@@ -137,14 +173,33 @@ pub fn share(len: usize, i: usize, parts: usize) -> std::ops::Range<usize> {
     (len * i / parts)..(len * (i + 1) / parts)
 }
 
-/// Calls `f` on [`threads()`] disjoint parts of `0..len` at once (one part, on this thread,
-/// with one thread or fewer than two units).
+/// Calls `f` on disjoint blocks that cover `0..len`, on all [`threads()`] at once, each
+/// thread taking the next block when done with one (one call on this thread with one
+/// thread or fewer than two units). For passes whose blocks write disjoint outputs: which
+/// thread takes a block changes nothing in the result.
 pub fn for_ranges(len: usize, f: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
     let n = threads();
     if n == 1 || len < 2 {
         return f(0..len);
     }
-    run(&|i| f(share(len, i, n)));
+    let blocks = len.min(n * BLOCKS_PER_THREAD);
+    let next = AtomicUsize::new(0);
+    run(&|_| loop {
+        let b = next.fetch_add(1, Ordering::Relaxed);
+        if b >= blocks {
+            break;
+        }
+        f(share(len, b, blocks));
+    });
+}
+
+/// [`for_ranges`] over `len` values of an elementwise pass: on this thread alone below
+/// [`MIN_PARALLEL_VALUES`].
+pub fn for_values(len: usize, f: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
+    if len < MIN_PARALLEL_VALUES {
+        return f(0..len);
+    }
+    for_ranges(len, f);
 }
 
 /// A mutable slice that pool tasks write in disjoint parts.
@@ -198,6 +253,29 @@ mod tests {
             let covered: Vec<usize> = (0..parts).flat_map(|i| share(len, i, parts)).collect();
             assert_eq!(covered, (0..len).collect::<Vec<_>>());
         }
+    }
+
+    #[test]
+    fn blocks_cover_the_range_once_and_nested_dispatches_run_inline() {
+        set_threads(2);
+        let len = 1000;
+        let mut hits = vec![0.0f32; len];
+        let shared = Shared::new(&mut hits);
+        for_ranges(len, &|r| {
+            // SAFETY: the blocks are disjoint.
+            let part = unsafe { shared.part(r) };
+            let inner = std::sync::atomic::AtomicUsize::new(0);
+            run(&|_| {
+                inner.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            });
+            assert_eq!(
+                inner.into_inner(),
+                threads(),
+                "a nested run runs every index"
+            );
+            part.iter_mut().for_each(|h| *h += 1.0);
+        });
+        assert!(hits.iter().all(|&h| h == 1.0));
     }
 
     #[test]

@@ -15,6 +15,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::elementwise::fill;
 use super::gemm::gemm;
 use super::threads::{for_ranges, Shared};
 use super::winograd_rows as rows;
@@ -408,20 +409,25 @@ pub fn backward(
     let (th, tw) = grid(g);
     let per = th * tw;
     if let Some(db) = grads.bias {
-        for (ch, b) in db.iter_mut().enumerate() {
-            *b += (0..n)
-                .map(|i| dout[(i * k + ch) * hw..][..hw].iter().sum::<f32>())
-                .sum::<f32>();
-        }
+        let db = Shared::new(&mut db[..k]);
+        for_ranges(k, &|channels| {
+            for ch in channels {
+                let sum = (0..n)
+                    .map(|i| dout[(i * k + ch) * hw..][..hw].iter().sum::<f32>())
+                    .sum::<f32>();
+                // SAFETY: channel ch is this task's alone.
+                unsafe { db.part(ch..ch + 1)[0] += sum };
+            }
+        });
     }
     let mut dinp = dinp;
     if let Some(d) = dinp.as_deref_mut() {
-        d[..n * c * hw].fill(0.0);
+        fill(&mut d[..n * c * hw], 0.0);
     }
     let (u, rest) = scratch.split_at_mut(XI * k * c);
     let (du, rest) = rest.split_at_mut(XI * k * c);
     transform_filters(u, weight, k, c);
-    du.fill(0.0);
+    fill(du, 0.0);
     let step = chunk(g, n);
     let mut first = 0;
     while first < n {
