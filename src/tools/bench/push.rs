@@ -41,7 +41,7 @@ const WEIGHT_DECAY: f64 = 5e-4;
 
 /// Parameters of `model` at `width` (ResNet-18 and VGG-19 for CIFAR, 10 classes).
 pub fn model_params(model: &str, width: f64) -> Result<usize> {
-    if !(width > 0.0 && width <= 4.0) {
+    if width.is_nan() || width <= 0.0 || width > 4.0 {
         anyhow::bail!("--width: must be in (0, 4], got {width}");
     }
     let input = zoo::CIFAR_INPUT;
@@ -83,8 +83,11 @@ pub struct PushFigures {
     pub params: usize,
     pub threads: usize,
     pub rounds: usize,
+    /// Copy and triad bandwidth on the pool's threads.
     pub copy_bw: f64,
     pub triad_bw: f64,
+    /// Copy bandwidth of one thread.
+    pub one_thread_copy_bw: f64,
     /// The server's apply: check, step, release.
     pub apply_s: f64,
     /// The pass it replaced: a one-thread summing check, then the one-thread SGD kernel.
@@ -107,7 +110,7 @@ impl PushFigures {
 
 /// Measures for `seconds` (at least 3 rounds) at `threads` threads.
 pub fn measure(params: usize, threads_n: usize, seconds: f64) -> Result<PushFigures> {
-    if threads_n == 0 || !(seconds > 0.0) {
+    if threads_n == 0 || seconds.is_nan() || seconds <= 0.0 {
         anyhow::bail!("--threads must be >= 1 and --seconds > 0");
     }
     cpu::set_threads(threads_n);
@@ -117,7 +120,7 @@ pub fn measure(params: usize, threads_n: usize, seconds: f64) -> Result<PushFigu
     let (mut a, b, c) = (vec![0.0f32; params], vec![1.0f32; params], g.clone());
     let mut reply = vec![0.0f32; params];
     let mut ready = Vec::with_capacity(1);
-    let mut times: [Vec<f64>; 5] = Default::default();
+    let mut times: [Vec<f64>; 6] = Default::default();
     let start = Instant::now();
     while times[0].len() < 3 || start.elapsed().as_secs_f64() < seconds {
         times[0].push(timed(|| copy(&mut a, &b)));
@@ -138,15 +141,18 @@ pub fn measure(params: usize, threads_n: usize, seconds: f64) -> Result<PushFigu
         }));
         times[3].push(timed(|| plain_apply(&mut plain, &g)));
         times[4].push(timed(|| reply.copy_from_slice(ps.weights())));
+        times[5].push(timed(|| a.copy_from_slice(&b)));
     }
     let rounds = times[0].len();
-    let [copy_s, triad_s, apply_s, plain_apply_s, reply_copy_s] = times.map(|mut t| median(&mut t));
+    let [copy_s, triad_s, apply_s, plain_apply_s, reply_copy_s, one_thread_copy_s] =
+        times.map(|mut t| median(&mut t));
     let bytes = 4.0 * params as f64;
     Ok(PushFigures {
         params,
         threads: threads::threads(),
         rounds,
         copy_bw: 2.0 * bytes / copy_s,
+        one_thread_copy_bw: 2.0 * bytes / one_thread_copy_s,
         triad_bw: 3.0 * bytes / triad_s,
         apply_s,
         plain_apply_s,
@@ -206,9 +212,10 @@ pub fn print(f: &PushFigures) {
         f.params, f.threads, f.rounds
     );
     println!(
-        "copy_gb_s: {:.2}\ntriad_gb_s: {:.2}",
+        "copy_gb_s: {:.2}\ntriad_gb_s: {:.2}\none_thread_copy_gb_s: {:.2}",
         gbs(f.copy_bw),
-        gbs(f.triad_bw)
+        gbs(f.triad_bw),
+        gbs(f.one_thread_copy_bw)
     );
     println!(
         "push_bound_ms: {:.2}  ({PUSH_STREAMS} model streams)\nstep_bound_ms: {:.2}  ({STEP_STREAMS} model streams)",
