@@ -12,7 +12,7 @@ use crate::compress::powersgd::TensorShape;
 use crate::compress::MirrorDevice;
 use crate::compute::backend::Backend;
 use crate::compute::model::Trainable;
-use crate::compute::optim::{HostOptimizer, Outer};
+use crate::compute::optim::{parallel, HostOptimizer, Outer};
 use crate::compute::workload::Model;
 use crate::config::{Config, GsspConfig, Scheme, SyncMode};
 use crate::protocol::costmodel::CostModel;
@@ -74,7 +74,7 @@ pub fn serve_group(
         .group
         .as_ref()
         .context("server without its group's communicator")?;
-    let mut link = ServerLink::new(group_comm, &slots, n)?;
+    let mut link = ServerLink::new(group_comm, &slots, n)?.with_copy(parallel::copy);
     let mut ps = param_server(cfg, layout, group, model.weights, slots.len());
     for (w, _) in slots.iter().enumerate().filter(|(_, s)| s.is_none()) {
         ps.leave(w);

@@ -1,6 +1,6 @@
 //! A parameter server's passes over a whole model, split over the pool's threads
-//! (`run.threads`, [`crate::compute::backend::cpu::threads`]): the SGD step and the sum that
-//! checks a push. Both are bound by memory traffic, so a second core's bandwidth shortens them.
+//! (`run.threads`, [`crate::compute::backend::cpu::threads`]): the SGD step, the sum that
+//! checks a push and the copy of the weights into a reply. Both are bound by memory traffic, so a second core's bandwidth shortens them.
 //!
 //! Each thread takes one contiguous share of the model. The step computes every value as the
 //! one-thread pass does (it is elementwise), so its result does not depend on the thread
@@ -56,6 +56,22 @@ pub fn sum(values: &[f32]) -> f32 {
     total.into_inner().unwrap_or_else(|e| e.into_inner())
 }
 
+/// `dst = src`, each of the pool's threads copying its share.
+///
+/// # Panics
+/// If the lengths differ.
+pub fn copy(dst: &mut [f32], src: &[f32]) {
+    assert_eq!(dst.len(), src.len(), "copy: lengths differ");
+    if !splits(src.len()) {
+        return dst.copy_from_slice(src);
+    }
+    let shared = threads::Shared::new(dst);
+    threads::for_ranges(src.len(), &|r| {
+        // SAFETY: `for_ranges` gives each task its own range.
+        unsafe { shared.part(r.clone()) }.copy_from_slice(&src[r]);
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,6 +99,15 @@ mod tests {
         }
         assert!(threads::threads() > 1, "the pool has a second thread");
         assert_eq!((w1, v1), (w2, v2), "elementwise: the same values");
+    }
+
+    #[test]
+    fn the_threaded_copy_copies_every_value() {
+        threads::set_threads(2);
+        let (src, _, _) = buffers(2 * MIN_SPLIT + 3);
+        let mut dst = vec![0.0; src.len()];
+        copy(&mut dst, &src);
+        assert_eq!(dst, src);
     }
 
     #[test]

@@ -10,11 +10,12 @@
 //! in-process step alone [`STEP_STREAMS`] of them.
 //!
 //! Every round measures, one after the other, so that a loaded machine slows all alike: a
-//! copy and a triad (`a = b + s * c`) of model-sized buffers on the pool's threads, the server's
-//! apply as it runs it (the push's finiteness check, [`ParamServer::on_push`], the release),
-//! the plain pass it replaced (one thread: a summing check, then the SGD kernel) and the
-//! reply's copy of the weights into a send buffer ([`crate::comm::p2p::ServerLink`] copies
-//! once per reply). Medians over the rounds.
+//! copy and a triad (`a = b + s * c`) of model-sized buffers on the pool's threads (and the
+//! copy on one thread), the server's apply as it runs it (the push's finiteness check,
+//! [`ParamServer::on_push`], the release), the plain pass it replaced (one thread: a summing
+//! check, then the SGD kernel) and the reply's copy of the weights into a send buffer on the
+//! pool's threads ([`crate::comm::p2p::ServerLink`] copies once per reply). Medians over the
+//! rounds.
 
 use std::time::Instant;
 
@@ -24,6 +25,7 @@ use crate::comm::p2p::PushRef;
 use crate::compute::backend::cpu::{self, threads, Cpu};
 use crate::compute::backend::SgdStep;
 use crate::compute::model::{zoo, Trainable};
+use crate::compute::optim::parallel;
 use crate::config::StalenessLr;
 use crate::protocol::param_server::{Apply, ParamServer, UpdateRule};
 use crate::runtime::server::check_push;
@@ -123,7 +125,7 @@ pub fn measure(params: usize, threads_n: usize, seconds: f64) -> Result<PushFigu
     let mut times: [Vec<f64>; 6] = Default::default();
     let start = Instant::now();
     while times[0].len() < 3 || start.elapsed().as_secs_f64() < seconds {
-        times[0].push(timed(|| copy(&mut a, &b)));
+        times[0].push(timed(|| parallel::copy(&mut a, &b)));
         times[1].push(timed(|| triad(&mut a, &b, &c)));
         let push = PushRef {
             worker: 0,
@@ -140,7 +142,7 @@ pub fn measure(params: usize, threads_n: usize, seconds: f64) -> Result<PushFigu
             checked.map(|_| ())
         }));
         times[3].push(timed(|| plain_apply(&mut plain, &g)));
-        times[4].push(timed(|| reply.copy_from_slice(ps.weights())));
+        times[4].push(timed(|| parallel::copy(&mut reply, ps.weights())));
         times[5].push(timed(|| a.copy_from_slice(&b)));
     }
     let rounds = times[0].len();
@@ -165,15 +167,6 @@ fn timed<T>(f: impl FnOnce() -> T) -> f64 {
     let t = Instant::now();
     std::hint::black_box(f());
     t.elapsed().as_secs_f64()
-}
-
-/// `dst = src`, each of the pool's threads copying its share.
-fn copy(dst: &mut [f32], src: &[f32]) {
-    let shared = threads::Shared::new(dst);
-    threads::for_ranges(src.len(), &|r| {
-        // SAFETY: `for_ranges` gives each task its own range.
-        unsafe { shared.part(r.clone()) }.copy_from_slice(&src[r]);
-    });
 }
 
 /// `a = b + 0.5 * c`, each of the pool's threads on its share.

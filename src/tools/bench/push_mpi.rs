@@ -12,6 +12,7 @@ use anyhow::Result;
 use crate::comm::p2p::{ServerLink, WorkerLink};
 use crate::comm::{Collectives, Comm};
 use crate::compute::backend::cpu;
+use crate::compute::optim::parallel;
 use crate::runtime::server::check_push;
 use crate::telemetry::stats::median;
 
@@ -57,7 +58,7 @@ pub fn two_ranks(
 /// The server's loop for `seconds`: median busy seconds per push, median receive seconds,
 /// pushes.
 fn server(comm: &Comm, params: usize, seconds: f64) -> Result<(f64, f64, usize)> {
-    let mut link = ServerLink::new(comm, &[Some(1)], params)?;
+    let mut link = ServerLink::new(comm, &[Some(1)], params)?.with_copy(parallel::copy);
     let mut ps = resnet_server(gradient(params), 1);
     link.send_weights(&[0], ps.version(), ps.weights(), |_| 0)?;
     let (mut busy, mut receive) = (Vec::new(), Vec::new());
