@@ -174,6 +174,24 @@ enum BenchCommand {
         #[arg(long, default_value = "cpu")]
         device: String,
     },
+    /// A parameter server's time per push (check, SGD step, reply) against the memory
+    /// traffic a push must cause at this machine's copy bandwidth.
+    Push {
+        #[arg(long, default_value = "resnet18")]
+        model: String,
+        /// Model width (1: the paper's ResNet-18, 11,173,962 parameters).
+        #[arg(long, default_value_t = 1.0)]
+        width: f64,
+        /// The server's threads (`run.threads`).
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// Seconds to measure for.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Also a whole push between two ranks (run under `mpirun -n 2`).
+        #[arg(long)]
+        mpi: bool,
+    },
     /// Exact top-k selection against one pass summing the same array.
     Topk {
         #[arg(long, default_value_t = 11_200_000)]
@@ -665,6 +683,21 @@ fn bench(which: BenchCommand) -> anyhow::Result<()> {
             "cuda" => gpu_step(&model, batch, seconds, data.as_deref()),
             other => anyhow::bail!("--device: must be cpu or cuda, got {other}"),
         },
+        BenchCommand::Push {
+            model,
+            width,
+            threads,
+            seconds,
+            mpi,
+        } => {
+            let params = bench::push::model_params(&model, width)?;
+            if mpi {
+                return bench::push_mpi::run(params, threads, seconds);
+            }
+            let figures = bench::push::measure(params, threads, seconds)?;
+            bench::push::print(&figures);
+            Ok(())
+        }
         BenchCommand::Topk {
             n,
             ratio,

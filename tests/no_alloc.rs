@@ -155,3 +155,29 @@ fn seq2seq_training_step_allocates_nothing_after_warm_up() {
     let n = ALLOCATIONS.load(Ordering::SeqCst) - before;
     assert_eq!(n, 0, "allocations in 19 seq2seq training steps");
 }
+
+#[test]
+fn a_server_push_allocates_nothing_after_warm_up() {
+    let _turn = turn();
+    // The group server's apply as it runs it (check, SGD step, release) on two threads,
+    // over a model large enough that the passes are split.
+    gssp::compute::backend::cpu::set_threads(2);
+    let n = 200_000;
+    let grad = gssp::tools::bench::push::gradient(n);
+    let mut ps = gssp::tools::bench::push::resnet_server(grad.clone(), 1);
+    let mut ready = Vec::with_capacity(1);
+    let mut push = |ps: &mut gssp::protocol::param_server::ParamServer| {
+        let sum = gssp::compute::optim::parallel::sum(&grad);
+        assert!(sum.is_finite());
+        ps.on_push(0, &grad, 0.05).expect("a finite push");
+        ready.clear();
+        ps.release(&mut ready);
+    };
+    push(&mut ps);
+    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    for _ in 0..20 {
+        push(&mut ps);
+    }
+    let after = ALLOCATIONS.load(Ordering::SeqCst);
+    assert_eq!(after - before, 0, "allocations in 20 server pushes");
+}

@@ -546,6 +546,13 @@ pub struct ServerLink {
     /// Workers not yet sent `stop`.
     active: usize,
     stats: LinkStats,
+    /// Copies the weights into a payload ([`ServerLink::with_copy`]).
+    copy: fn(&mut [f32], &[f32]),
+}
+
+/// The default payload copy: `copy_from_slice` on the calling thread.
+fn copy_here(dst: &mut [f32], src: &[f32]) {
+    dst.copy_from_slice(src);
 }
 
 impl ServerLink {
@@ -576,9 +583,17 @@ impl ServerLink {
             retired: vec![true; k],
             active: 0,
             stats: LinkStats::default(),
+            copy: copy_here,
         };
         link.bind(comm, slots)?;
         Ok(link)
+    }
+
+    /// Copies the weights into each reply's payload with `copy` (of two equal-length slices,
+    /// `dst` first), e.g. one that splits the copy over the caller's threads.
+    pub fn with_copy(mut self, copy: fn(&mut [f32], &[f32])) -> Self {
+        self.copy = copy;
+        self
     }
 
     /// Serves the slots' workers on `comm` from now on (this rank at 0 there, `slots` as in
@@ -766,7 +781,8 @@ impl ServerLink {
     }
 
     /// Sends Weights{version, staleness, weights} to every worker index in `workers`, with
-    /// `staleness(w)` in worker w's header. The weights are copied once, into a payload all
+    /// `staleness(w)` in worker w's header. The weights are copied once (with the link's
+    /// copy, [`ServerLink::with_copy`]), into a payload all
     /// these sends read; each message is that worker's header followed by the payload (one
     /// derived datatype, so the wire layout is the same as a contiguous message). First waits
     /// for each worker's previous Weights to be delivered.
@@ -793,7 +809,7 @@ impl ServerLink {
             return Ok(());
         }
         let p = self.free_payload()?;
-        self.payloads[p][..weights.len()].copy_from_slice(weights);
+        (self.copy)(&mut self.payloads[p][..weights.len()], weights);
         for &w in workers {
             let rank = self.rank_of("ServerLink::send_weights", w)?;
             self.write_header(w, version, false, staleness(w));

@@ -12,7 +12,7 @@ use crate::compress::powersgd::TensorShape;
 use crate::compress::MirrorDevice;
 use crate::compute::backend::Backend;
 use crate::compute::model::Trainable;
-use crate::compute::optim::{HostOptimizer, Outer};
+use crate::compute::optim::{parallel, HostOptimizer, Outer};
 use crate::compute::workload::Model;
 use crate::config::{Config, GsspConfig, Scheme, SyncMode};
 use crate::protocol::costmodel::CostModel;
@@ -75,7 +75,7 @@ pub fn serve_group(
         .group
         .as_ref()
         .context("server without its group's communicator")?;
-    let mut link = ServerLink::new(group_comm, &slots, n)?;
+    let mut link = ServerLink::new(group_comm, &slots, n)?.with_copy(parallel::copy);
     let mut ps = param_server(cfg, layout, group, model.weights, slots.len());
     let resumed = restore(ctx, group, &mut ps, snapshots)?;
     // After the restore, which sets every slot's clock.

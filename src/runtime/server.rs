@@ -458,9 +458,9 @@ impl Server<'_, '_, '_, '_, '_> {
 }
 
 /// Refuses a push whose loss or gradient is not finite: applied, it would poison every
-/// replica. A NaN or infinity anywhere makes the sum non-finite: one cheap pass, and the
-/// search for the entry only when it fails.
-fn check_push(push: &PushRef<'_>, rank: usize, pushes: u64, lr: f64) -> Result<()> {
+/// replica. A NaN or infinity anywhere makes the sum non-finite: one cheap pass (over the
+/// pool's threads), and the search for the entry only when it fails.
+pub fn check_push(push: &PushRef<'_>, rank: usize, pushes: u64, lr: f64) -> Result<()> {
     let w = push.worker;
     if !push.loss.is_finite() {
         anyhow::bail!(
@@ -468,7 +468,7 @@ fn check_push(push: &PushRef<'_>, rank: usize, pushes: u64, lr: f64) -> Result<(
             push.loss
         );
     }
-    if !push.payload.iter().sum::<f32>().is_finite() {
+    if !optim::parallel::sum(push.payload).is_finite() {
         let what = match push.payload.iter().position(|v| !v.is_finite()) {
             Some(i) => format!("entry {i} is {}", push.payload[i]),
             None => "its entries overflow when summed".to_string(),

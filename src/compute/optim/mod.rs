@@ -15,17 +15,19 @@ pub mod adam;
 pub mod choice;
 pub mod clip;
 pub mod outer;
+pub mod parallel;
 
 pub use adam::{Adam, AdamConfig, BufAdam};
 pub use choice::{HostOptimizer, NetworkOptimizer};
 pub use clip::{clip_grad_norm, global_norm, ClipError};
 pub use outer::Outer;
 
-use crate::compute::backend::{cpu, Backend, SgdStep};
+use crate::compute::backend::{Backend, SgdStep};
 use crate::compute::model::Trainable;
 
 /// SGD over host buffers: the parameter servers' replicas. It runs the CPU backend's
-/// `sgd_step` kernel, the one [`NetworkSgd`] runs on a network's own backend.
+/// `sgd_step` kernel, the one [`NetworkSgd`] runs on a network's own backend, split over the
+/// pool's threads ([`parallel::sgd_step`]): a server's step is bound by memory traffic.
 pub struct Sgd {
     momentum: f32,
     weight_decay: f32,
@@ -64,7 +66,7 @@ impl Sgd {
             weight_decay: self.weight_decay * share,
             scale,
         };
-        cpu::sgd_step(params, &mut self.velocity, grads, &h);
+        parallel::sgd_step(params, &mut self.velocity, grads, &h);
     }
 }
 

@@ -1,6 +1,7 @@
 //! `gssp bench ...`: measured figures, each printed with what produced it.
 //!
 //! - `step`: images/s of one process's training step (`gpu`: on the CUDA backend),
+//! - `push`: a parameter server's time per push against the memory traffic it must cause,
 //! - `topk`: exact top-k selection against one summing pass over the same array,
 //! - `modes` / `paper`: whole training runs, one `mpirun` job per mode, compared in one
 //!   table (and `bench.json`) and a `gssp report` of their runs (`report/`),
@@ -11,6 +12,8 @@ pub mod configs;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod jobs;
+pub mod push;
+pub mod push_mpi;
 pub mod scale;
 pub mod step;
 pub mod variants;

@@ -10,7 +10,7 @@ mod gemm;
 mod lstm;
 mod norm;
 mod pool;
-mod threads;
+pub(crate) mod threads;
 mod winograd;
 mod winograd_rows;
 
