@@ -8,7 +8,7 @@
 #
 #   ./scripts/step-vs-pytorch.sh
 #   MODELS="resnet18" THREADS="1 2" REPEATS=3 ./scripts/step-vs-pytorch.sh
-#   PY=~/.cache/peer-venv/bin/python ./scripts/step-vs-pytorch.sh   # a PyTorch already installed
+#   PY=/path/to/venv/bin/python ./scripts/step-vs-pytorch.sh   # a PyTorch already installed
 #   GSSP_BASE=/tmp/gssp-main ./scripts/step-vs-pytorch.sh    # also an older build, interleaved
 set -euo pipefail
 cd "$(dirname "$0")/.."
