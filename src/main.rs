@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use gssp::checkpoint::{check_resume_overrides, Resume};
 use gssp::comm::{Collectives, Comm, FatalOnAll};
 use gssp::config::{Config, Grouping, SyncMode};
-use gssp::telemetry::RunDir;
+use gssp::telemetry::{stderr_line, RunDir};
 
 #[derive(Parser)]
 #[command(
@@ -502,7 +502,7 @@ fn train(
             ExitCode::from(EXIT_USAGE)
         }
         Err(e) => {
-            eprintln!("error: rank {rank}: {e:#}");
+            stderr_line(&format!("error: rank {rank}: {e:#}"));
             if comm.size() > 1 {
                 // Other ranks may be blocked waiting for this one: end the whole job.
                 comm.abort(EXIT_USAGE as i32);
@@ -551,8 +551,8 @@ fn headline(s: &gssp::telemetry::Summary) -> String {
 fn report_fatal(f: &FatalOnAll, rank: usize, size: usize) {
     let all_failed = f.failed_ranks as usize == size;
     match (&f.local, all_failed) {
-        (Some(m), true) if rank == 0 => eprintln!("error: {m}"),
-        (Some(m), false) => eprintln!("error: rank {rank}: {m}"),
+        (Some(m), true) if rank == 0 => stderr_line(&format!("error: {m}")),
+        (Some(m), false) => stderr_line(&format!("error: rank {rank}: {m}")),
         _ => {}
     }
 }

@@ -440,7 +440,8 @@ pub trait Collectives: HasHandle {
         let total = match self.allreduce_sum_u64(failed) {
             Ok(t) => t,
             Err(e) => {
-                eprintln!("error: rank {}: {e}", self.handle().rank);
+                let rank = self.handle().rank;
+                crate::telemetry::stderr_line(&format!("error: rank {rank}: {e}"));
                 abort_world(2)
             }
         };

@@ -13,3 +13,15 @@ pub mod summary;
 
 pub use logs::{CsvLog, CsvRow, RunDir, ServerRow, WorkerLog, WorkerRow};
 pub use summary::{time_to_target, EvalRow, RunTotals, Snapshots, Summary};
+
+/// Writes `line` and a newline to stderr in one write: the ranks of a job share mpirun's
+/// stderr, and a line written piece by piece (as `eprintln!` formats it) can interleave
+/// with another rank's.
+pub fn stderr_line(line: &str) {
+    use std::io::Write;
+    let mut text = String::with_capacity(line.len() + 1);
+    text.push_str(line);
+    text.push('\n');
+    // Nothing better to do when stderr itself fails.
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
