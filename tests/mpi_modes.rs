@@ -226,19 +226,7 @@ fn async_localsgd_takes_local_steps_in_proportion_to_speed_and_learns() {
     let mut pushes = 0.0;
     for (rank, &h) in (1..5).zip(&steps) {
         assert_worker_loss_falls(&run, rank);
-        let csv = run.rank_csv(rank);
-        let (iteration, sent) = (csv.col("iteration"), csv.col("bytes_sent"));
-        let pushed: Vec<f64> = iteration
-            .iter()
-            .zip(&sent)
-            .filter(|(_, &b)| b > 0.0)
-            .map(|(&i, _)| i)
-            .collect();
-        assert!(pushed.len() >= 5, "rank {rank}: {} pushes", pushed.len());
-        for (k, i) in pushed.iter().enumerate() {
-            assert_eq!(*i, ((k as u64 + 1) * h) as f64, "rank {rank}: push {k}");
-        }
-        pushes += pushed.len() as f64;
+        pushes += assert_pushes_every(&run, rank, h) as f64;
     }
     let s = run.summary();
     assert_eq!(num(&s, "outer_steps"), pushes, "{s}");
@@ -246,6 +234,24 @@ fn async_localsgd_takes_local_steps_in_proportion_to_speed_and_learns() {
     assert!((5.0..5.4).contains(&epochs), "epochs {epochs}");
     let accuracy = num(&s, "final_test_accuracy");
     assert!(accuracy >= 0.85, "final accuracy {accuracy}");
+}
+
+/// Worker `rank` pushed after every `h` local iterations (its CSV rows with bytes sent are
+/// at iterations h, 2h, ...), at least 5 times; returns its pushes.
+fn assert_pushes_every(run: &Run, rank: usize, h: u64) -> usize {
+    let csv = run.rank_csv(rank);
+    let (iteration, sent) = (csv.col("iteration"), csv.col("bytes_sent"));
+    let pushed: Vec<f64> = iteration
+        .iter()
+        .zip(&sent)
+        .filter(|(_, &b)| b > 0.0)
+        .map(|(&i, _)| i)
+        .collect();
+    assert!(pushed.len() >= 5, "rank {rank}: {} pushes", pushed.len());
+    for (k, i) in pushed.iter().enumerate() {
+        assert_eq!(*i, ((k as u64 + 1) * h) as f64, "rank {rank}: push {k}");
+    }
+    pushed.len()
 }
 
 /// gssp with work per push scaled by speed: 2 groups of workers at 1x and 4x, the fastest
@@ -289,18 +295,7 @@ fn gssp_local_steps_scale_work_by_speed_and_keep_groups_in_step() {
             "rank {rank}: layout {layout}"
         );
         assert_worker_loss_falls(&run, rank as usize);
-        let csv = run.rank_csv(rank as usize);
-        let (iteration, sent) = (csv.col("iteration"), csv.col("bytes_sent"));
-        let pushed: Vec<f64> = iteration
-            .iter()
-            .zip(&sent)
-            .filter(|(_, &b)| b > 0.0)
-            .map(|(&i, _)| i)
-            .collect();
-        assert!(pushed.len() >= 5, "rank {rank}: {} pushes", pushed.len());
-        for (k, i) in pushed.iter().enumerate() {
-            assert_eq!(*i, ((k as u64 + 1) * h) as f64, "rank {rank}: push {k}");
-        }
+        assert_pushes_every(&run, rank as usize, h);
     }
     let mut pushes = Vec::new();
     for server in [0, 1] {
