@@ -173,6 +173,10 @@ enum BenchCommand {
         /// and seq2seq at width 1; `--threads` does not apply).
         #[arg(long, default_value = "cpu")]
         device: String,
+        /// CPU 3x3 convolutions: `f2` (Winograd F(2x2,3x3), the default), `f4` (F(4x4,3x3)
+        /// on every plane where it multiplies less) or `off` (im2col and GEMM), to compare.
+        #[arg(long, default_value = "f2")]
+        winograd: String,
     },
     /// A parameter server's time per push (check, SGD step, reply) against the memory
     /// traffic a push must cause at this machine's copy bandwidth.
@@ -659,6 +663,20 @@ fn gpu_topk(_: usize, _: f64, _: usize) -> anyhow::Result<()> {
     )
 }
 
+/// `bench step --winograd`: which algorithm the CPU's 3x3 convolutions use.
+fn set_cpu_convolutions(choice: &str) -> anyhow::Result<()> {
+    use gssp::compute::backend::cpu::{set_winograd, set_winograd_large_tiles};
+    let (winograd, large_tiles) = match choice {
+        "f2" => (true, false),
+        "f4" => (true, true),
+        "off" => (false, false),
+        other => anyhow::bail!("--winograd: must be f2, f4 or off, got {other}"),
+    };
+    set_winograd(winograd);
+    set_winograd_large_tiles(large_tiles);
+    Ok(())
+}
+
 fn bench(which: BenchCommand) -> anyhow::Result<()> {
     use gssp::tools::bench;
     match which {
@@ -670,16 +688,20 @@ fn bench(which: BenchCommand) -> anyhow::Result<()> {
             data,
             batches_out,
             device,
+            winograd,
         } => match device.as_str() {
-            "cpu" => bench::step(
-                &model,
-                batch,
-                threads,
-                seconds,
-                data.as_deref(),
-                batches_out.as_deref(),
-            )
-            .map(|_| ()),
+            "cpu" => {
+                set_cpu_convolutions(&winograd)?;
+                bench::step(
+                    &model,
+                    batch,
+                    threads,
+                    seconds,
+                    data.as_deref(),
+                    batches_out.as_deref(),
+                )
+                .map(|_| ())
+            }
             "cuda" => gpu_step(&model, batch, seconds, data.as_deref()),
             other => anyhow::bail!("--device: must be cpu or cuda, got {other}"),
         },

@@ -1,20 +1,30 @@
-//! Whole networks' gradients with Winograd's 3x3 convolutions against the same networks on
-//! im2col and GEMM: narrow VGG-19 and ResNet-18 (every 3x3 stride-1 layer of at least 8
-//! input channels on Winograd), same weights, same batch. The two differ only in rounding:
-//! measured, the difference of the whole gradient is 5e-6 of its norm in VGG-19 and 1.8e-3 in
-//! ResNet-18 (batch norm over 8 images of 4x4 planes amplifies rounding); a wrong transform,
-//! index or adjoint is off by the size of the gradient, so 1e-2 tells them apart. The
+//! Whole networks' gradients with Winograd's 3x3 convolutions, in both tilings (F(2x2,3x3),
+//! and F(4x4,3x3) wherever it multiplies less), against the same networks on im2col and
+//! GEMM: narrow VGG-19 and ResNet-18 (every 3x3 stride-1 layer of at least 8 input channels
+//! on Winograd), same weights, same batch. They differ only in rounding: measured with
+//! F(2x2,3x3), the difference of the whole gradient is 5e-6 of its norm in VGG-19 and 1.8e-3
+//! in ResNet-18 (batch norm over 8 images of 4x4 planes amplifies rounding); a wrong
+//! transform, index or adjoint is off by the size of the gradient, so 1e-2 tells them apart. The
 //! finite-difference checks of tests/gradcheck.rs check the im2col path these are compared
 //! with; each Winograd layer is checked against im2col in its unit tests.
 
-use gssp::compute::backend::cpu::{set_winograd, Cpu};
+use gssp::compute::backend::cpu::{set_winograd, set_winograd_large_tiles, Cpu};
 use gssp::compute::model::zoo;
 use gssp::compute::model::{Network, Trainable};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-fn loss_and_grads(build: &dyn Fn() -> Network<Cpu>, winograd: bool) -> (f32, Vec<f32>) {
-    set_winograd(winograd);
+/// The convolutions compared.
+#[derive(Debug, Clone, Copy)]
+enum Convolution {
+    Im2col,
+    F2,
+    F4,
+}
+
+fn loss_and_grads(build: &dyn Fn() -> Network<Cpu>, conv: Convolution) -> (f32, Vec<f32>) {
+    set_winograd(!matches!(conv, Convolution::Im2col));
+    set_winograd_large_tiles(matches!(conv, Convolution::F4));
     let mut net = build();
     let n = 8;
     let mut rng = ChaCha8Rng::seed_from_u64(5);
@@ -34,10 +44,16 @@ fn winograd_networks_match_their_im2col_gradients() {
     gssp::compute::backend::cpu::set_threads(2);
     let vgg = || zoo::vgg19(Cpu, zoo::CIFAR_INPUT, 10, 0.125, 8, 13);
     let resnet = || zoo::resnet18(Cpu, zoo::CIFAR_INPUT, 10, 0.125, 8, 12);
-    for (name, build) in [("vgg19", &vgg as &dyn Fn() -> _), ("resnet18", &resnet)] {
-        let (loss_w, grads_w) = loss_and_grads(build, true);
-        let (loss_d, grads_d) = loss_and_grads(build, false);
+    let nets = [("vgg19", &vgg as &dyn Fn() -> _), ("resnet18", &resnet)];
+    for ((name, build), tiling) in nets
+        .into_iter()
+        .flat_map(|net| [(net, Convolution::F2), (net, Convolution::F4)])
+    {
+        let (loss_w, grads_w) = loss_and_grads(build, tiling);
+        let (loss_d, grads_d) = loss_and_grads(build, Convolution::Im2col);
         set_winograd(true);
+        set_winograd_large_tiles(false);
+        let name = format!("{name} {tiling:?}");
         assert!(
             (loss_w - loss_d).abs() < 1e-5,
             "{name}: loss {loss_w} vs {loss_d}"
@@ -49,6 +65,10 @@ fn winograd_networks_match_their_im2col_gradients() {
             .sum();
         let norm2: f64 = grads_d.iter().map(|&b| f64::from(b).powi(2)).sum();
         let relative = (diff2 / norm2).sqrt();
+        println!(
+            "{name}: loss off by {:.1e}, gradient by {relative:.1e} of its norm",
+            (loss_w - loss_d).abs()
+        );
         assert!(
             relative <= 1e-2,
             "{name}: the gradients differ by {relative} of their norm"

@@ -12,7 +12,9 @@ mod norm;
 mod pool;
 pub(crate) mod threads;
 mod winograd;
-mod winograd_rows;
+mod winograd_f2;
+mod winograd_f4;
+mod winograd_tiling;
 
 use std::ops::Range;
 
@@ -32,7 +34,7 @@ pub use pool::{
     maxpool_backward, maxpool_forward,
 };
 pub use threads::set_threads;
-pub use winograd::set_enabled as set_winograd;
+pub use winograd::{set_enabled as set_winograd, set_large_tiles as set_winograd_large_tiles};
 
 use super::{
     AdamStep, Backend, BatchNormDims, BatchNormMode, Conv2dDims, EmbeddingDims, LinearDims,
