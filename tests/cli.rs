@@ -214,6 +214,24 @@ fn bench_paper_names_an_unknown_mode_and_the_variants() {
 }
 
 #[test]
+fn bench_step_names_an_unknown_convolution_before_running() {
+    let o = gssp()
+        .args(["bench", "step", "--model", "resnet18", "--winograd", "f3"])
+        .output()
+        .unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(!o.status.success(), "stderr: {err}");
+    assert!(
+        err.contains("--winograd: must be f2, f4 or off, got f3"),
+        "{err}"
+    );
+    assert!(!out.contains("images_per_s"), "ran before checking: {out}");
+}
+
+#[test]
 fn plan_predicts_every_mode_and_recommends_a_group_per_tier() {
     let config = concat!(
         env!("CARGO_MANIFEST_DIR"),
