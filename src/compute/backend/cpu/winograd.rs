@@ -154,21 +154,24 @@ fn chunk<T: Tiling<XI>, const XI: usize>(g: &Window2d, batch: usize) -> usize {
 /// [`chunk`], but no more images than `scratch` values hold (the scratch was sized when the
 /// model was built, possibly before the pool had its threads).
 fn chunk_within<T: Tiling<XI>, const XI: usize>(dims: &Conv2dDims, scratch: usize) -> usize {
-    let (g, k) = (&dims.window, dims.out_c);
-    let (th, tw) = grid::<T, XI>(g);
-    let filters = 2 * XI * k * g.channels;
-    let per_image = XI * th * tw * (2 * g.channels + k);
+    let (filters, per_image) = scratch_parts::<T, XI>(dims);
     let fits = scratch.saturating_sub(filters) / per_image.max(1);
-    chunk::<T, XI>(g, dims.batch).min(fits).max(1)
+    chunk::<T, XI>(&dims.window, dims.batch).min(fits).max(1)
 }
 
-/// Scratch of one tiling: `U` and `dU` `[XI x out_c x C]`, then for one chunk of `T` tiles
-/// `V` and `dV` `[XI x C x T]` and `M` (or `dM`) `[XI x out_c x T]`.
+/// Scratch of one tiling for a whole chunk ([`scratch_parts`]).
 fn scratch_for<T: Tiling<XI>, const XI: usize>(dims: &Conv2dDims) -> usize {
+    let (filters, per_image) = scratch_parts::<T, XI>(dims);
+    filters + chunk::<T, XI>(&dims.window, dims.batch) * per_image
+}
+
+/// The scratch of one tiling in two parts: the filters' `U` and `dU` `[XI x out_c x C]`,
+/// and per image of a chunk of `T` tiles, `V` and `dV` `[XI x C x T]` and `M` (or `dM`)
+/// `[XI x out_c x T]`.
+fn scratch_parts<T: Tiling<XI>, const XI: usize>(dims: &Conv2dDims) -> (usize, usize) {
     let (g, k) = (&dims.window, dims.out_c);
     let (th, tw) = grid::<T, XI>(g);
-    let t = chunk::<T, XI>(g, dims.batch) * th * tw;
-    2 * XI * k * g.channels + XI * t * (2 * g.channels + k)
+    (2 * XI * k * g.channels, XI * th * tw * (2 * g.channels + k))
 }
 
 /// Filter pairs transformed together: each point's values of a block are written (and

@@ -24,6 +24,17 @@ const ROW: usize = MAX_WIDTH + 4;
 const SMALL_WIDTH: usize = 32;
 const SMALL_ROW: usize = SMALL_WIDTH + 4;
 
+/// Calls `$f::<R>($args)` with `R`, the row buffers' length, for the width class of `$w`.
+macro_rules! by_width {
+    ($w:expr, $f:ident($($arg:expr),*)) => {
+        if $w <= SMALL_WIDTH {
+            $f::<SMALL_ROW>($($arg),*)
+        } else {
+            $f::<ROW>($($arg),*)
+        }
+    };
+}
+
 /// Tiles along a row, tile rows, of an `h x w` plane.
 fn grid(h: usize, w: usize) -> (usize, usize) {
     (h.div_ceil(2), w.div_ceil(2))
@@ -295,11 +306,7 @@ impl Tiling<16> for F2 {
 
     fn input_tiles(dst: &mut [&mut [f32]; 16], plane: &[f32], h: usize, w: usize) {
         if w <= MAX_WIDTH {
-            return if w <= SMALL_WIDTH {
-                rows_input_tiles::<SMALL_ROW>(dst, plane, h, w)
-            } else {
-                rows_input_tiles::<ROW>(dst, plane, h, w)
-            };
+            return by_width!(w, rows_input_tiles(dst, plane, h, w));
         }
         let (th, tw) = grid(h, w);
         for ty in 0..th {
@@ -314,11 +321,7 @@ impl Tiling<16> for F2 {
 
     fn output_tiles(out: &mut [f32], src: &[&[f32]; 16], h: usize, w: usize, bias: f32) {
         if w <= MAX_WIDTH {
-            return if w <= SMALL_WIDTH {
-                rows_output_tiles::<SMALL_ROW>(out, src, h, w, bias)
-            } else {
-                rows_output_tiles::<ROW>(out, src, h, w, bias)
-            };
+            return by_width!(w, rows_output_tiles(out, src, h, w, bias));
         }
         let (th, tw) = grid(h, w);
         for ty in 0..th {
@@ -340,11 +343,7 @@ impl Tiling<16> for F2 {
 
     fn output_grad_tiles(dst: &mut [&mut [f32]; 16], dout: &[f32], h: usize, w: usize) {
         if w <= MAX_WIDTH {
-            return if w <= SMALL_WIDTH {
-                rows_output_grad_tiles::<SMALL_ROW>(dst, dout, h, w)
-            } else {
-                rows_output_grad_tiles::<ROW>(dst, dout, h, w)
-            };
+            return by_width!(w, rows_output_grad_tiles(dst, dout, h, w));
         }
         let (th, tw) = grid(h, w);
         for ty in 0..th {
@@ -369,11 +368,7 @@ impl Tiling<16> for F2 {
 
     fn input_grad_tiles(dinp: &mut [f32], src: &[&[f32]; 16], h: usize, w: usize) {
         if w <= MAX_WIDTH {
-            return if w <= SMALL_WIDTH {
-                rows_input_grad_tiles::<SMALL_ROW>(dinp, src, h, w)
-            } else {
-                rows_input_grad_tiles::<ROW>(dinp, src, h, w)
-            };
+            return by_width!(w, rows_input_grad_tiles(dinp, src, h, w));
         }
         let (th, tw) = grid(h, w);
         let (hi, wi) = (h as isize, w as isize);

@@ -165,14 +165,15 @@ impl Tiling<36> for F4 {
     }
 }
 
-/// Row `y` of the `h x w` plane (zero outside it) padded by one zero column on the left,
-/// into phase buffers: padded column `x` at `[x % 4][x / 4]`, zero up to `[.][len]`.
+/// Row `y` of the `h x w` plane (zero outside it) shifted right by `shift` zero columns,
+/// into phase buffers: column `x` of the shifted row at `[x % 4][x / 4]`, zero up to
+/// `[.][len]`.
 fn load_phases<const Q: usize>(
     row: &mut [[f32; Q]; 4],
     plane: &[f32],
     y: isize,
-    h: usize,
-    w: usize,
+    (h, w): (usize, usize),
+    shift: usize,
     len: usize,
 ) {
     for phase in row.iter_mut() {
@@ -180,8 +181,8 @@ fn load_phases<const Q: usize>(
     }
     if y >= 0 && (y as usize) < h {
         let y = y as usize;
-        for (x, &v) in plane[y * w..(y + 1) * w].iter().enumerate() {
-            row[(x + 1) % 4][(x + 1) / 4] = v;
+        for (x, &v) in (shift..).zip(&plane[y * w..(y + 1) * w]) {
+            row[x % 4][x / 4] = v;
         }
     }
 }
@@ -193,7 +194,7 @@ fn input_rows<const Q: usize>(dst: &mut [&mut [f32]; 36], plane: &[f32], h: usiz
     let mut u = [[[0.0f32; Q]; 4]; 6];
     for ty in 0..th {
         for (i, row) in p.iter_mut().enumerate() {
-            load_phases(row, plane, (4 * ty + i) as isize - 1, h, w, tw + 1);
+            load_phases(row, plane, (4 * ty + i) as isize - 1, (h, w), 1, tw + 1);
         }
         // Bt along the columns: whole rows, phase by phase.
         for q in 0..4 {
@@ -262,15 +263,7 @@ fn output_grad_rows<const Q: usize>(dst: &mut [&mut [f32]; 36], dout: &[f32], h:
     for ty in 0..th {
         // dY's rows of this tile row, column 4t + c at d[r][c][t], zero outside the plane.
         for (r, dr) in d.iter_mut().enumerate() {
-            for phase in dr.iter_mut() {
-                phase[..tw].fill(0.0);
-            }
-            let oy = 4 * ty + r;
-            if oy < h {
-                for (x, &v) in dout[oy * w..(oy + 1) * w].iter().enumerate() {
-                    dr[x % 4][x / 4] = v;
-                }
-            }
+            load_phases(dr, dout, (4 * ty + r) as isize, (h, w), 0, tw);
         }
         // A along the columns: s[i][c][t].
         for c in 0..4 {
