@@ -188,6 +188,31 @@ mod tests {
         assert_eq!((ranks, groups), (22, Groups::Auto));
     }
 
+    /// The ResNet-18 variants load on their scenario, and the baselines run at their own
+    /// schedule, not at the one the scenario config tuned for gssp.
+    #[test]
+    fn the_resnet18_variants_load_with_their_own_schedules() {
+        let config = Path::new("configs/resnet18_cifar10_gssp.toml");
+        let file = Path::new("configs/bench/variants_resnet18.toml");
+        let variants = load(file, config, &[]).unwrap();
+        let ranks: Vec<(&str, usize)> = variants
+            .iter()
+            .map(|v| (v.name.as_str(), v.ranks))
+            .collect();
+        let want = [
+            ("asp-dc", 9),
+            ("async-localsgd", 9),
+            ("gssp-gdtopk-outer", 12),
+        ];
+        assert_eq!(ranks, want);
+        let dc = Config::load(config, &variants[0].overrides).unwrap().optim;
+        assert_eq!((dc.lr, dc.momentum, dc.delay_compensation), (0.1, 0.0, 2.0));
+        assert_eq!(dc.staleness_lr, crate::config::StalenessLr::None);
+        let gssp = Config::load(config, &variants[2].overrides).unwrap().optim;
+        assert_eq!((gssp.lr, gssp.momentum), (0.1, 0.0));
+        assert_eq!(gssp.staleness_lr, crate::config::StalenessLr::Inverse);
+    }
+
     #[test]
     fn a_bad_variant_is_named_before_any_run() {
         let dir = tempfile::tempdir().unwrap();
