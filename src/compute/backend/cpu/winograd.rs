@@ -19,7 +19,8 @@
 //! only when asked for ([`set_large_tiles`]), and then only where it multiplies less
 //! ([`choose`]: not on a plane of 2 or 6 pixels, where it pads more than it saves).
 //!
-//! Images are taken in chunks of about [`TILE_COLUMNS`] tiles, which bounds the scratch.
+//! Images are taken in chunks of about [`TILE_COLUMNS`] tiles a thread (fewer on layers
+//! wider than [`CHUNK_CHANNELS`]), which bounds the scratch.
 //! The filter transform `U` is computed once per call, not per chunk.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,11 +33,21 @@ use super::winograd_f4::{self as f4, F4};
 use super::winograd_tiling::Tiling;
 use crate::compute::backend::{Conv2dDims, GemmDims, Window2d};
 
-/// Tiles per chunk of images (the GEMMs' `n`) for each of the pool's threads: small enough
-/// that a 64-channel layer's transformed chunk (1 MB a thread, whose GEMMs read their share
-/// of it) is still in cache when the GEMMs read it; measured against 512 and 1024 on
-/// ResNet-18 and VGG-19 (docs/results.md (g)).
+/// Tiles per chunk of images (the GEMMs' `n`) for each of the pool's threads, at up to
+/// [`CHUNK_CHANNELS`] input channels: small enough that the transformed chunk (1 MB a
+/// thread at 64 channels, whose GEMMs read their share of it) is still in cache when the
+/// GEMMs read it; measured against 512 and 1024 on ResNet-18 and VGG-19 (docs/results.md
+/// (g)).
 pub const TILE_COLUMNS: usize = 256;
+
+/// Above this many input channels a chunk has proportionally fewer tiles (down to
+/// [`MIN_TILE_COLUMNS`]), so that its transformed input stays about the same size: at two
+/// threads on two vCPUs that share a cache this measured 1.04x (ResNet-18) and 1.06x
+/// (VGG-19) against 256 tiles at every width, and level at one thread (docs/results.md (g)).
+const CHUNK_CHANNELS: usize = 64;
+
+/// The fewest tiles a thread's chunk is cut down to, so the GEMMs keep a useful `n`.
+const MIN_TILE_COLUMNS: usize = 16;
 
 /// Fewer input channels than this (a network's first layer) stay on im2col: the GEMMs'
 /// inner dimension would be too short to pay for the transforms.
@@ -145,10 +156,15 @@ fn grid<T: Tiling<XI>, const XI: usize>(g: &Window2d) -> (usize, usize) {
     (g.height.div_ceil(T::TILE), g.width.div_ceil(T::TILE))
 }
 
-/// Images per chunk: about [`TILE_COLUMNS`] tiles for each of the pool's threads.
+/// Images per chunk: about [`tiles_per_thread`] tiles for each of the pool's threads.
 fn chunk<T: Tiling<XI>, const XI: usize>(g: &Window2d, batch: usize) -> usize {
     let (th, tw) = grid::<T, XI>(g);
-    (TILE_COLUMNS * threads() / (th * tw).max(1)).clamp(1, batch.max(1))
+    (tiles_per_thread(g.channels) * threads() / (th * tw).max(1)).clamp(1, batch.max(1))
+}
+
+/// [`TILE_COLUMNS`] up to [`CHUNK_CHANNELS`] input channels, proportionally fewer above.
+fn tiles_per_thread(channels: usize) -> usize {
+    (TILE_COLUMNS * CHUNK_CHANNELS / channels.max(1)).clamp(MIN_TILE_COLUMNS, TILE_COLUMNS)
 }
 
 /// [`chunk`], but no more images than `scratch` values hold (the scratch was sized when the
@@ -578,6 +594,16 @@ mod tests {
             ..plane(4)
         };
         assert!(!fewer_products(&wide));
+    }
+
+    /// Wider layers take fewer tiles a chunk, in proportion, within the bounds.
+    #[test]
+    fn wide_layers_take_proportionally_fewer_tiles() {
+        assert_eq!(tiles_per_thread(3), TILE_COLUMNS);
+        assert_eq!(tiles_per_thread(CHUNK_CHANNELS), TILE_COLUMNS);
+        assert_eq!(tiles_per_thread(2 * CHUNK_CHANNELS), TILE_COLUMNS / 2);
+        assert_eq!(tiles_per_thread(512), TILE_COLUMNS * CHUNK_CHANNELS / 512);
+        assert_eq!(tiles_per_thread(1 << 20), MIN_TILE_COLUMNS);
     }
 
     /// A scratch sized for fewer images than a chunk (a model built before the pool had its
