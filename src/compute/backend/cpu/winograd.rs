@@ -274,18 +274,34 @@ fn transform_inputs<T: Tiling<XI>, const XI: usize>(
     m: usize,
     g: &Window2d,
 ) {
+    tile_planes::<T, XI, _>(v, inp, (first, m), g.channels, g, T::input_tiles);
+}
+
+/// Cuts every plane of images `first..first + m` of `src` (`planes` an image) into the
+/// tiles of grid `g` with `tiles`, which writes each point's values to its row of
+/// `buf` (`[XI x planes x T]`, `T` the chunk's tiles).
+fn tile_planes<T: Tiling<XI>, const XI: usize, F>(
+    buf: &mut [f32],
+    src: &[f32],
+    (first, m): (usize, usize),
+    planes: usize,
+    g: &Window2d,
+    tiles: F,
+) where
+    F: Fn(&mut [&mut [f32]; XI], &[f32], usize, usize) + Sync,
+{
     let (th, tw) = grid::<T, XI>(g);
-    let (c_n, per, hw) = (g.channels, th * tw, g.height * g.width);
+    let (h, w, per) = (g.height, g.width, th * tw);
     let t_n = m * per;
-    let v = Shared::new(&mut v[..XI * c_n * t_n]);
-    for_ranges(m * c_n, &|planes| {
-        for jc in planes {
-            let (j, c) = (jc / c_n, jc % c_n);
-            let plane = &inp[(first * c_n + jc) * hw..][..hw];
-            let base = |xi: usize| plane_at(xi, c, c_n, t_n, j, per);
-            // SAFETY: plane (j, c)'s tiles are this task's alone.
-            let mut dst = std::array::from_fn(|xi| unsafe { v.part(base(xi)..base(xi) + per) });
-            T::input_tiles(&mut dst, plane, g.height, g.width);
+    let buf = Shared::new(&mut buf[..XI * planes * t_n]);
+    for_ranges(m * planes, &|range| {
+        for jp in range {
+            let (j, p) = (jp / planes, jp % planes);
+            let plane = &src[(first * planes + jp) * h * w..][..h * w];
+            let base = |xi: usize| plane_at(xi, p, planes, t_n, j, per);
+            // SAFETY: plane (j, p)'s tiles are this task's alone.
+            let mut dst = std::array::from_fn(|xi| unsafe { buf.part(base(xi)..base(xi) + per) });
+            tiles(&mut dst, plane, h, w);
         }
     });
 }
@@ -376,20 +392,7 @@ fn transform_output_grads<T: Tiling<XI>, const XI: usize>(
     k_n: usize,
     g: &Window2d,
 ) {
-    let (th, tw) = grid::<T, XI>(g);
-    let (h, w, per) = (g.height, g.width, th * tw);
-    let t_n = m * per;
-    let dm = Shared::new(&mut dm[..XI * k_n * t_n]);
-    for_ranges(m * k_n, &|planes| {
-        for jk in planes {
-            let (j, k) = (jk / k_n, jk % k_n);
-            let plane = &dout[(first * k_n + jk) * h * w..][..h * w];
-            let base = |xi: usize| plane_at(xi, k, k_n, t_n, j, per);
-            // SAFETY: plane (j, k)'s tiles are this task's alone.
-            let mut dst = std::array::from_fn(|xi| unsafe { dm.part(base(xi)..base(xi) + per) });
-            T::output_grad_tiles(&mut dst, plane, h, w);
-        }
-    });
+    tile_planes::<T, XI, _>(dm, dout, (first, m), k_n, g, T::output_grad_tiles);
 }
 
 /// `dX += B dV Bt` per tile, inside the plane, for images `first..first + m` of `dinp`.
