@@ -213,6 +213,35 @@ mod tests {
         assert_eq!(gssp.staleness_lr, crate::config::StalenessLr::Inverse);
     }
 
+    /// The per-size files of the scale study load on their sizes, with each mode's
+    /// candidate schedules as tuned there (not variants.toml's).
+    #[test]
+    fn the_per_size_scale_variants_load_with_their_schedules() {
+        for (workers, dc) in [(8, (0.15, 0.5)), (16, (0.5, 0.0))] {
+            let config = format!("configs/scale_lenet5_mnist_{workers}.toml");
+            let file = format!("configs/bench/variants_scale_{workers}.toml");
+            let variants = load(Path::new(&file), Path::new(&config), &[]).unwrap();
+            let named = |name: &str| {
+                let v = variants.iter().find(|v| v.name == name);
+                let v = v.unwrap_or_else(|| panic!("{file} lacks {name}"));
+                (
+                    Config::load(Path::new(&config), &v.overrides).unwrap(),
+                    v.ranks,
+                )
+            };
+            let (gssp, ranks) = named("gssp-gdtopk");
+            assert_eq!((gssp.optim.lr, gssp.optim.momentum), (0.25, 0.5), "{file}");
+            assert_eq!(ranks, workers + 4, "{file}");
+            let (every2, _) = named("gssp-gdtopk-every2");
+            assert_eq!(every2.sync.gssp.inter_group_every, 2, "{file}");
+            let (asp_dc, ranks) = named("asp-dc");
+            assert_eq!((asp_dc.optim.lr, asp_dc.optim.momentum), dc, "{file}");
+            assert_eq!(ranks, workers + 1, "{file}");
+            let (local, _) = named("async-localsgd-h2");
+            assert_eq!(local.sync.async_localsgd.local_steps, 2, "{file}");
+        }
+    }
+
     #[test]
     fn a_bad_variant_is_named_before_any_run() {
         let dir = tempfile::tempdir().unwrap();
