@@ -41,9 +41,9 @@ use crate::compute::backend::{Conv2dDims, GemmDims, Window2d};
 pub const TILE_COLUMNS: usize = 256;
 
 /// Above this many input channels a chunk has proportionally fewer tiles (down to
-/// [`MIN_TILE_COLUMNS`]), so that its transformed input stays about the same size: at two
-/// threads on two vCPUs that share a cache this measured 1.04x (ResNet-18) and 1.06x
-/// (VGG-19) against 256 tiles at every width, and level at one thread (docs/results.md (g)).
+/// [`MIN_TILE_COLUMNS`]), so that its transformed input stays about the same size and in
+/// the cache the pool's threads share (measured against a fixed chunk at every width:
+/// docs/results.md (g)).
 const CHUNK_CHANNELS: usize = 64;
 
 /// The fewest tiles a thread's chunk is cut down to, so the GEMMs keep a useful `n`.
