@@ -213,33 +213,62 @@ mod tests {
         assert_eq!(gssp.staleness_lr, crate::config::StalenessLr::Inverse);
     }
 
+    /// `name`'s config and world size in the scale study's per-size variants file.
+    fn scale_variant(workers: usize, name: &str) -> (Config, usize) {
+        let config = format!("configs/scale_lenet5_mnist_{workers}.toml");
+        let file = format!("configs/bench/variants_scale_{workers}.toml");
+        let variants = load(Path::new(&file), Path::new(&config), &[]).unwrap();
+        let v = variants.iter().find(|v| v.name == name);
+        let v = v.unwrap_or_else(|| panic!("{file} lacks {name}"));
+        let cfg = Config::load(Path::new(&config), &v.overrides).unwrap();
+        (cfg, v.ranks)
+    }
+
     /// The per-size files of the scale study load on their sizes, with each mode's
     /// candidate schedules as tuned there (not variants.toml's).
     #[test]
     fn the_per_size_scale_variants_load_with_their_schedules() {
-        for (workers, dc) in [(8, (0.15, 0.5)), (16, (0.5, 0.0))] {
-            let config = format!("configs/scale_lenet5_mnist_{workers}.toml");
-            let file = format!("configs/bench/variants_scale_{workers}.toml");
-            let variants = load(Path::new(&file), Path::new(&config), &[]).unwrap();
-            let named = |name: &str| {
-                let v = variants.iter().find(|v| v.name == name);
-                let v = v.unwrap_or_else(|| panic!("{file} lacks {name}"));
-                (
-                    Config::load(Path::new(&config), &v.overrides).unwrap(),
-                    v.ranks,
-                )
-            };
-            let (gssp, ranks) = named("gssp-gdtopk");
-            assert_eq!((gssp.optim.lr, gssp.optim.momentum), (0.25, 0.5), "{file}");
-            assert_eq!(ranks, workers + 4, "{file}");
-            let (every2, _) = named("gssp-gdtopk-every2");
-            assert_eq!(every2.sync.gssp.inter_group_every, 2, "{file}");
-            let (asp_dc, ranks) = named("asp-dc");
-            assert_eq!((asp_dc.optim.lr, asp_dc.optim.momentum), dc, "{file}");
-            assert_eq!(ranks, workers + 1, "{file}");
-            let (local, _) = named("async-localsgd-h2");
-            assert_eq!(local.sync.async_localsgd.local_steps, 2, "{file}");
+        for (workers, dc) in [
+            (8, (0.15, 0.5)),
+            (16, (0.5, 0.0)),
+            (32, (0.5, 0.0)),
+            (64, (0.5, 0.0)),
+        ] {
+            let (gssp, ranks) = scale_variant(workers, "gssp-gdtopk");
+            assert_eq!(
+                (gssp.optim.lr, gssp.optim.momentum),
+                (0.25, 0.5),
+                "{workers}"
+            );
+            assert_eq!(ranks, workers + 4, "{workers}");
+            let (asp_dc, ranks) = scale_variant(workers, "asp-dc");
+            assert_eq!((asp_dc.optim.lr, asp_dc.optim.momentum), dc, "{workers}");
+            assert_eq!(ranks, workers + 1, "{workers}");
+            let (local, _) = scale_variant(workers, "async-localsgd-h2");
+            assert_eq!(local.sync.async_localsgd.local_steps, 2, "{workers}");
         }
+        for workers in [8, 16] {
+            let (every2, _) = scale_variant(workers, "gssp-gdtopk-every2");
+            assert_eq!(every2.sync.gssp.inter_group_every, 2, "{workers}");
+        }
+    }
+
+    /// At 32 and 64 workers every mode decays its learning rate later than the 16-worker
+    /// scenario's 0.6 epochs, where 98% comes after the first epoch.
+    #[test]
+    fn the_32_and_64_worker_variants_decay_after_the_first_epoch() {
+        let decay = |workers, name| scale_variant(workers, name).0.optim.lr_decay_epochs;
+        for (workers, name, at) in [
+            (32, "gssp-gdtopk", 1.2),
+            (32, "async-localsgd-h2", 1.2),
+            (32, "asp-dc", 1.2),
+            (64, "gssp-gdtopk", 1.4),
+            (64, "async-localsgd-h2", 1.6),
+            (64, "asp-dc", 1.4),
+        ] {
+            assert_eq!(decay(workers, name), [at], "{workers} {name}");
+        }
+        assert_eq!(decay(16, "gssp-gdtopk"), [0.6]);
     }
 
     #[test]
