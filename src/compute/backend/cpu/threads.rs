@@ -4,9 +4,13 @@
 //! images), batch norm per channel, pooling per plane, and the elementwise passes and the
 //! optimizer's step over contiguous parts.
 //!
-//! The helper threads start once, in [`set_threads`], and wait on a condition variable; a
-//! [`run`] hands them a borrowed closure and waits until all have returned, so a dispatch
-//! allocates nothing (the step's no-allocation rule holds). While the pool's tasks run,
+//! The helper threads start once, in [`set_threads`], and wait for work; a [`run`] hands
+//! them a borrowed closure and waits until all have returned, so a dispatch allocates
+//! nothing (the step's no-allocation rule holds). Waiting, a thread first polls for a while,
+//! yielding its core at each poll ([`spin_until`]), and only then sleeps on a condition
+//! variable: a step's dispatches come microseconds apart, and waking a sleeping thread
+//! takes longer than that, while the yield leaves the core to any other thread that
+//! wants it (ranks or pools sharing the cores lose nothing to the polling). While the pool's tasks run,
 //! OpenBLAS is held to one thread, so that a GEMM inside a task does not start threads of its
 //! own on cores the pool already fills; outside them it keeps `run.threads` (the LSTM's and
 //! the dense layer's GEMMs).
@@ -17,8 +21,9 @@
 //! disjoint outputs: a thread slowed by other work on the machine then takes fewer blocks).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock, TryLockError};
+use std::time::{Duration, Instant};
 
 use super::gemm::set_blas_threads;
 
@@ -45,6 +50,32 @@ struct Pool {
     state: Mutex<State>,
     start: Condvar,
     done: Condvar,
+    /// `state.generation`, readable without the lock (for the spinning in [`spin_until`]).
+    generation: AtomicU64,
+    /// `state.pending`, readable without the lock.
+    pending: AtomicUsize,
+}
+
+/// How long a thread of the pool polls for the next dispatch (a helper) or for the helpers'
+/// end (the caller) before it sleeps on the condition variable. A CNN step makes thousands
+/// of dispatches a few microseconds apart; a sleeping thread's wake-up (a futex and, in a
+/// virtual machine, an idle virtual CPU woken by the host) costs more than such a gap.
+const SPIN: Duration = Duration::from_micros(100);
+
+/// Polls `done` for up to [`SPIN`], yielding the core between polls (so a thread that
+/// shares it runs meanwhile); whether it came true. Callers check again under the lock:
+/// this only saves the sleep.
+fn spin_until(done: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + SPIN;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::yield_now();
+    }
 }
 
 static POOL: OnceLock<Pool> = OnceLock::new();
@@ -93,6 +124,8 @@ fn start(n: usize) {
             }),
             start: Condvar::new(),
             done: Condvar::new(),
+            generation: AtomicU64::new(0),
+            pending: AtomicUsize::new(0),
         }
     });
     if fresh {
@@ -110,6 +143,7 @@ fn helper(pool: &'static Pool, index: usize) {
     IN_TASK.with(|t| t.set(true));
     let mut seen = 0;
     loop {
+        spin_until(|| pool.generation.load(Ordering::Acquire) != seen);
         let task = {
             let mut s = pool.state.lock().unwrap_or_else(|e| e.into_inner());
             while s.generation == seen {
@@ -122,6 +156,7 @@ fn helper(pool: &'static Pool, index: usize) {
         unsafe { (*task)(index) };
         let mut s = pool.state.lock().unwrap_or_else(|e| e.into_inner());
         s.pending -= 1;
+        pool.pending.store(s.pending, Ordering::Release);
         if s.pending == 0 {
             pool.done.notify_one();
         }
@@ -153,11 +188,14 @@ pub fn run(task: &Task<'_>) {
         s.task = Some(erased);
         s.pending = pool.helpers;
         s.generation += 1;
+        pool.pending.store(s.pending, Ordering::Release);
+        pool.generation.store(s.generation, Ordering::Release);
         pool.start.notify_all();
     }
     IN_TASK.with(|t| t.set(true));
     task(0);
     IN_TASK.with(|t| t.set(false));
+    spin_until(|| pool.pending.load(Ordering::Acquire) == 0);
     let mut s = pool.state.lock().unwrap_or_else(|e| e.into_inner());
     while s.pending > 0 {
         s = pool.done.wait(s).unwrap_or_else(|e| e.into_inner());
@@ -246,6 +284,16 @@ impl<'a> Shared<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn polling_returns_when_the_condition_holds_and_gives_up_after_its_time() {
+        let polls = AtomicUsize::new(0);
+        assert!(spin_until(|| polls.fetch_add(1, Ordering::Relaxed) == 3));
+        assert_eq!(polls.into_inner(), 4, "polled until the condition held");
+        let start = Instant::now();
+        assert!(!spin_until(|| false));
+        assert!(start.elapsed() >= SPIN, "gave up before its time");
+    }
 
     #[test]
     fn shares_cover_the_range_once() {
