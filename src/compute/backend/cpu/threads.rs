@@ -9,11 +9,12 @@
 //! nothing (the step's no-allocation rule holds). Waiting, a thread first polls for a while,
 //! yielding its core at each poll ([`spin_until`]), and only then sleeps on a condition
 //! variable: a step's dispatches come microseconds apart, and waking a sleeping thread
-//! takes longer than that, while the yield leaves the core to any other thread that
-//! wants it (ranks or pools sharing the cores lose nothing to the polling). While the pool's tasks run,
-//! OpenBLAS is held to one thread, so that a GEMM inside a task does not start threads of its
-//! own on cores the pool already fills; outside them it keeps `run.threads` (the LSTM's and
-//! the dense layer's GEMMs).
+//! takes longer than that, while the yield leaves the core to any other thread that wants
+//! it (ranks or pools sharing the cores lose nothing to the polling).
+//!
+//! While the pool's tasks run, OpenBLAS is held to one thread, so that a GEMM inside a task
+//! does not start threads of its own on cores the pool already fills; outside them it keeps
+//! `run.threads` (the LSTM's and the dense layer's GEMMs).
 //!
 //! Two ways to share work: [`run`] hands out fixed task indices (for passes that reduce into
 //! a buffer per task, so that the sum's order depends on the thread count only), and
@@ -50,7 +51,7 @@ struct Pool {
     state: Mutex<State>,
     start: Condvar,
     done: Condvar,
-    /// `state.generation`, readable without the lock (for the spinning in [`spin_until`]).
+    /// `state.generation`, readable without the lock (for the polling in [`spin_until`]).
     generation: AtomicU64,
     /// `state.pending`, readable without the lock.
     pending: AtomicUsize,
