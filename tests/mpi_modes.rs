@@ -683,14 +683,18 @@ fn allreduce_workers_take_the_same_steps() {
 }
 
 /// The model a run leaves behind is the best it gives: the shipped main job (shortened)
-/// ends with a final model no worse than its last snapshot less 0.3 points, after a final
-/// flush that lost nothing.
+/// ends with a final model no worse than its last snapshot, after a final flush that lost
+/// nothing. One seed's difference is noisy (an asynchronous run's last second moves test
+/// accuracy by a few tenths of a point either way), so the test holds the mean over four
+/// seeds to at most 0.3 points below; at a constant learning rate, with no settling at the
+/// end, the mean fell by about a point (docs/history.md, 2026-12-05).
 #[test]
 fn main_job_final_model_is_at_least_its_last_snapshot() {
     let _lock = job_lock();
     let scratch = Scratch::new();
     let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/fashion_mnist_gssp.toml");
-    for seed in ["1", "2"] {
+    let mut changes = Vec::new();
+    for seed in ["1", "2", "3", "4"] {
         let run = scratch.train_config_ok(
             &format!("main-{seed}"),
             &config,
@@ -705,12 +709,14 @@ fn main_job_final_model_is_at_least_its_last_snapshot() {
         let acc = run.eval().col("test_accuracy");
         assert!(acc.len() >= 3, "seed {seed}: too few snapshots: {acc:?}");
         let (last, fin) = (acc[acc.len() - 2], acc[acc.len() - 1]);
-        assert!(
-            fin >= last - 0.003,
-            "seed {seed}: final model {fin} below its last snapshot {last} (all: {acc:?})"
-        );
+        changes.push((seed, fin - last, acc));
         assert!(num(&run.summary(), "replica_max_error") < 1e-4);
     }
+    let mean = changes.iter().map(|c| c.1).sum::<f64>() / changes.len() as f64;
+    assert!(
+        mean >= -0.003,
+        "final models {mean:.4} below their last snapshots on average: {changes:?}"
+    );
 }
 
 #[test]
