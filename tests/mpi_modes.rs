@@ -685,9 +685,9 @@ fn allreduce_workers_take_the_same_steps() {
 /// The model a run leaves behind is the best it gives: the shipped main job (shortened)
 /// ends with a final model no worse than its last snapshot, after a final flush that lost
 /// nothing. One seed's difference is noisy (an asynchronous run's last second moves test
-/// accuracy by a few tenths of a point either way), so the test holds the mean over four
-/// seeds to at most 0.3 points below; at a constant learning rate, with no settling at the
-/// end, the mean fell by about a point (docs/history.md, 2026-12-05).
+/// accuracy either way), so the test holds the mean over four seeds to at most 0.3 points
+/// below; at a constant learning rate, with no settling at the end, the mean falls further
+/// (docs/history.md, 2026-12-05, has the measured differences).
 #[test]
 fn main_job_final_model_is_at_least_its_last_snapshot() {
     let _lock = job_lock();
