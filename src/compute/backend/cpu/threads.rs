@@ -32,12 +32,8 @@ use super::gemm::set_blas_threads;
 type Task<'a> = dyn Fn(usize) + Sync + 'a;
 
 struct State {
-    /// Bumped for each dispatch; a helper runs each generation once.
-    generation: u64,
-    /// The closure of the current generation; valid until `pending` reaches 0.
+    /// The closure of the current generation; valid until `Pool::pending` reaches 0.
     task: Option<*const Task<'static>>,
-    /// Helpers that have not finished the current generation.
-    pending: usize,
 }
 
 // SAFETY: the task pointer is only dereferenced while `run`, which borrows the closure, waits
@@ -51,9 +47,11 @@ struct Pool {
     state: Mutex<State>,
     start: Condvar,
     done: Condvar,
-    /// `state.generation`, readable without the lock (for the polling in [`spin_until`]).
+    /// Bumped for each dispatch; a helper runs each generation once. Changed only under
+    /// `state`'s lock (the condition variables' predicate), read without it while polling
+    /// ([`spin_until`]).
     generation: AtomicU64,
-    /// `state.pending`, readable without the lock.
+    /// Helpers that have not finished the current generation; as `generation`.
     pending: AtomicUsize,
 }
 
@@ -118,11 +116,7 @@ fn start(n: usize) {
         Pool {
             helpers,
             dispatch: Mutex::new(()),
-            state: Mutex::new(State {
-                generation: 0,
-                task: None,
-                pending: 0,
-            }),
+            state: Mutex::new(State { task: None }),
             start: Condvar::new(),
             done: Condvar::new(),
             generation: AtomicU64::new(0),
@@ -147,18 +141,16 @@ fn helper(pool: &'static Pool, index: usize) {
         spin_until(|| pool.generation.load(Ordering::Acquire) != seen);
         let task = {
             let mut s = pool.state.lock().unwrap_or_else(|e| e.into_inner());
-            while s.generation == seen {
+            while pool.generation.load(Ordering::Acquire) == seen {
                 s = pool.start.wait(s).unwrap_or_else(|e| e.into_inner());
             }
-            seen = s.generation;
+            seen = pool.generation.load(Ordering::Acquire);
             s.task.expect("a dispatched generation has a task")
         };
         // SAFETY: `run` keeps the closure alive until `pending` is 0, which it is not yet.
         unsafe { (*task)(index) };
-        let mut s = pool.state.lock().unwrap_or_else(|e| e.into_inner());
-        s.pending -= 1;
-        pool.pending.store(s.pending, Ordering::Release);
-        if s.pending == 0 {
+        let _s = pool.state.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
             pool.done.notify_one();
         }
     }
@@ -187,10 +179,8 @@ pub fn run(task: &Task<'_>) {
         // SAFETY (of the later dereferences): we wait below until no helper holds it.
         let erased: *const Task<'static> = unsafe { std::mem::transmute(task as *const Task<'_>) };
         s.task = Some(erased);
-        s.pending = pool.helpers;
-        s.generation += 1;
-        pool.pending.store(s.pending, Ordering::Release);
-        pool.generation.store(s.generation, Ordering::Release);
+        pool.pending.store(pool.helpers, Ordering::Release);
+        pool.generation.fetch_add(1, Ordering::AcqRel);
         pool.start.notify_all();
     }
     IN_TASK.with(|t| t.set(true));
@@ -198,7 +188,7 @@ pub fn run(task: &Task<'_>) {
     IN_TASK.with(|t| t.set(false));
     spin_until(|| pool.pending.load(Ordering::Acquire) == 0);
     let mut s = pool.state.lock().unwrap_or_else(|e| e.into_inner());
-    while s.pending > 0 {
+    while pool.pending.load(Ordering::Acquire) > 0 {
         s = pool.done.wait(s).unwrap_or_else(|e| e.into_inner());
     }
     s.task = None;
