@@ -21,7 +21,10 @@
 //!
 //! Images are taken in chunks of about [`TILE_COLUMNS`] tiles a thread (fewer on layers
 //! wider than [`CHUNK_CHANNELS`]), which bounds the scratch.
-//! The filter transform `U` is computed once per call, not per chunk.
+//! The filter transform `U` is computed once per call, not per chunk. Every transformed
+//! buffer is point-major, and its points' blocks are a cache line more than their length
+//! apart ([`SKEW`]), so that a transform writing all `XI` points of a tile at once does not
+//! find them in the same cache sets.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -181,13 +184,28 @@ fn scratch_for<T: Tiling<XI>, const XI: usize>(dims: &Conv2dDims) -> usize {
     filters + chunk::<T, XI>(&dims.window, dims.batch) * per_image
 }
 
-/// The scratch of one tiling in two parts: the filters' `U` and `dU` `[XI x out_c x C]`,
-/// and per image of a chunk of `T` tiles, `V` and `dV` `[XI x C x T]` and `M` (or `dM`)
-/// `[XI x out_c x T]`.
+/// The scratch of one tiling in two parts: the filters' `U` and `dU` `[XI x out_c x C]`
+/// with the [`SKEW`] of every point-major buffer, and per image of a chunk of `T` tiles,
+/// `V` and `dV` `[XI x C x T]` and `M` (or `dM`) `[XI x out_c x T]`.
 fn scratch_parts<T: Tiling<XI>, const XI: usize>(dims: &Conv2dDims) -> (usize, usize) {
     let (g, k) = (&dims.window, dims.out_c);
     let (th, tw) = grid::<T, XI>(g);
-    (2 * XI * k * g.channels, XI * th * tw * (2 * g.channels + k))
+    (
+        2 * XI * point_stride(k * g.channels) + 3 * XI * SKEW,
+        XI * th * tw * (2 * g.channels + k),
+    )
+}
+
+/// Values of padding after each point's block in a point-major buffer (`U`, `dU`, `V`,
+/// `M`, `dM`, `dV`), one cache line: the blocks' lengths are powers of two times 64 KB on
+/// the usual layer widths, so without it the `XI` rows a plane's transform writes at once
+/// would fall in the same sets of the L1 cache and evict one another.
+const SKEW: usize = 16;
+
+/// The distance between the starts of two points' blocks of `len` values in a point-major
+/// buffer.
+fn point_stride(len: usize) -> usize {
+    len + SKEW
 }
 
 /// Filter pairs transformed together: each point's values of a block are written (and
@@ -203,7 +221,7 @@ fn transform_filters<T: Tiling<XI>, const XI: usize>(
     c: usize,
 ) {
     let pairs_n = k * c;
-    let u = Shared::new(&mut u[..XI * pairs_n]);
+    let u = Shared::new(&mut u[..XI * point_stride(pairs_n)]);
     for_ranges(pairs_n.div_ceil(PAIR_BLOCK), &|blocks| {
         let mut block = [[0.0f32; PAIR_BLOCK]; XI];
         for first in blocks.map(|b| b * PAIR_BLOCK) {
@@ -220,7 +238,7 @@ fn transform_filters<T: Tiling<XI>, const XI: usize>(
                 }
             }
             for (xi, row) in block.iter().enumerate() {
-                let at = xi * pairs_n + first;
+                let at = xi * point_stride(pairs_n) + first;
                 // SAFETY: the pairs of this block are this task's alone.
                 unsafe { u.part(at..at + len) }.copy_from_slice(&row[..len]);
             }
@@ -242,7 +260,7 @@ fn fold_filter_grads<T: Tiling<XI>, const XI: usize>(
         for first in blocks.map(|b| b * PAIR_BLOCK) {
             let len = PAIR_BLOCK.min(pairs_n - first);
             for (xi, row) in block.iter_mut().enumerate() {
-                let at = xi * pairs_n + first;
+                let at = xi * point_stride(pairs_n) + first;
                 row[..len].copy_from_slice(&du[at..at + len]);
             }
             // SAFETY: the filters of this block are this task's alone.
@@ -260,9 +278,9 @@ fn fold_filter_grads<T: Tiling<XI>, const XI: usize>(
 }
 
 /// Where plane `(j, ch)` of a chunk of `t_n` tiles (`per` a plane) starts in point `xi`'s
-/// rows of a `[XI x channels x t_n]` buffer.
+/// rows of a `[XI x channels x t_n]` buffer (points [`point_stride`] apart).
 fn plane_at(xi: usize, ch: usize, channels: usize, t_n: usize, j: usize, per: usize) -> usize {
-    (xi * channels + ch) * t_n + j * per
+    xi * point_stride(channels * t_n) + ch * t_n + j * per
 }
 
 /// `V[xi][c, t] = (Bt d B)[xi]` for every tile `t` of images `first..first + m` of `inp`
@@ -293,7 +311,7 @@ fn tile_planes<T: Tiling<XI>, const XI: usize, F>(
     let (th, tw) = grid::<T, XI>(g);
     let (h, w, per) = (g.height, g.width, th * tw);
     let t_n = m * per;
-    let buf = Shared::new(&mut buf[..XI * planes * t_n]);
+    let buf = Shared::new(&mut buf[..XI * point_stride(planes * t_n)]);
     for_ranges(m * planes, &|range| {
         for jp in range {
             let (j, p) = (jp / planes, jp % planes);
@@ -307,7 +325,7 @@ fn tile_planes<T: Tiling<XI>, const XI: usize, F>(
 }
 
 /// The `XI` GEMMs `out[xi] = op(lhs[xi]) op(rhs[xi])` (+ `out[xi]` when `beta` is 1), the
-/// points shared among the pool's threads.
+/// points shared among the pool's threads; each operand point-major ([`point_stride`]).
 fn batched_gemm<const XI: usize>(
     dims: GemmDims,
     lhs: &[f32],
@@ -316,12 +334,13 @@ fn batched_gemm<const XI: usize>(
     out: &mut [f32],
 ) {
     let (ls, rs, os) = (dims.m * dims.k, dims.k * dims.n, dims.m * dims.n);
-    let out = Shared::new(&mut out[..XI * os]);
+    let (lstr, rstr, ostr) = (point_stride(ls), point_stride(rs), point_stride(os));
+    let out = Shared::new(&mut out[..XI * ostr]);
     for_ranges(XI, &|points| {
         for xi in points {
-            let (l, r) = (&lhs[xi * ls..][..ls], &rhs[xi * rs..][..rs]);
+            let (l, r) = (&lhs[xi * lstr..][..ls], &rhs[xi * rstr..][..rs]);
             // SAFETY: point xi's output is this task's alone.
-            let o = unsafe { out.part(xi * os..(xi + 1) * os) };
+            let o = unsafe { out.part(xi * ostr..xi * ostr + os) };
             gemm(dims, 1.0, l, r, beta, o);
         }
     });
@@ -341,14 +360,14 @@ fn forward_with<T: Tiling<XI>, const XI: usize>(
     let (th, tw) = grid::<T, XI>(g);
     let per = th * tw;
     let step = chunk_within::<T, XI>(dims, scratch.len());
-    let (u, rest) = scratch.split_at_mut(XI * k * c);
+    let (u, rest) = scratch.split_at_mut(XI * point_stride(k * c));
     transform_filters::<T, XI>(u, weight, k, c);
     let mut first = 0;
     while first < n {
         let m = step.min(n - first);
         let t_n = m * per;
-        let (v, rest) = rest.split_at_mut(XI * c * t_n);
-        let mm = &mut rest[..XI * k * t_n];
+        let (v, rest) = rest.split_at_mut(XI * point_stride(c * t_n));
+        let mm = &mut rest[..XI * point_stride(k * t_n)];
         transform_inputs::<T, XI>(v, inp, first, m, g);
         batched_gemm::<XI>(GemmDims::new(k, t_n, c), u, v, 0.0, mm);
         write_outputs::<T, XI>(out, mm, bias, first, m, k, g);
@@ -441,17 +460,17 @@ fn backward_with<T: Tiling<XI>, const XI: usize>(
         fill(&mut d[..n * c * hw], 0.0);
     }
     let step = chunk_within::<T, XI>(dims, scratch.len());
-    let (u, rest) = scratch.split_at_mut(XI * k * c);
-    let (du, rest) = rest.split_at_mut(XI * k * c);
+    let (u, rest) = scratch.split_at_mut(XI * point_stride(k * c));
+    let (du, rest) = rest.split_at_mut(XI * point_stride(k * c));
     transform_filters::<T, XI>(u, weight, k, c);
     fill(du, 0.0);
     let mut first = 0;
     while first < n {
         let m = step.min(n - first);
         let t_n = m * per;
-        let (v, rest) = rest.split_at_mut(XI * c * t_n);
-        let (dm, rest) = rest.split_at_mut(XI * k * t_n);
-        let dv = &mut rest[..XI * c * t_n];
+        let (v, rest) = rest.split_at_mut(XI * point_stride(c * t_n));
+        let (dm, rest) = rest.split_at_mut(XI * point_stride(k * t_n));
+        let dv = &mut rest[..XI * point_stride(c * t_n)];
         transform_output_grads::<T, XI>(dm, dout, first, m, k, g);
         transform_inputs::<T, XI>(v, inp, first, m, g);
         batched_gemm::<XI>(GemmDims::new(k, c, t_n).b_transposed(), dm, v, 1.0, du);
@@ -597,6 +616,23 @@ mod tests {
             ..plane(4)
         };
         assert!(!fewer_products(&wide));
+    }
+
+    /// The points' blocks of a transformed chunk start in different sets of a 4 KB-indexed
+    /// cache (64 sets of 64 bytes) at every usual layer width, where unskewed blocks of a
+    /// power-of-two length would all start in one.
+    #[test]
+    fn point_blocks_start_in_different_cache_sets() {
+        let set = |at: usize| (at * 4 / 64) % 64;
+        for channels in [64, 128, 256, 512] {
+            let len = channels * tiles_per_thread(channels);
+            let sets = |stride: usize| {
+                let starts = (0..16).map(|xi| set(xi * stride));
+                starts.collect::<std::collections::HashSet<usize>>().len()
+            };
+            assert_eq!(sets(point_stride(len)), 16, "{channels} channels");
+            assert_eq!(sets(len), 1, "{channels} channels without the skew");
+        }
     }
 
     /// Wider layers take fewer tiles a chunk, in proportion, within the bounds.
