@@ -38,16 +38,16 @@ use crate::compute::backend::{Conv2dDims, GemmDims, Window2d};
 
 /// Tiles per chunk of images (the GEMMs' `n`) for each of the pool's threads, at up to
 /// [`CHUNK_CHANNELS`] input channels: small enough that the transformed chunk (1 MB a
-/// thread at 64 channels, whose GEMMs read their share of it) is still in cache when the
-/// GEMMs read it; measured against 512 and 1024 on ResNet-18 and VGG-19 (docs/results.md
-/// (g)).
+/// thread at 64 channels, 2 MB at 128, whose GEMMs read their share of it) is still in
+/// cache when the GEMMs read it; measured against 512 and 1024 on ResNet-18 and VGG-19
+/// (docs/results.md (g)).
 pub const TILE_COLUMNS: usize = 256;
 
 /// Above this many input channels a chunk has proportionally fewer tiles (down to
 /// [`MIN_TILE_COLUMNS`]), so that its transformed input stays about the same size and in
-/// the cache the pool's threads share (measured against a fixed chunk at every width:
-/// docs/results.md (g)).
-const CHUNK_CHANNELS: usize = 64;
+/// the cache the pool's threads share (measured against a fixed chunk at every width, and
+/// against 64: docs/results.md (g)).
+const CHUNK_CHANNELS: usize = 128;
 
 /// The fewest tiles a thread's chunk is cut down to, so the GEMMs keep a useful `n`.
 const MIN_TILE_COLUMNS: usize = 16;
