@@ -197,9 +197,10 @@ fn scratch_parts<T: Tiling<XI>, const XI: usize>(dims: &Conv2dDims) -> (usize, u
 }
 
 /// Values of padding after each point's block in a point-major buffer (`U`, `dU`, `V`,
-/// `M`, `dM`, `dV`), one cache line: the blocks' lengths are powers of two times 64 KB on
-/// the usual layer widths, so without it the `XI` rows a plane's transform writes at once
-/// would fall in the same sets of the L1 cache and evict one another.
+/// `M`, `dM`, `dV`), one cache line: on the usual layer widths the blocks' lengths are
+/// multiples of 4 KB (a chunk's `V` is [`TILE_COLUMNS`] x [`CHUNK_CHANNELS`] values a
+/// point), so without it the `XI` rows a plane's transform writes at once would start in
+/// the same set of the L1 cache and evict one another.
 const SKEW: usize = 16;
 
 /// The distance between the starts of two points' blocks of `len` values in a point-major
