@@ -173,9 +173,11 @@ enum BenchCommand {
         /// and seq2seq at width 1; `--threads` does not apply).
         #[arg(long, default_value = "cpu")]
         device: String,
-        /// CPU 3x3 convolutions: `f2` (Winograd F(2x2,3x3), the default), `f4` (F(4x4,3x3)
-        /// on every plane where it multiplies less) or `off` (im2col and GEMM), to compare.
-        #[arg(long, default_value = "f2")]
+        /// CPU 3x3 convolutions: `mixed` (Winograd F(4x4,3x3) on planes of 8 rows and more,
+        /// F(2x2,3x3) below: the default), `f2` (F(2x2,3x3) on every plane), `f4`
+        /// (F(4x4,3x3) on every plane where it multiplies less) or `off` (im2col and GEMM),
+        /// to compare.
+        #[arg(long, default_value = "mixed")]
         winograd: String,
     },
     /// A parameter server's time per push (check, SGD step, reply) against the memory
@@ -665,15 +667,16 @@ fn gpu_topk(_: usize, _: f64, _: usize) -> anyhow::Result<()> {
 
 /// `bench step --winograd`: which algorithm the CPU's 3x3 convolutions use.
 fn set_cpu_convolutions(choice: &str) -> anyhow::Result<()> {
-    use gssp::compute::backend::cpu::{set_winograd, set_winograd_large_tiles};
-    let (winograd, large_tiles) = match choice {
-        "f2" => (true, false),
-        "f4" => (true, true),
-        "off" => (false, false),
-        other => anyhow::bail!("--winograd: must be f2, f4 or off, got {other}"),
+    use gssp::compute::backend::cpu::{set_winograd, set_winograd_tilings, WinogradTilings};
+    let (winograd, tilings) = match choice {
+        "mixed" => (true, WinogradTilings::Mixed),
+        "f2" => (true, WinogradTilings::Two),
+        "f4" => (true, WinogradTilings::Four),
+        "off" => (false, WinogradTilings::Mixed),
+        other => anyhow::bail!("--winograd: must be mixed, f2, f4 or off, got {other}"),
     };
     set_winograd(winograd);
-    set_winograd_large_tiles(large_tiles);
+    set_winograd_tilings(tilings);
     Ok(())
 }
 

@@ -225,7 +225,7 @@ fn bench_step_names_an_unknown_convolution_before_running() {
     );
     assert!(!o.status.success(), "stderr: {err}");
     assert!(
-        err.contains("--winograd: must be f2, f4 or off, got f3"),
+        err.contains("--winograd: must be mixed, f2, f4 or off, got f3"),
         "{err}"
     );
     assert!(!out.contains("images_per_s"), "ran before checking: {out}");

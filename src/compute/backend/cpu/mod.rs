@@ -34,7 +34,9 @@ pub use pool::{
     maxpool_backward, maxpool_forward,
 };
 pub use threads::set_threads;
-pub use winograd::{set_enabled as set_winograd, set_large_tiles as set_winograd_large_tiles};
+pub use winograd::{
+    set_enabled as set_winograd, set_tilings as set_winograd_tilings, Tilings as WinogradTilings,
+};
 
 use super::{
     AdamStep, Backend, BatchNormDims, BatchNormMode, Conv2dDims, EmbeddingDims, LinearDims,

@@ -11,22 +11,26 @@
 //! call) and `dV[xi] = U[xi]^T dM[xi]` (scattered back to the input gradient by `B dV Bt`).
 //! So the gradient is exactly that of the forward computed here.
 //!
-//! Which tiling: F(2x2, 3x3) by default. F(4x4, 3x3) takes 36 products per 16 outputs where
-//! F(2x2, 3x3) takes 64, and transforms 2.25 values per pixel in place of 4, but its filter
-//! transforms are 2.25x larger (`U` and `dU` are read and written whole at every call, which
-//! on a CIFAR network's deep layers costs as much as their GEMMs) and its rounding is larger;
-//! measured on ResNet-18 and VGG-19 steps the two tie (docs/results.md (g)), so it is taken
-//! only when asked for ([`set_large_tiles`]), and then only where it multiplies less
-//! ([`choose`]: not on a plane of 2 or 6 pixels, where it pads more than it saves).
+//! Which tiling ([`Tilings`]): by default F(4x4, 3x3) on planes of at least
+//! [`LARGE_TILE_MIN_HEIGHT`] rows, F(2x2, 3x3) below. F(4x4, 3x3) takes 36 products per 16
+//! outputs where F(2x2, 3x3) takes 64, and transforms 2.25 values per pixel in place of 4,
+//! but its filter transforms are 2.25x larger (`U` and `dU` are read and written whole at
+//! every call) and its rounding is larger. On a CIFAR network's deep layers (few pixels, many
+//! channels) the filter transforms cost as much as the GEMMs, so there F(2x2, 3x3) is faster;
+//! on the wide planes of the first layers F(4x4, 3x3) is (docs/results.md (g)). Either tiling
+//! can be held for every layer ([`set_tilings`]) to compare them; F(4x4, 3x3) is taken only
+//! where it multiplies less ([`choose`]: not on a plane of 2 or 6 pixels, where it pads more
+//! than it saves).
 //!
-//! Images are taken in chunks of about [`TILE_COLUMNS`] tiles a thread (fewer on layers
-//! wider than [`CHUNK_CHANNELS`]), which bounds the scratch.
+//! Images are taken in chunks of about [`TILE_COLUMNS`] F(2x2, 3x3) tiles a thread (fewer on
+//! layers wider than [`CHUNK_CHANNELS`], and as many F(4x4, 3x3) tiles as transform to the
+//! same size), which bounds the scratch.
 //! The filter transform `U` is computed once per call, not per chunk. Every transformed
 //! buffer is point-major, and its points' blocks are a cache line more than their length
 //! apart ([`SKEW`]), so that a transform writing all `XI` points of a tile at once does not
 //! find them in the same cache sets.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use super::elementwise::fill;
 use super::gemm::gemm;
@@ -60,19 +64,42 @@ pub const MIN_CHANNELS: usize = 8;
 /// it with im2col by turning it off).
 static ENABLED: AtomicBool = AtomicBool::new(true);
 
-/// Whether F(4x4, 3x3) may be chosen (off by default: every layer on F(2x2, 3x3); tests
-/// and benchmarks turn it on to compare the two).
-static LARGE_TILES: AtomicBool = AtomicBool::new(false);
+/// Which tilings [`choose`] may take, as [`Tilings`]' discriminant.
+static TILINGS: AtomicU8 = AtomicU8::new(Tilings::Mixed as u8);
+
+/// The smallest plane height that takes F(4x4, 3x3) under [`Tilings::Mixed`]: 8x8 and wider
+/// planes gained over F(2x2, 3x3), 4x4 and smaller lost (docs/results.md (g)).
+pub const LARGE_TILE_MIN_HEIGHT: usize = 8;
+
+/// Which tilings the process's Winograd layers may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tilings {
+    /// F(2x2, 3x3) on every layer.
+    Two,
+    /// F(4x4, 3x3) on planes of at least [`LARGE_TILE_MIN_HEIGHT`] rows, F(2x2, 3x3) below
+    /// (the default).
+    Mixed,
+    /// F(4x4, 3x3) wherever it multiplies less than F(2x2, 3x3).
+    Four,
+}
 
 /// Turns Winograd on or off for the whole process (im2col and GEMM when off).
 pub fn set_enabled(on: bool) {
     ENABLED.store(on, Ordering::Relaxed);
 }
 
-/// Lets [`choose`] pick F(4x4, 3x3) (on) or holds every layer on F(2x2, 3x3) (off), for the
-/// whole process.
-pub fn set_large_tiles(on: bool) {
-    LARGE_TILES.store(on, Ordering::Relaxed);
+/// Sets which tilings [`choose`] may take, for the whole process.
+pub fn set_tilings(tilings: Tilings) {
+    TILINGS.store(tilings as u8, Ordering::Relaxed);
+}
+
+/// The tilings [`set_tilings`] last set.
+fn tilings() -> Tilings {
+    match TILINGS.load(Ordering::Relaxed) {
+        t if t == Tilings::Two as u8 => Tilings::Two,
+        t if t == Tilings::Four as u8 => Tilings::Four,
+        _ => Tilings::Mixed,
+    }
 }
 
 /// Whether Winograd suits this window: 3x3, stride 1, padding 1, at least
@@ -100,10 +127,20 @@ fn points(g: &Window2d, side: usize) -> usize {
     (side + 2).pow(2) * g.height.div_ceil(side) * g.width.div_ceil(side)
 }
 
-/// The tiling for this plane: F(4x4, 3x3) where it is allowed ([`set_large_tiles`]) and
-/// [`fewer_products`] says so, else F(2x2, 3x3).
+/// The tiling for this plane under the process's [`Tilings`] ([`choose_under`]).
 pub fn choose(g: &Window2d) -> Tile {
-    if LARGE_TILES.load(Ordering::Relaxed) && fewer_products(g) {
+    choose_under(tilings(), g)
+}
+
+/// The tiling for this plane under `tilings`: F(4x4, 3x3) where they allow it on a plane of
+/// this height and [`fewer_products`] says so, else F(2x2, 3x3).
+fn choose_under(tilings: Tilings, g: &Window2d) -> Tile {
+    let allowed = match tilings {
+        Tilings::Two => false,
+        Tilings::Mixed => g.height >= LARGE_TILE_MIN_HEIGHT,
+        Tilings::Four => true,
+    };
+    if allowed && fewer_products(g) {
         Tile::Four
     } else {
         Tile::Two
@@ -162,12 +199,16 @@ fn grid<T: Tiling<XI>, const XI: usize>(g: &Window2d) -> (usize, usize) {
 /// Images per chunk: about [`tiles_per_thread`] tiles for each of the pool's threads.
 fn chunk<T: Tiling<XI>, const XI: usize>(g: &Window2d, batch: usize) -> usize {
     let (th, tw) = grid::<T, XI>(g);
-    (tiles_per_thread(g.channels) * threads() / (th * tw).max(1)).clamp(1, batch.max(1))
+    (tiles_per_thread(g.channels, XI) * threads() / (th * tw).max(1)).clamp(1, batch.max(1))
 }
 
-/// [`TILE_COLUMNS`] up to [`CHUNK_CHANNELS`] input channels, proportionally fewer above.
-fn tiles_per_thread(channels: usize) -> usize {
-    (TILE_COLUMNS * CHUNK_CHANNELS / channels.max(1)).clamp(MIN_TILE_COLUMNS, TILE_COLUMNS)
+/// [`TILE_COLUMNS`] up to [`CHUNK_CHANNELS`] input channels, proportionally fewer above, for
+/// tiles of 16 points; tiles of `points` points proportionally fewer again, so that a
+/// chunk's transformed input has the same size in either tiling (F(4x4, 3x3)'s chunks of as
+/// many tiles as F(2x2, 3x3)'s measured slower: docs/results.md (g)).
+fn tiles_per_thread(channels: usize, points: usize) -> usize {
+    (TILE_COLUMNS * CHUNK_CHANNELS / channels.max(1) * 16 / points.max(1))
+        .clamp(MIN_TILE_COLUMNS, TILE_COLUMNS)
 }
 
 /// [`chunk`], but no more images than `scratch` values hold (the scratch was sized when the
@@ -198,8 +239,8 @@ fn scratch_parts<T: Tiling<XI>, const XI: usize>(dims: &Conv2dDims) -> (usize, u
 
 /// Values of padding after each point's block in a point-major buffer (`U`, `dU`, `V`,
 /// `M`, `dM`, `dV`), one cache line: on the usual layer widths the blocks' lengths are
-/// multiples of 4 KB (a chunk's `V` is [`TILE_COLUMNS`] x [`CHUNK_CHANNELS`] values a
-/// point), so without it the `XI` rows a plane's transform writes at once would start in
+/// multiples of 4 KB under F(2x2, 3x3) (a chunk's `V` is [`TILE_COLUMNS`] x
+/// [`CHUNK_CHANNELS`] values a point) and often under F(4x4, 3x3), so without it the `XI` rows a plane's transform writes at once would start in
 /// the same set of the L1 cache and evict one another.
 const SKEW: usize = 16;
 
@@ -619,31 +660,70 @@ mod tests {
         assert!(!fewer_products(&wide));
     }
 
+    #[test]
+    fn the_default_takes_large_tiles_on_planes_of_eight_rows_and_more() {
+        let plane = |side: usize| Window2d {
+            channels: 64,
+            height: side,
+            width: side,
+            kernel: 3,
+            stride: 1,
+            pad: 1,
+        };
+        for side in [32, 16, 8] {
+            assert_eq!(choose_under(Tilings::Mixed, &plane(side)), Tile::Four);
+            assert_eq!(choose_under(Tilings::Two, &plane(side)), Tile::Two);
+        }
+        assert_eq!(choose_under(Tilings::Mixed, &plane(4)), Tile::Two);
+        assert_eq!(choose_under(Tilings::Four, &plane(4)), Tile::Four);
+        // Where F(4x4, 3x3) multiplies no less, no choice takes it.
+        for tilings in [Tilings::Two, Tilings::Mixed, Tilings::Four] {
+            assert_eq!(choose_under(tilings, &plane(2)), Tile::Two);
+        }
+    }
+
     /// The points' blocks of a transformed chunk start in different sets of a 4 KB-indexed
     /// cache (64 sets of 64 bytes) at every usual layer width, where unskewed blocks of a
     /// power-of-two length would all start in one.
     #[test]
     fn point_blocks_start_in_different_cache_sets() {
         let set = |at: usize| (at * 4 / 64) % 64;
-        for channels in [64, 128, 256, 512] {
-            let len = channels * tiles_per_thread(channels);
+        for (channels, points) in [64, 128, 256, 512]
+            .into_iter()
+            .flat_map(|c| [(c, 16), (c, 36)])
+        {
+            let len = channels * tiles_per_thread(channels, points);
             let sets = |stride: usize| {
-                let starts = (0..16).map(|xi| set(xi * stride));
+                let starts = (0..points).map(|xi| set(xi * stride));
                 starts.collect::<std::collections::HashSet<usize>>().len()
             };
-            assert_eq!(sets(point_stride(len)), 16, "{channels} channels");
-            assert_eq!(sets(len), 1, "{channels} channels without the skew");
+            let at = format!("{channels} channels, {points} points");
+            assert_eq!(sets(point_stride(len)), points, "{at}");
+            if points == 16 {
+                assert_eq!(sets(len), 1, "{at} without the skew");
+            }
         }
     }
 
-    /// Wider layers take fewer tiles a chunk, in proportion, within the bounds.
+    /// Wider layers and larger tiles take fewer tiles a chunk, in proportion, within the
+    /// bounds.
     #[test]
-    fn wide_layers_take_proportionally_fewer_tiles() {
-        assert_eq!(tiles_per_thread(3), TILE_COLUMNS);
-        assert_eq!(tiles_per_thread(CHUNK_CHANNELS), TILE_COLUMNS);
-        assert_eq!(tiles_per_thread(2 * CHUNK_CHANNELS), TILE_COLUMNS / 2);
-        assert_eq!(tiles_per_thread(512), TILE_COLUMNS * CHUNK_CHANNELS / 512);
-        assert_eq!(tiles_per_thread(1 << 20), MIN_TILE_COLUMNS);
+    fn wide_layers_and_large_tiles_take_proportionally_fewer_tiles() {
+        assert_eq!(tiles_per_thread(3, 16), TILE_COLUMNS);
+        assert_eq!(tiles_per_thread(CHUNK_CHANNELS, 16), TILE_COLUMNS);
+        assert_eq!(tiles_per_thread(2 * CHUNK_CHANNELS, 16), TILE_COLUMNS / 2);
+        assert_eq!(
+            tiles_per_thread(512, 16),
+            TILE_COLUMNS * CHUNK_CHANNELS / 512
+        );
+        assert_eq!(tiles_per_thread(1 << 20, 16), MIN_TILE_COLUMNS);
+        // F(4x4, 3x3): 16/36 as many tiles, so the chunk's transformed input keeps its size.
+        assert_eq!(tiles_per_thread(CHUNK_CHANNELS, 36), TILE_COLUMNS * 16 / 36);
+        assert_eq!(
+            tiles_per_thread(512, 36),
+            TILE_COLUMNS * CHUNK_CHANNELS / 512 * 16 / 36
+        );
+        assert_eq!(tiles_per_thread(1 << 20, 36), MIN_TILE_COLUMNS);
     }
 
     /// A scratch sized for fewer images than a chunk (a model built before the pool had its
