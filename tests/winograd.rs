@@ -1,12 +1,13 @@
 //! Whole networks' gradients with Winograd's 3x3 convolutions, in each choice of tilings
-//! (F(2x2,3x3) everywhere, the default mix, F(4x4,3x3) wherever it multiplies less), against the same networks on im2col and
-//! GEMM: narrow VGG-19 and ResNet-18 (every 3x3 stride-1 layer of at least 8 input channels
-//! on Winograd), same weights, same batch. They differ only in rounding: measured with
-//! F(2x2,3x3), the difference of the whole gradient is 5e-6 of its norm in VGG-19 and 1.8e-3
-//! in ResNet-18 (batch norm over 8 images of 4x4 planes amplifies rounding); a wrong
-//! transform, index or adjoint is off by the size of the gradient, so 1e-2 tells them apart. The
-//! finite-difference checks of tests/gradcheck.rs check the im2col path these are compared
-//! with; each Winograd layer is checked against im2col in its unit tests.
+//! (F(2x2,3x3) everywhere, the default mix, F(4x4,3x3) wherever it multiplies less),
+//! against the same networks on im2col and GEMM: narrow VGG-19 and ResNet-18 (every 3x3
+//! stride-1 layer of at least 8 input channels on Winograd), same weights, same batch. They
+//! differ only in rounding: measured with F(2x2,3x3), the difference of the whole gradient is
+//! 5e-6 of its norm in VGG-19 and 1.8e-3 in ResNet-18 (batch norm over 8 images of 4x4 planes
+//! amplifies rounding); a wrong transform, index or adjoint is off by the size of the
+//! gradient, so 1e-2 tells them apart. The finite-difference checks of tests/gradcheck.rs
+//! check the im2col path these are compared with; each Winograd layer is checked against
+//! im2col in its unit tests.
 
 use gssp::compute::backend::cpu::{set_winograd, set_winograd_tilings, Cpu, WinogradTilings};
 use gssp::compute::model::zoo;

@@ -240,8 +240,9 @@ fn scratch_parts<T: Tiling<XI>, const XI: usize>(dims: &Conv2dDims) -> (usize, u
 /// Values of padding after each point's block in a point-major buffer (`U`, `dU`, `V`,
 /// `M`, `dM`, `dV`), one cache line: on the usual layer widths the blocks' lengths are
 /// multiples of 4 KB under F(2x2, 3x3) (a chunk's `V` is [`TILE_COLUMNS`] x
-/// [`CHUNK_CHANNELS`] values a point) and often under F(4x4, 3x3), so without it the `XI` rows a plane's transform writes at once would start in
-/// the same set of the L1 cache and evict one another.
+/// [`CHUNK_CHANNELS`] values a point) and often under F(4x4, 3x3), so without it the `XI`
+/// rows a plane's transform writes at once would start in the same set of the L1 cache and
+/// evict one another.
 const SKEW: usize = 16;
 
 /// The distance between the starts of two points' blocks of `len` values in a point-major
