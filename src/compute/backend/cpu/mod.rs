@@ -12,6 +12,7 @@ mod norm;
 mod pool;
 pub(crate) mod threads;
 mod winograd;
+mod winograd_avx2;
 mod winograd_f2;
 mod winograd_f4;
 mod winograd_tiling;

@@ -28,13 +28,15 @@
 //! The filter transform `U` is computed once per call, not per chunk. Every transformed
 //! buffer is point-major, and its points' blocks are a cache line more than their length
 //! apart ([`SKEW`]), so that a transform writing all `XI` points of a tile at once does not
-//! find them in the same cache sets.
+//! find them in the same cache sets. The tile transforms run compiled for AVX2 and FMA
+//! where the CPU has them ([`super::winograd_avx2`]), portable elsewhere.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use super::elementwise::fill;
 use super::gemm::gemm;
 use super::threads::{for_ranges, threads, Shared};
+use super::winograd_avx2 as avx2;
 use super::winograd_f2::F2;
 use super::winograd_f4::{self as f4, F4};
 use super::winograd_tiling::Tiling;
@@ -335,7 +337,15 @@ fn transform_inputs<T: Tiling<XI>, const XI: usize>(
     m: usize,
     g: &Window2d,
 ) {
-    tile_planes::<T, XI, _>(v, inp, (first, m), g.channels, g, T::input_tiles);
+    let tiles = |dst: &mut [&mut [f32]; XI], plane: &[f32], h: usize, w: usize| {
+        if avx2::usable() {
+            // SAFETY: this CPU has AVX2 and FMA.
+            unsafe { avx2::input_tiles::<T, XI>(dst, plane, h, w) };
+        } else {
+            T::input_tiles(dst, plane, h, w);
+        }
+    };
+    tile_planes::<T, XI, _>(v, inp, (first, m), g.channels, g, tiles);
 }
 
 /// Cuts every plane of images `first..first + m` of `src` (`planes` an image) into the
@@ -439,7 +449,13 @@ fn write_outputs<T: Tiling<XI>, const XI: usize>(
             let plane = unsafe { out.part(jk * h * w..(jk + 1) * h * w) };
             let base = |xi: usize| plane_at(xi, k, k_n, t_n, j, per);
             let src = std::array::from_fn(|xi| &mm[base(xi)..base(xi) + per]);
-            T::output_tiles(plane, &src, h, w, bias.map_or(0.0, |b| b[k]));
+            let bias = bias.map_or(0.0, |b| b[k]);
+            if avx2::usable() {
+                // SAFETY: this CPU has AVX2 and FMA.
+                unsafe { avx2::output_tiles::<T, XI>(plane, &src, h, w, bias) };
+            } else {
+                T::output_tiles(plane, &src, h, w, bias);
+            }
         }
     });
 }
@@ -454,7 +470,15 @@ fn transform_output_grads<T: Tiling<XI>, const XI: usize>(
     k_n: usize,
     g: &Window2d,
 ) {
-    tile_planes::<T, XI, _>(dm, dout, (first, m), k_n, g, T::output_grad_tiles);
+    let tiles = |dst: &mut [&mut [f32]; XI], dout: &[f32], h: usize, w: usize| {
+        if avx2::usable() {
+            // SAFETY: this CPU has AVX2 and FMA.
+            unsafe { avx2::output_grad_tiles::<T, XI>(dst, dout, h, w) };
+        } else {
+            T::output_grad_tiles(dst, dout, h, w);
+        }
+    };
+    tile_planes::<T, XI, _>(dm, dout, (first, m), k_n, g, tiles);
 }
 
 /// `dX += B dV Bt` per tile, inside the plane, for images `first..first + m` of `dinp`.
@@ -476,7 +500,12 @@ fn scatter_input_grads<T: Tiling<XI>, const XI: usize>(
             let plane = unsafe { dinp.part(jc * hw..(jc + 1) * hw) };
             let base = |xi: usize| plane_at(xi, c, c_n, t_n, j, per);
             let src = std::array::from_fn(|xi| &dv[base(xi)..base(xi) + per]);
-            T::input_grad_tiles(plane, &src, g.height, g.width);
+            if avx2::usable() {
+                // SAFETY: this CPU has AVX2 and FMA.
+                unsafe { avx2::input_grad_tiles::<T, XI>(plane, &src, g.height, g.width) };
+            } else {
+                T::input_grad_tiles(plane, &src, g.height, g.width);
+            }
         }
     });
 }

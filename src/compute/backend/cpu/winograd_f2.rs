@@ -36,12 +36,14 @@ macro_rules! by_width {
 }
 
 /// Tiles along a row, tile rows, of an `h x w` plane.
+#[inline(always)]
 fn grid(h: usize, w: usize) -> (usize, usize) {
     (h.div_ceil(2), w.div_ceil(2))
 }
 
 /// Input row `y` of the plane into `row[1..=w]`, zero elsewhere up to `len` (zero where `y`
 /// lies outside the plane).
+#[inline(always)]
 fn padded_row<const R: usize>(
     row: &mut [f32; R],
     plane: &[f32],
@@ -58,6 +60,7 @@ fn padded_row<const R: usize>(
 }
 
 /// `V = Bt d B` for every tile of `plane` (`h x w`): `dst[xi][t]`.
+#[inline(always)]
 fn rows_input_tiles<const R: usize>(dst: &mut [&mut [f32]; 16], plane: &[f32], h: usize, w: usize) {
     let (th, tw) = grid(h, w);
     let len = 2 * tw + 2;
@@ -97,6 +100,7 @@ fn rows_input_tiles<const R: usize>(dst: &mut [&mut [f32]; 16], plane: &[f32], h
 }
 
 /// Slices `at..at + 4` of `dst`, mutably.
+#[inline(always)]
 fn four<'a>(dst: &'a mut [&mut [f32]; 16], at: usize) -> [&'a mut [f32]; 4] {
     let [a, b, c, d] = &mut dst[at..at + 4] else {
         unreachable!("four slices")
@@ -105,6 +109,7 @@ fn four<'a>(dst: &'a mut [&mut [f32]; 16], at: usize) -> [&'a mut [f32]; 4] {
 }
 
 /// `Y = At M A + bias` for every tile, from `src[xi][t]`, into the `h x w` plane `out`.
+#[inline(always)]
 fn rows_output_tiles<const R: usize>(
     out: &mut [f32],
     src: &[&[f32]; 16],
@@ -151,6 +156,7 @@ fn rows_output_tiles<const R: usize>(
 }
 
 /// `dM = A dY At` for every tile of the `h x w` plane `dout` (zero outside it): `dst[xi][t]`.
+#[inline(always)]
 fn rows_output_grad_tiles<const R: usize>(
     dst: &mut [&mut [f32]; 16],
     dout: &[f32],
@@ -198,6 +204,7 @@ fn rows_output_grad_tiles<const R: usize>(
 
 /// `dX += B dV Bt` for every tile, from `src[xi][t]`, into the `h x w` plane `dinp` (what
 /// falls in the padding dropped).
+#[inline(always)]
 fn rows_input_grad_tiles<const R: usize>(dinp: &mut [f32], src: &[&[f32]; 16], h: usize, w: usize) {
     let (th, tw) = grid(h, w);
     let len = 2 * tw + 2;
@@ -257,6 +264,7 @@ fn b(x: [f32; 4]) -> [f32; 4] {
 }
 
 /// `G x`.
+#[inline(always)]
 fn g(x: [f32; 3]) -> [f32; 4] {
     [
         x[0],
@@ -267,6 +275,7 @@ fn g(x: [f32; 3]) -> [f32; 4] {
 }
 
 /// `Gt x`, the adjoint of [`g`].
+#[inline(always)]
 fn gt(x: [f32; 4]) -> [f32; 3] {
     [
         x[0] + 0.5 * (x[1] + x[2]),
@@ -304,6 +313,7 @@ impl Tiling<16> for F2 {
         )
     }
 
+    #[inline(always)]
     fn input_tiles(dst: &mut [&mut [f32]; 16], plane: &[f32], h: usize, w: usize) {
         if w <= MAX_WIDTH {
             return by_width!(w, rows_input_tiles(dst, plane, h, w));
@@ -319,6 +329,7 @@ impl Tiling<16> for F2 {
         }
     }
 
+    #[inline(always)]
     fn output_tiles(out: &mut [f32], src: &[&[f32]; 16], h: usize, w: usize, bias: f32) {
         if w <= MAX_WIDTH {
             return by_width!(w, rows_output_tiles(out, src, h, w, bias));
@@ -341,6 +352,7 @@ impl Tiling<16> for F2 {
         }
     }
 
+    #[inline(always)]
     fn output_grad_tiles(dst: &mut [&mut [f32]; 16], dout: &[f32], h: usize, w: usize) {
         if w <= MAX_WIDTH {
             return by_width!(w, rows_output_grad_tiles(dst, dout, h, w));
@@ -366,6 +378,7 @@ impl Tiling<16> for F2 {
         }
     }
 
+    #[inline(always)]
     fn input_grad_tiles(dinp: &mut [f32], src: &[&[f32]; 16], h: usize, w: usize) {
         if w <= MAX_WIDTH {
             return by_width!(w, rows_input_grad_tiles(dinp, src, h, w));
@@ -396,6 +409,7 @@ impl Tiling<16> for F2 {
 }
 
 /// The 4x4 input patch of tile `(ty, tx)` of an `h x w` plane, zero outside it.
+#[inline(always)]
 fn patch(plane: &[f32], h: usize, w: usize, ty: usize, tx: usize) -> [[f32; 4]; 4] {
     let (h, w) = (h as isize, w as isize);
     let (y0, x0) = (2 * ty as isize - 1, 2 * tx as isize - 1);

@@ -123,6 +123,7 @@ fn a(y: [f32; 4]) -> [f32; 6] {
 }
 
 /// Tiles along a row, tile rows, of an `h x w` plane.
+#[inline(always)]
 fn grid(h: usize, w: usize) -> (usize, usize) {
     (h.div_ceil(4), w.div_ceil(4))
 }
@@ -144,21 +145,25 @@ impl Tiling<36> for F4 {
         )
     }
 
+    #[inline(always)]
     fn input_tiles(dst: &mut [&mut [f32]; 36], plane: &[f32], h: usize, w: usize) {
         debug_assert!(w <= MAX_WIDTH);
         by_width!(w, input_rows(dst, plane, h, w))
     }
 
+    #[inline(always)]
     fn output_tiles(out: &mut [f32], src: &[&[f32]; 36], h: usize, w: usize, bias: f32) {
         debug_assert!(w <= MAX_WIDTH);
         by_width!(w, output_rows(out, src, h, w, bias))
     }
 
+    #[inline(always)]
     fn output_grad_tiles(dst: &mut [&mut [f32]; 36], dout: &[f32], h: usize, w: usize) {
         debug_assert!(w <= MAX_WIDTH);
         by_width!(w, output_grad_rows(dst, dout, h, w))
     }
 
+    #[inline(always)]
     fn input_grad_tiles(dinp: &mut [f32], src: &[&[f32]; 36], h: usize, w: usize) {
         debug_assert!(w <= MAX_WIDTH);
         by_width!(w, input_grad_rows(dinp, src, h, w))
@@ -168,6 +173,7 @@ impl Tiling<36> for F4 {
 /// Row `y` of the `h x w` plane (zero outside it) shifted right by `shift` zero columns,
 /// into phase buffers: column `x` of the shifted row at `[x % 4][x / 4]`, zero up to
 /// `[.][len]`.
+#[inline(always)]
 fn load_phases<const Q: usize>(
     row: &mut [[f32; Q]; 4],
     plane: &[f32],
@@ -188,6 +194,7 @@ fn load_phases<const Q: usize>(
 }
 
 /// [`Tiling::input_tiles`] with phase buffers of `Q` tiles.
+#[inline(always)]
 fn input_rows<const Q: usize>(dst: &mut [&mut [f32]; 36], plane: &[f32], h: usize, w: usize) {
     let (th, tw) = grid(h, w);
     let mut p = [[[0.0f32; Q]; 4]; 6];
@@ -219,6 +226,7 @@ fn input_rows<const Q: usize>(dst: &mut [&mut [f32]; 36], plane: &[f32], h: usiz
 }
 
 /// [`Tiling::output_tiles`] with phase buffers of `Q` tiles.
+#[inline(always)]
 fn output_rows<const Q: usize>(out: &mut [f32], src: &[&[f32]; 36], h: usize, w: usize, bias: f32) {
     let (th, tw) = grid(h, w);
     let mut s = [[[0.0f32; Q]; 6]; 4];
@@ -256,6 +264,7 @@ fn output_rows<const Q: usize>(out: &mut [f32], src: &[&[f32]; 36], h: usize, w:
 }
 
 /// [`Tiling::output_grad_tiles`] with phase buffers of `Q` tiles.
+#[inline(always)]
 fn output_grad_rows<const Q: usize>(dst: &mut [&mut [f32]; 36], dout: &[f32], h: usize, w: usize) {
     let (th, tw) = grid(h, w);
     let mut d = [[[0.0f32; Q]; 4]; 4];
@@ -288,6 +297,7 @@ fn output_grad_rows<const Q: usize>(dst: &mut [&mut [f32]; 36], dout: &[f32], h:
 }
 
 /// [`Tiling::input_grad_tiles`] with phase buffers of `Q` tiles.
+#[inline(always)]
 fn input_grad_rows<const Q: usize>(dinp: &mut [f32], src: &[&[f32]; 36], h: usize, w: usize) {
     let (th, tw) = grid(h, w);
     let mut s = [[[0.0f32; Q]; 6]; 6];
@@ -333,6 +343,7 @@ fn input_grad_rows<const Q: usize>(dinp: &mut [f32], src: &[&[f32]; 36], h: usiz
 }
 
 /// Slices `at..at + 6` of `dst`, mutably.
+#[inline(always)]
 fn six<'a>(dst: &'a mut [&mut [f32]; 36], at: usize) -> [&'a mut [f32]; 6] {
     let [a, b, c, d, e, f] = &mut dst[at..at + 6] else {
         unreachable!("six slices")

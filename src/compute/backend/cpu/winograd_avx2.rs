@@ -1,0 +1,156 @@
+//! The tile transforms of [`super::winograd`], compiled a second time for AVX2 and FMA.
+//!
+//! The shipped build is portable x86-64, so its loops use SSE2's 128-bit vectors. Each
+//! function here enables AVX2 and FMA and inlines a tiling's transform (every function those
+//! transforms call is `#[inline(always)]`), so the compiler vectorises the same loops with
+//! 256-bit vectors; the Winograd driver calls these where [`usable`] says the CPU has both
+//! features and the portable ones elsewhere. Same operations in the same order, so the same
+//! results. Measured gain: docs/results.md (g).
+
+use super::winograd_tiling::Tiling;
+
+/// Whether this CPU runs the functions of this module (checked once, then cached by std).
+#[inline]
+pub fn usable() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// [`Tiling::input_tiles`] with AVX2 and FMA.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA ([`usable`]).
+#[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx2,fma"))]
+pub unsafe fn input_tiles<T: Tiling<XI>, const XI: usize>(
+    dst: &mut [&mut [f32]; XI],
+    plane: &[f32],
+    h: usize,
+    w: usize,
+) {
+    T::input_tiles(dst, plane, h, w)
+}
+
+/// [`Tiling::output_tiles`] with AVX2 and FMA.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA ([`usable`]).
+#[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx2,fma"))]
+pub unsafe fn output_tiles<T: Tiling<XI>, const XI: usize>(
+    out: &mut [f32],
+    src: &[&[f32]; XI],
+    h: usize,
+    w: usize,
+    bias: f32,
+) {
+    T::output_tiles(out, src, h, w, bias)
+}
+
+/// [`Tiling::output_grad_tiles`] with AVX2 and FMA.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA ([`usable`]).
+#[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx2,fma"))]
+pub unsafe fn output_grad_tiles<T: Tiling<XI>, const XI: usize>(
+    dst: &mut [&mut [f32]; XI],
+    dout: &[f32],
+    h: usize,
+    w: usize,
+) {
+    T::output_grad_tiles(dst, dout, h, w)
+}
+
+/// [`Tiling::input_grad_tiles`] with AVX2 and FMA.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA ([`usable`]).
+#[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx2,fma"))]
+pub unsafe fn input_grad_tiles<T: Tiling<XI>, const XI: usize>(
+    dinp: &mut [f32],
+    src: &[&[f32]; XI],
+    h: usize,
+    w: usize,
+) {
+    T::input_grad_tiles(dinp, src, h, w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::winograd_f2::F2;
+    use super::super::winograd_f4::F4;
+    use super::*;
+
+    fn values(len: usize, seed: usize) -> Vec<f32> {
+        (0..len)
+            .map(|i| (((i * 7919 + seed * 104_729) % 2003) as f32 / 1001.5) - 1.0)
+            .collect()
+    }
+
+    /// Runs `f` on `XI` fresh slices of `len` values each and returns them.
+    fn points<const XI: usize>(len: usize, f: impl FnOnce(&mut [&mut [f32]; XI])) -> Vec<f32> {
+        let mut all = vec![f32::NAN; XI * len];
+        let mut parts = all.chunks_mut(len);
+        let mut dst: [&mut [f32]; XI] = std::array::from_fn(|_| parts.next().unwrap_or_default());
+        f(&mut dst);
+        all
+    }
+
+    /// Every transform gives bit for bit what the portable build gives, on planes of
+    /// several widths (each width class of the row buffers, ragged edges included).
+    fn same_as_portable<T: Tiling<XI>, const XI: usize>() {
+        for (h, w) in [
+            (4usize, 4usize),
+            (7, 5),
+            (8, 8),
+            (13, 30),
+            (32, 32),
+            (16, 100),
+        ] {
+            let at = format!("{h}x{w}");
+            let tiles = h.div_ceil(T::TILE) * w.div_ceil(T::TILE);
+            let plane = values(h * w, 1);
+            let point_values = values(XI * tiles, 2);
+            let src: Vec<&[f32]> = point_values.chunks(tiles).collect();
+            let src: [&[f32]; XI] = std::array::from_fn(|xi| src[xi]);
+
+            let portable = points::<XI>(tiles, |d| T::input_tiles(d, &plane, h, w));
+            // SAFETY: the caller checked `usable`.
+            let fast = points::<XI>(tiles, |d| unsafe { input_tiles::<T, XI>(d, &plane, h, w) });
+            assert_eq!(portable, fast, "input {at}");
+
+            let portable = points::<XI>(tiles, |d| T::output_grad_tiles(d, &plane, h, w));
+            // SAFETY: as above.
+            let fast = points::<XI>(tiles, |d| unsafe {
+                output_grad_tiles::<T, XI>(d, &plane, h, w)
+            });
+            assert_eq!(portable, fast, "output gradient {at}");
+
+            let (mut portable, mut fast) = (vec![0.5; h * w], vec![0.5; h * w]);
+            T::output_tiles(&mut portable, &src, h, w, 0.25);
+            // SAFETY: as above.
+            unsafe { output_tiles::<T, XI>(&mut fast, &src, h, w, 0.25) };
+            assert_eq!(portable, fast, "output {at}");
+
+            let (mut portable, mut fast) = (plane.clone(), plane.clone());
+            T::input_grad_tiles(&mut portable, &src, h, w);
+            // SAFETY: as above.
+            unsafe { input_grad_tiles::<T, XI>(&mut fast, &src, h, w) };
+            assert_eq!(portable, fast, "input gradient {at}");
+        }
+    }
+
+    #[test]
+    fn the_avx2_transforms_match_the_portable_ones_bit_for_bit() {
+        if !usable() {
+            eprintln!("this CPU has no AVX2 and FMA: nothing to compare");
+            return;
+        }
+        same_as_portable::<F2, 16>();
+        same_as_portable::<F4, 36>();
+    }
+}
