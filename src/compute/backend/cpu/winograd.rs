@@ -337,8 +337,9 @@ fn transform_inputs<T: Tiling<XI>, const XI: usize>(
     m: usize,
     g: &Window2d,
 ) {
+    let fast = avx2::usable();
     let tiles = |dst: &mut [&mut [f32]; XI], plane: &[f32], h: usize, w: usize| {
-        if avx2::usable() {
+        if fast {
             // SAFETY: this CPU has AVX2 and FMA.
             unsafe { avx2::input_tiles::<T, XI>(dst, plane, h, w) };
         } else {
@@ -442,6 +443,7 @@ fn write_outputs<T: Tiling<XI>, const XI: usize>(
     let (h, w, per) = (g.height, g.width, th * tw);
     let t_n = m * per;
     let out = Shared::new(&mut out[first * k_n * h * w..(first + m) * k_n * h * w]);
+    let fast = avx2::usable();
     for_ranges(m * k_n, &|planes| {
         for jk in planes {
             let (j, k) = (jk / k_n, jk % k_n);
@@ -450,7 +452,7 @@ fn write_outputs<T: Tiling<XI>, const XI: usize>(
             let base = |xi: usize| plane_at(xi, k, k_n, t_n, j, per);
             let src = std::array::from_fn(|xi| &mm[base(xi)..base(xi) + per]);
             let bias = bias.map_or(0.0, |b| b[k]);
-            if avx2::usable() {
+            if fast {
                 // SAFETY: this CPU has AVX2 and FMA.
                 unsafe { avx2::output_tiles::<T, XI>(plane, &src, h, w, bias) };
             } else {
@@ -470,8 +472,9 @@ fn transform_output_grads<T: Tiling<XI>, const XI: usize>(
     k_n: usize,
     g: &Window2d,
 ) {
+    let fast = avx2::usable();
     let tiles = |dst: &mut [&mut [f32]; XI], dout: &[f32], h: usize, w: usize| {
-        if avx2::usable() {
+        if fast {
             // SAFETY: this CPU has AVX2 and FMA.
             unsafe { avx2::output_grad_tiles::<T, XI>(dst, dout, h, w) };
         } else {
@@ -493,6 +496,7 @@ fn scatter_input_grads<T: Tiling<XI>, const XI: usize>(
     let (c_n, per) = (g.channels, th * tw);
     let (t_n, hw) = (m * per, g.height * g.width);
     let dinp = Shared::new(&mut dinp[first * c_n * hw..(first + m) * c_n * hw]);
+    let fast = avx2::usable();
     for_ranges(m * c_n, &|planes| {
         for jc in planes {
             let (j, c) = (jc / c_n, jc % c_n);
@@ -500,7 +504,7 @@ fn scatter_input_grads<T: Tiling<XI>, const XI: usize>(
             let plane = unsafe { dinp.part(jc * hw..(jc + 1) * hw) };
             let base = |xi: usize| plane_at(xi, c, c_n, t_n, j, per);
             let src = std::array::from_fn(|xi| &dv[base(xi)..base(xi) + per]);
-            if avx2::usable() {
+            if fast {
                 // SAFETY: this CPU has AVX2 and FMA.
                 unsafe { avx2::input_grad_tiles::<T, XI>(plane, &src, g.height, g.width) };
             } else {
@@ -664,16 +668,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn large_tiles_go_where_they_multiply_less() {
-        let plane = |side: usize| Window2d {
+    /// A 3x3 window of 64 channels on a `side x side` plane.
+    fn plane(side: usize) -> Window2d {
+        Window2d {
             channels: 64,
             height: side,
             width: side,
             kernel: 3,
             stride: 1,
             pad: 1,
-        };
+        }
+    }
+
+    #[test]
+    fn large_tiles_go_where_they_multiply_less() {
         // 32, 16, 8 and 4 pixels: 36 points per 16 outputs against 64.
         for side in [32, 16, 8, 4] {
             assert!(fewer_products(&plane(side)), "{side}");
@@ -692,14 +700,6 @@ mod tests {
 
     #[test]
     fn the_default_takes_large_tiles_on_planes_of_eight_rows_and_more() {
-        let plane = |side: usize| Window2d {
-            channels: 64,
-            height: side,
-            width: side,
-            kernel: 3,
-            stride: 1,
-            pad: 1,
-        };
         for side in [32, 16, 8] {
             assert_eq!(choose_under(Tilings::Mixed, &plane(side)), Tile::Four);
             assert_eq!(choose_under(Tilings::Two, &plane(side)), Tile::Two);
