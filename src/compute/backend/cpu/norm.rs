@@ -39,6 +39,25 @@ fn lane_sums2(d: &[f32], x: &[f32], mu: f32) -> (f32, f32) {
     (s.iter().sum::<f32>() + ts, sx.iter().sum::<f32>() + tsx)
 }
 
+/// Asks the CPU to start loading `buf[at..at + len]` into its caches, where it lies in
+/// `buf`. A channel's planes are `C x plane` values apart, too far for the hardware's
+/// prefetcher to follow, so the loops over a channel fetch the next plane while they read
+/// the current one. A hint only: results do not change.
+#[inline]
+fn prefetch(buf: &[f32], at: usize, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(x) = buf.get(at..at + len) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        for line in x.chunks(16) {
+            // SAFETY: a prefetch never faults, and SSE is part of x86-64.
+            #[allow(unused_unsafe)]
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast())
+            };
+        }
+    }
+}
+
 /// Forward. out, inp: `[n x C x plane]`; gamma, beta: `[C]`; running mean and variance:
 /// `[C]` each; saved: `[2C]` (batch mean, then 1/std) for backward. Each plane is summed
 /// in f32 partial sums, the planes in f64, so that large batches do not lose precision.
@@ -80,8 +99,16 @@ pub fn batchnorm_forward(
             };
             let (mean, rstd) = match mode {
                 BatchNormMode::Train { momentum } => {
-                    let (mean, rstd) =
-                        train_statistics(inp, planes.clone(), plane, eps, momentum, rm, rv);
+                    let (mean, rstd) = train_statistics(
+                        inp,
+                        planes.clone(),
+                        ch * plane,
+                        plane,
+                        eps,
+                        momentum,
+                        rm,
+                        rv,
+                    );
                     // SAFETY: as above.
                     unsafe {
                         saved_mean.set(c, mean);
@@ -94,6 +121,7 @@ pub fn batchnorm_forward(
             let scale = gamma[c] * rstd;
             let shift = beta[c] - mean * scale;
             for s in planes {
+                prefetch(inp, s + ch * plane, plane);
                 // SAFETY: channel c's planes are this task's alone.
                 let o = unsafe { out.part(s..s + plane) };
                 for (o, &x) in o.iter_mut().zip(&inp[s..s + plane]) {
@@ -105,10 +133,12 @@ pub fn batchnorm_forward(
 }
 
 /// One channel's batch mean and 1/std over its `planes` (offsets of `plane` values in
-/// `inp`), updating its running mean `rm` and unbiased variance `rv`.
+/// `inp`, `stride` apart), updating its running mean `rm` and unbiased variance `rv`.
+#[allow(clippy::too_many_arguments)]
 fn train_statistics(
     inp: &[f32],
     planes: impl Iterator<Item = usize> + Clone,
+    stride: usize,
     plane: usize,
     eps: f32,
     momentum: f32,
@@ -118,7 +148,10 @@ fn train_statistics(
     let count = (planes.clone().count() * plane) as f64;
     let sum: f64 = planes
         .clone()
-        .map(|s| lane_sum(&inp[s..s + plane], |x| x) as f64)
+        .map(|s| {
+            prefetch(inp, s + stride, plane);
+            lane_sum(&inp[s..s + plane], |x| x) as f64
+        })
         .sum();
     let mean = sum / count;
     let m32 = mean as f32;
@@ -167,6 +200,8 @@ pub fn batchnorm_backward(
             let (mu, r) = (mean[c], rstd[c]);
             let (mut sum_d, mut sum_dx) = (0.0f64, 0.0f64);
             for s in planes.clone() {
+                prefetch(dout, s + ch * plane, plane);
+                prefetch(inp, s + ch * plane, plane);
                 let (sd, sdx) = lane_sums2(&dout[s..s + plane], &inp[s..s + plane], mu);
                 sum_d += sd as f64;
                 sum_dx += sdx as f64 * r as f64;
