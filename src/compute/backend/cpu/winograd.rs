@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use super::elementwise::fill;
 use super::gemm::gemm;
-use super::threads::{for_ranges, threads, Shared};
+use super::threads::{for_ranges, run, threads, Shared};
 use super::winograd_avx2 as avx2;
 use super::winograd_f2::F2;
 use super::winograd_f4::{self as f4, F4};
@@ -400,6 +400,71 @@ fn batched_gemm<const XI: usize>(
     });
 }
 
+/// How each chunk of images is cut among the pool's threads: into `count` pieces of
+/// `images` images, each taken through every stage of a pass by one thread in scratch of its
+/// own (`len` values; a whole chunk has all the scratch there is), so that each stage reads
+/// what the one before it wrote from the same core's cache. With one piece the chunk is whole and each stage shares it among the
+/// threads instead (by planes for the transforms, by points for the GEMMs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Pieces {
+    count: usize,
+    images: usize,
+    len: usize,
+}
+
+impl Pieces {
+    /// The pieces of a layer whose chunks have `step` images, in `scratch` values (after
+    /// the filters'), on `threads` threads: one a thread where the chunk and the scratch
+    /// allow. Each piece reads the filters' `U` whole, so on the deep layers (many channels,
+    /// few tiles) the threads read it twice where sharing the points read it once; that still
+    /// measured faster than moving the transformed tiles between cores (docs/results.md (g)).
+    fn of<T: Tiling<XI>, const XI: usize>(
+        dims: &Conv2dDims,
+        step: usize,
+        scratch: usize,
+        threads: usize,
+    ) -> Self {
+        let (c, k) = (dims.window.channels, dims.out_c);
+        let (th, tw) = grid::<T, XI>(&dims.window);
+        let len = |images: usize| {
+            let tiles = images * th * tw;
+            XI * (2 * point_stride(c * tiles) + point_stride(k * tiles))
+        };
+        let count = threads.min(step).max(1);
+        let images = step / count;
+        match count.min(scratch / len(images)) {
+            0 | 1 => Self {
+                count: 1,
+                images: step,
+                len: scratch,
+            },
+            count => Self {
+                count,
+                images,
+                len: len(images),
+            },
+        }
+    }
+
+    /// Images per chunk.
+    fn chunk(&self) -> usize {
+        self.count * self.images
+    }
+
+    /// Runs `f(piece)` for every piece of a chunk: each on a thread of its own where there
+    /// are several, else on this thread (whose stages then share the pool).
+    fn each(&self, f: &(dyn Fn(usize) + Sync)) {
+        if self.count == 1 {
+            return f(0);
+        }
+        run(&|i| {
+            if i < self.count {
+                f(i)
+            }
+        });
+    }
+}
+
 /// [`forward`] in tiling `T`.
 fn forward_with<T: Tiling<XI>, const XI: usize>(
     out: &mut [f32],
@@ -410,31 +475,45 @@ fn forward_with<T: Tiling<XI>, const XI: usize>(
     dims: &Conv2dDims,
 ) {
     let (n, k, g) = (dims.batch, dims.out_c, &dims.window);
-    let c = g.channels;
+    let (c, hw) = (g.channels, g.height * g.width);
     let (th, tw) = grid::<T, XI>(g);
     let per = th * tw;
     let step = chunk_within::<T, XI>(dims, scratch.len());
     let (u, rest) = scratch.split_at_mut(XI * point_stride(k * c));
     transform_filters::<T, XI>(u, weight, k, c);
-    let mut first = 0;
-    while first < n {
-        let m = step.min(n - first);
-        let t_n = m * per;
-        let (v, rest) = rest.split_at_mut(XI * point_stride(c * t_n));
-        let mm = &mut rest[..XI * point_stride(k * t_n)];
-        transform_inputs::<T, XI>(v, inp, first, m, g);
-        batched_gemm::<XI>(GemmDims::new(k, t_n, c), u, v, 0.0, mm);
-        write_outputs::<T, XI>(out, mm, bias, first, m, k, g);
-        first += m;
+    let u = &*u;
+    let pieces = Pieces::of::<T, XI>(dims, step, rest.len(), threads());
+    let rest = Shared::new(&mut rest[..pieces.count * pieces.len]);
+    let out = Shared::new(&mut out[..n * k * hw]);
+    for chunk in (0..n).step_by(pieces.chunk()) {
+        pieces.each(&|p| {
+            let first = chunk + p * pieces.images;
+            let m = pieces.images.min(n.saturating_sub(first));
+            if m == 0 {
+                return;
+            }
+            let t_n = m * per;
+            // SAFETY: piece p's scratch and images are this task's alone.
+            let (scratch, out) = unsafe {
+                (
+                    rest.part(p * pieces.len..(p + 1) * pieces.len),
+                    out.part(first * k * hw..(first + m) * k * hw),
+                )
+            };
+            let (v, mm) = scratch.split_at_mut(XI * point_stride(c * t_n));
+            let mm = &mut mm[..XI * point_stride(k * t_n)];
+            transform_inputs::<T, XI>(v, inp, first, m, g);
+            batched_gemm::<XI>(GemmDims::new(k, t_n, c), u, v, 0.0, mm);
+            write_outputs::<T, XI>(out, mm, bias, m, k, g);
+        });
     }
 }
 
-/// `Y = At M A` per tile, plus the bias, into the valid pixels of images `first..first + m`.
+/// `Y = At M A` per tile, plus the bias, into the valid pixels of `out`'s `m` images.
 fn write_outputs<T: Tiling<XI>, const XI: usize>(
     out: &mut [f32],
     mm: &[f32],
     bias: Option<&[f32]>,
-    first: usize,
     m: usize,
     k_n: usize,
     g: &Window2d,
@@ -442,7 +521,7 @@ fn write_outputs<T: Tiling<XI>, const XI: usize>(
     let (th, tw) = grid::<T, XI>(g);
     let (h, w, per) = (g.height, g.width, th * tw);
     let t_n = m * per;
-    let out = Shared::new(&mut out[first * k_n * h * w..(first + m) * k_n * h * w]);
+    let out = Shared::new(&mut out[..m * k_n * h * w]);
     let fast = avx2::usable();
     for_ranges(m * k_n, &|planes| {
         for jk in planes {
@@ -484,18 +563,17 @@ fn transform_output_grads<T: Tiling<XI>, const XI: usize>(
     tile_planes::<T, XI, _>(dm, dout, (first, m), k_n, g, tiles);
 }
 
-/// `dX += B dV Bt` per tile, inside the plane, for images `first..first + m` of `dinp`.
+/// `dX += B dV Bt` per tile, inside the plane, for the `m` images of `dinp`.
 fn scatter_input_grads<T: Tiling<XI>, const XI: usize>(
     dinp: &mut [f32],
     dv: &[f32],
-    first: usize,
     m: usize,
     g: &Window2d,
 ) {
     let (th, tw) = grid::<T, XI>(g);
     let (c_n, per) = (g.channels, th * tw);
     let (t_n, hw) = (m * per, g.height * g.width);
-    let dinp = Shared::new(&mut dinp[first * c_n * hw..(first + m) * c_n * hw]);
+    let dinp = Shared::new(&mut dinp[..m * c_n * hw]);
     let fast = avx2::usable();
     for_ranges(m * c_n, &|planes| {
         for jc in planes {
@@ -531,30 +609,55 @@ fn backward_with<T: Tiling<XI>, const XI: usize>(
     if let Some(db) = grads.bias {
         bias_grads(db, dout, n, k, hw);
     }
-    let mut dinp = dinp;
-    if let Some(d) = dinp.as_deref_mut() {
+    let dinp = dinp.map(|d| {
         fill(&mut d[..n * c * hw], 0.0);
-    }
+        Shared::new(&mut d[..n * c * hw])
+    });
     let step = chunk_within::<T, XI>(dims, scratch.len());
     let (u, rest) = scratch.split_at_mut(XI * point_stride(k * c));
     let (du, rest) = rest.split_at_mut(XI * point_stride(k * c));
     transform_filters::<T, XI>(u, weight, k, c);
     fill(du, 0.0);
-    let mut first = 0;
-    while first < n {
-        let m = step.min(n - first);
+    let u = &*u;
+    let pieces = Pieces::of::<T, XI>(dims, step, rest.len(), threads());
+    let rest = Shared::new(&mut rest[..pieces.count * pieces.len]);
+    // Piece p's images of the chunk at `chunk`, its tiles, and its `V`, `dM` and `dV`.
+    let piece = |chunk: usize, p: usize| {
+        let first = chunk + p * pieces.images;
+        let m = pieces.images.min(n.saturating_sub(first));
         let t_n = m * per;
-        let (v, rest) = rest.split_at_mut(XI * point_stride(c * t_n));
-        let (dm, rest) = rest.split_at_mut(XI * point_stride(k * t_n));
-        let dv = &mut rest[..XI * point_stride(c * t_n)];
-        transform_output_grads::<T, XI>(dm, dout, first, m, k, g);
-        transform_inputs::<T, XI>(v, inp, first, m, g);
-        batched_gemm::<XI>(GemmDims::new(k, c, t_n).b_transposed(), dm, v, 1.0, du);
-        if let Some(d) = dinp.as_deref_mut() {
-            batched_gemm::<XI>(GemmDims::new(c, t_n, k).a_transposed(), u, dm, 0.0, dv);
-            scatter_input_grads::<T, XI>(d, dv, first, m, g);
+        // SAFETY: piece p's scratch is used by one task at a time.
+        let scratch = unsafe { rest.part(p * pieces.len..(p + 1) * pieces.len) };
+        let (v, scratch) = scratch.split_at_mut(XI * point_stride(c * t_n));
+        let (dm, dv) = scratch.split_at_mut(XI * point_stride(k * t_n));
+        (first, m, v, dm, &mut dv[..XI * point_stride(c * t_n)])
+    };
+    for chunk in (0..n).step_by(pieces.chunk()) {
+        pieces.each(&|p| {
+            let (first, m, v, dm, _) = piece(chunk, p);
+            if m > 0 {
+                transform_output_grads::<T, XI>(dm, dout, first, m, k, g);
+                transform_inputs::<T, XI>(v, inp, first, m, g);
+            }
+        });
+        for p in 0..pieces.count {
+            let (_, m, v, dm, _) = piece(chunk, p);
+            if m > 0 {
+                let dims = GemmDims::new(k, c, m * per).b_transposed();
+                batched_gemm::<XI>(dims, dm, v, 1.0, du);
+            }
         }
-        first += m;
+        let Some(dinp) = &dinp else { continue };
+        pieces.each(&|p| {
+            let (first, m, _, dm, dv) = piece(chunk, p);
+            if m > 0 {
+                let dims = GemmDims::new(c, m * per, k).a_transposed();
+                batched_gemm::<XI>(dims, u, dm, 0.0, dv);
+                // SAFETY: piece p's images are this task's alone.
+                let d = unsafe { dinp.part(first * c * hw..(first + m) * c * hw) };
+                scatter_input_grads::<T, XI>(d, dv, m, g);
+            }
+        });
     }
     fold_filter_grads::<T, XI>(grads.weight, du, k, c);
 }
@@ -666,6 +769,63 @@ mod tests {
                 check_tiling::<F4, 36>(&dims, 1e-3, 1e-2);
             }
         }
+    }
+
+    /// A pass whose chunks are cut into pieces, one a thread, against the direct convolution:
+    /// a batch of 5 in chunks of two pieces of 2 images, so the last chunk's second piece is
+    /// empty.
+    #[test]
+    fn pieces_on_their_own_threads_match_the_direct_convolution() {
+        super::super::threads::set_threads(2);
+        let dims = Conv2dDims {
+            batch: 5,
+            out_c: 8,
+            window: Window2d {
+                channels: 8,
+                height: 8,
+                width: 8,
+                kernel: 3,
+                stride: 1,
+                pad: 1,
+            },
+        };
+        let mut scratch_for_pieces = 0;
+        for (pieces, tile) in [
+            (Pieces::of::<F2, 16>(&dims, 5, 1 << 20, 2), "F2"),
+            (Pieces::of::<F4, 36>(&dims, 5, 1 << 20, 2), "F4"),
+        ] {
+            assert_eq!((pieces.count, pieces.images), (2, 2), "{tile}");
+            scratch_for_pieces = scratch_for_pieces.max(pieces.count * pieces.len);
+        }
+        assert!(threads() == 2 && scratch_len(&dims) >= scratch_for_pieces);
+        check_tiling::<F2, 16>(&dims, 1e-4, 1e-3);
+        check_tiling::<F4, 36>(&dims, 1e-3, 1e-2);
+    }
+
+    #[test]
+    fn each_thread_takes_a_piece_of_a_chunk_where_the_scratch_allows() {
+        let layer = |channels, side| Conv2dDims {
+            batch: 32,
+            out_c: channels,
+            window: Window2d {
+                channels,
+                ..plane(side)
+            },
+        };
+        let of = |dims: &Conv2dDims, step, threads| {
+            let p = Pieces::of::<F2, 16>(dims, step, 1 << 30, threads);
+            (p.count, p.images)
+        };
+        assert_eq!(of(&layer(64, 32), 2, 2), (2, 1));
+        assert_eq!(of(&layer(512, 4), 32, 2), (2, 16));
+        assert_eq!(of(&layer(512, 4), 5, 4), (4, 1));
+        // One thread, or a chunk of one image: the chunk is whole.
+        assert_eq!(of(&layer(64, 32), 2, 1), (1, 2));
+        assert_eq!(of(&layer(64, 32), 1, 2), (1, 1));
+        // Scratch for one piece only: the chunk is whole, in all the scratch.
+        let one = Pieces::of::<F2, 16>(&layer(64, 32), 2, 1 << 30, 2).len;
+        let tight = Pieces::of::<F2, 16>(&layer(64, 32), 2, one, 2);
+        assert_eq!((tight.count, tight.images, tight.len), (1, 2, one));
     }
 
     /// A 3x3 window of 64 channels on a `side x side` plane.
