@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use super::elementwise::fill;
 use super::gemm::gemm;
-use super::threads::{for_ranges, run, threads, Shared};
+use super::threads::{for_ranges, run, share, threads, Shared};
 use super::winograd_avx2 as avx2;
 use super::winograd_f2::F2;
 use super::winograd_f4::{self as f4, F4};
@@ -455,6 +455,14 @@ impl Pieces {
         self.count * self.images
     }
 
+    /// The first image and the number of images of piece `p` of the chunk that starts at
+    /// image `chunk` of `n`: the chunk's images shared evenly among its pieces, so that a
+    /// last chunk with fewer images still keeps every thread busy.
+    fn images_of(&self, chunk: usize, p: usize, n: usize) -> (usize, usize) {
+        let images = share(self.chunk().min(n - chunk), p, self.count);
+        (chunk + images.start, images.len())
+    }
+
     /// Runs `f(piece)` for every piece of a chunk: each on a thread of its own where there
     /// are several, else on this thread (whose stages then share the pool).
     fn each(&self, f: &(dyn Fn(usize) + Sync)) {
@@ -491,8 +499,7 @@ fn forward_with<T: Tiling<XI>, const XI: usize>(
     let out = Shared::new(&mut out[..n * k * hw]);
     for chunk in (0..n).step_by(pieces.chunk()) {
         pieces.each(&|p| {
-            let first = chunk + p * pieces.images;
-            let m = pieces.images.min(n.saturating_sub(first));
+            let (first, m) = pieces.images_of(chunk, p, n);
             if m == 0 {
                 return;
             }
@@ -627,8 +634,7 @@ fn backward_with<T: Tiling<XI>, const XI: usize>(
     let rest = Shared::new(&mut rest[..pieces.count * pieces.len]);
     // Piece p's images of the chunk at `chunk`, its tiles, and its `V`, `dM` and `dV`.
     let piece = |chunk: usize, p: usize| {
-        let first = chunk + p * pieces.images;
-        let m = pieces.images.min(n.saturating_sub(first));
+        let (first, m) = pieces.images_of(chunk, p, n);
         let t_n = m * per;
         // SAFETY: piece p's scratch is used by one task at a time.
         let scratch = unsafe { rest.part(p * pieces.len..(p + 1) * pieces.len) };
@@ -783,8 +789,8 @@ mod tests {
     }
 
     /// A pass whose chunks are cut into pieces, one a thread, against the direct convolution:
-    /// a batch of 5 in chunks of two pieces of 2 images, so the last chunk's second piece is
-    /// empty.
+    /// a batch of 5 in chunks of two pieces of 2 images, so the last chunk's one image goes
+    /// to one piece and the other is empty.
     #[test]
     fn pieces_on_their_own_threads_match_the_direct_convolution() {
         super::super::threads::set_threads(2);
@@ -832,6 +838,16 @@ mod tests {
         // One thread, or a chunk of one image: the chunk is whole.
         assert_eq!(of(&layer(64, 32), 2, 1), (1, 2));
         assert_eq!(of(&layer(64, 32), 1, 2), (1, 1));
+        // A last chunk of fewer images is shared evenly; one of one image leaves a piece empty.
+        let four = Pieces::of::<F2, 16>(&layer(64, 32), 8, 1 << 30, 4);
+        let split = |chunk, n| {
+            (0..4)
+                .map(|p| four.images_of(chunk, p, n))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(split(0, 32), [(0, 2), (2, 2), (4, 2), (6, 2)]);
+        assert_eq!(split(24, 30), [(24, 1), (25, 2), (27, 1), (28, 2)]);
+        assert_eq!(split(8, 9), [(8, 0), (8, 0), (8, 0), (8, 1)]);
         // Scratch for one piece only: the chunk is whole, in all the scratch.
         let one = Pieces::of::<F2, 16>(&layer(64, 32), 2, 1 << 30, 2).len;
         let tight = Pieces::of::<F2, 16>(&layer(64, 32), 2, one, 2);
