@@ -32,14 +32,14 @@
 //! buffer is point-major, and its points' blocks are a cache line more than their length
 //! apart ([`SKEW`]), so that a transform writing all `XI` points of a tile at once does not
 //! find them in the same cache sets. The tile transforms run compiled for AVX2 and FMA
-//! where the CPU has them ([`super::winograd_avx2`]), portable elsewhere.
+//! where the CPU has them, portable elsewhere ([`Transforms`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use super::elementwise::fill;
 use super::gemm::gemm;
 use super::threads::{for_ranges, run, share, threads, Shared};
-use super::winograd_avx2 as avx2;
+use super::winograd_avx2::Transforms;
 use super::winograd_f2::F2;
 use super::winograd_f4::{self as f4, F4};
 use super::winograd_tiling::Tiling;
@@ -340,14 +340,9 @@ fn transform_inputs<T: Tiling<XI>, const XI: usize>(
     m: usize,
     g: &Window2d,
 ) {
-    let fast = avx2::usable();
+    let transforms = Transforms::for_this_cpu();
     let tiles = |dst: &mut [&mut [f32]; XI], plane: &[f32], h: usize, w: usize| {
-        if fast {
-            // SAFETY: this CPU has AVX2 and FMA.
-            unsafe { avx2::input_tiles::<T, XI>(dst, plane, h, w) };
-        } else {
-            T::input_tiles(dst, plane, h, w);
-        }
+        transforms.input_tiles::<T, XI>(dst, plane, h, w)
     };
     tile_planes::<T, XI, _>(v, inp, (first, m), g.channels, g, tiles);
 }
@@ -533,7 +528,7 @@ fn write_outputs<T: Tiling<XI>, const XI: usize>(
     let (h, w, per) = (g.height, g.width, th * tw);
     let t_n = m * per;
     let out = Shared::new(&mut out[..m * k_n * h * w]);
-    let fast = avx2::usable();
+    let transforms = Transforms::for_this_cpu();
     for_ranges(m * k_n, &|planes| {
         for jk in planes {
             let (j, k) = (jk / k_n, jk % k_n);
@@ -542,12 +537,7 @@ fn write_outputs<T: Tiling<XI>, const XI: usize>(
             let base = |xi: usize| plane_at(xi, k, k_n, t_n, j, per);
             let src = std::array::from_fn(|xi| &mm[base(xi)..base(xi) + per]);
             let bias = bias.map_or(0.0, |b| b[k]);
-            if fast {
-                // SAFETY: this CPU has AVX2 and FMA.
-                unsafe { avx2::output_tiles::<T, XI>(plane, &src, h, w, bias) };
-            } else {
-                T::output_tiles(plane, &src, h, w, bias);
-            }
+            transforms.output_tiles::<T, XI>(plane, &src, h, w, bias);
         }
     });
 }
@@ -562,14 +552,9 @@ fn transform_output_grads<T: Tiling<XI>, const XI: usize>(
     k_n: usize,
     g: &Window2d,
 ) {
-    let fast = avx2::usable();
+    let transforms = Transforms::for_this_cpu();
     let tiles = |dst: &mut [&mut [f32]; XI], dout: &[f32], h: usize, w: usize| {
-        if fast {
-            // SAFETY: this CPU has AVX2 and FMA.
-            unsafe { avx2::output_grad_tiles::<T, XI>(dst, dout, h, w) };
-        } else {
-            T::output_grad_tiles(dst, dout, h, w);
-        }
+        transforms.output_grad_tiles::<T, XI>(dst, dout, h, w)
     };
     tile_planes::<T, XI, _>(dm, dout, (first, m), k_n, g, tiles);
 }
@@ -585,7 +570,7 @@ fn scatter_input_grads<T: Tiling<XI>, const XI: usize>(
     let (c_n, per) = (g.channels, th * tw);
     let (t_n, hw) = (m * per, g.height * g.width);
     let dinp = Shared::new(&mut dinp[..m * c_n * hw]);
-    let fast = avx2::usable();
+    let transforms = Transforms::for_this_cpu();
     for_ranges(m * c_n, &|planes| {
         for jc in planes {
             let (j, c) = (jc / c_n, jc % c_n);
@@ -593,12 +578,7 @@ fn scatter_input_grads<T: Tiling<XI>, const XI: usize>(
             let plane = unsafe { dinp.part(jc * hw..(jc + 1) * hw) };
             let base = |xi: usize| plane_at(xi, c, c_n, t_n, j, per);
             let src = std::array::from_fn(|xi| &dv[base(xi)..base(xi) + per]);
-            if fast {
-                // SAFETY: this CPU has AVX2 and FMA.
-                unsafe { avx2::input_grad_tiles::<T, XI>(plane, &src, g.height, g.width) };
-            } else {
-                T::input_grad_tiles(plane, &src, g.height, g.width);
-            }
+            transforms.input_grad_tiles::<T, XI>(plane, &src, g.height, g.width);
         }
     });
 }
@@ -687,12 +667,13 @@ fn bias_grads(db: &mut [f32], dout: &[f32], n: usize, k: usize, hw: usize) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::conv::{direct_backward, direct_forward, direct_scratch_len as direct_len};
     use super::super::winograd_f2 as f2;
     use super::*;
 
-    fn values(len: usize, seed: usize) -> Vec<f32> {
+    /// `len` values in -1..1, different for each `seed` (shared with the AVX2 tests).
+    pub(in super::super) fn values(len: usize, seed: usize) -> Vec<f32> {
         (0..len)
             .map(|i| (((i * 7919 + seed * 104_729) % 2003) as f32 / 1001.5) - 1.0)
             .collect()

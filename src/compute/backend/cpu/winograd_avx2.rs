@@ -3,13 +3,14 @@
 //! The shipped build is portable x86-64, so its loops use SSE2's 128-bit vectors. Each
 //! function here enables AVX2 and FMA and inlines a tiling's transform (every function those
 //! transforms call is `#[inline(always)]`), so the compiler vectorises the same loops with
-//! 256-bit vectors; the Winograd driver calls these where [`usable`] says the CPU has both
-//! features and the portable ones elsewhere. Same operations in the same order, so the same
-//! results. Measured gain: docs/results.md (g).
+//! 256-bit vectors. The Winograd driver calls the transforms through [`Transforms`], which
+//! takes these where [`usable`] says the CPU has both features and the portable ones
+//! elsewhere. Same operations in the same order, so the same results. Measured gain:
+//! docs/results.md (g).
 
 use super::winograd_tiling::Tiling;
 
-/// Whether this CPU runs the functions of this module (checked once, then cached by std).
+/// Whether this CPU runs the AVX2 functions of this module (checked once, then cached by std).
 #[inline]
 pub fn usable() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -22,12 +23,95 @@ pub fn usable() -> bool {
     }
 }
 
+/// A tiling's four tile transforms, compiled for AVX2 and FMA where this CPU has them and
+/// portable elsewhere (chosen once, when made).
+#[derive(Debug, Clone, Copy)]
+pub struct Transforms {
+    avx2: bool,
+}
+
+impl Transforms {
+    /// The transforms this CPU runs fastest.
+    pub fn for_this_cpu() -> Self {
+        Self { avx2: usable() }
+    }
+
+    /// [`Tiling::input_tiles`].
+    #[inline]
+    pub fn input_tiles<T: Tiling<XI>, const XI: usize>(
+        self,
+        dst: &mut [&mut [f32]; XI],
+        plane: &[f32],
+        h: usize,
+        w: usize,
+    ) {
+        if self.avx2 {
+            // SAFETY: `avx2` is set only where the CPU has AVX2 and FMA.
+            unsafe { input_tiles::<T, XI>(dst, plane, h, w) }
+        } else {
+            T::input_tiles(dst, plane, h, w)
+        }
+    }
+
+    /// [`Tiling::output_tiles`].
+    #[inline]
+    pub fn output_tiles<T: Tiling<XI>, const XI: usize>(
+        self,
+        out: &mut [f32],
+        src: &[&[f32]; XI],
+        h: usize,
+        w: usize,
+        bias: f32,
+    ) {
+        if self.avx2 {
+            // SAFETY: as in `input_tiles`.
+            unsafe { output_tiles::<T, XI>(out, src, h, w, bias) }
+        } else {
+            T::output_tiles(out, src, h, w, bias)
+        }
+    }
+
+    /// [`Tiling::output_grad_tiles`].
+    #[inline]
+    pub fn output_grad_tiles<T: Tiling<XI>, const XI: usize>(
+        self,
+        dst: &mut [&mut [f32]; XI],
+        dout: &[f32],
+        h: usize,
+        w: usize,
+    ) {
+        if self.avx2 {
+            // SAFETY: as in `input_tiles`.
+            unsafe { output_grad_tiles::<T, XI>(dst, dout, h, w) }
+        } else {
+            T::output_grad_tiles(dst, dout, h, w)
+        }
+    }
+
+    /// [`Tiling::input_grad_tiles`].
+    #[inline]
+    pub fn input_grad_tiles<T: Tiling<XI>, const XI: usize>(
+        self,
+        dinp: &mut [f32],
+        src: &[&[f32]; XI],
+        h: usize,
+        w: usize,
+    ) {
+        if self.avx2 {
+            // SAFETY: as in `input_tiles`.
+            unsafe { input_grad_tiles::<T, XI>(dinp, src, h, w) }
+        } else {
+            T::input_grad_tiles(dinp, src, h, w)
+        }
+    }
+}
+
 /// [`Tiling::input_tiles`] with AVX2 and FMA.
 ///
 /// # Safety
 /// The CPU must have AVX2 and FMA ([`usable`]).
 #[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx2,fma"))]
-pub unsafe fn input_tiles<T: Tiling<XI>, const XI: usize>(
+unsafe fn input_tiles<T: Tiling<XI>, const XI: usize>(
     dst: &mut [&mut [f32]; XI],
     plane: &[f32],
     h: usize,
@@ -41,7 +125,7 @@ pub unsafe fn input_tiles<T: Tiling<XI>, const XI: usize>(
 /// # Safety
 /// The CPU must have AVX2 and FMA ([`usable`]).
 #[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx2,fma"))]
-pub unsafe fn output_tiles<T: Tiling<XI>, const XI: usize>(
+unsafe fn output_tiles<T: Tiling<XI>, const XI: usize>(
     out: &mut [f32],
     src: &[&[f32]; XI],
     h: usize,
@@ -56,7 +140,7 @@ pub unsafe fn output_tiles<T: Tiling<XI>, const XI: usize>(
 /// # Safety
 /// The CPU must have AVX2 and FMA ([`usable`]).
 #[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx2,fma"))]
-pub unsafe fn output_grad_tiles<T: Tiling<XI>, const XI: usize>(
+unsafe fn output_grad_tiles<T: Tiling<XI>, const XI: usize>(
     dst: &mut [&mut [f32]; XI],
     dout: &[f32],
     h: usize,
@@ -70,7 +154,7 @@ pub unsafe fn output_grad_tiles<T: Tiling<XI>, const XI: usize>(
 /// # Safety
 /// The CPU must have AVX2 and FMA ([`usable`]).
 #[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx2,fma"))]
-pub unsafe fn input_grad_tiles<T: Tiling<XI>, const XI: usize>(
+unsafe fn input_grad_tiles<T: Tiling<XI>, const XI: usize>(
     dinp: &mut [f32],
     src: &[&[f32]; XI],
     h: usize,
@@ -81,15 +165,10 @@ pub unsafe fn input_grad_tiles<T: Tiling<XI>, const XI: usize>(
 
 #[cfg(test)]
 mod tests {
+    use super::super::winograd::tests::values;
     use super::super::winograd_f2::F2;
     use super::super::winograd_f4::F4;
     use super::*;
-
-    fn values(len: usize, seed: usize) -> Vec<f32> {
-        (0..len)
-            .map(|i| (((i * 7919 + seed * 104_729) % 2003) as f32 / 1001.5) - 1.0)
-            .collect()
-    }
 
     /// Runs `f` on `XI` fresh slices of `len` values each and returns them.
     fn points<const XI: usize>(len: usize, f: impl FnOnce(&mut [&mut [f32]; XI])) -> Vec<f32> {
