@@ -129,10 +129,9 @@ pub fn im2col(col: &mut [f32], ld: usize, inp: &[f32], g: &Window2d) {
             if g.stride == 1 {
                 let start = lo + kx - g.pad;
                 out[lo..hi].copy_from_slice(&src[start..start + hi - lo]);
-            } else {
-                for (ox, o) in (lo..hi).zip(&mut out[lo..hi]) {
-                    *o = src[ox * g.stride + kx - g.pad];
-                }
+            } else if lo < hi {
+                let start = lo * g.stride + kx - g.pad;
+                gather(&mut out[lo..hi], &src[start..], g.stride);
             }
         }
     }
@@ -176,6 +175,42 @@ fn im2col_same(col: &mut [f32], ld: usize, inp: &[f32], g: &Window2d) {
     }
 }
 
+/// `out[i] = src[i * stride]` for every `i` of `out`; stride 2 (the strided convolutions of
+/// a ResNet) written out so that it vectorizes.
+#[inline(always)]
+fn gather(out: &mut [f32], src: &[f32], stride: usize) {
+    if stride == 2 {
+        // Whole pairs, then a last lone value where the source ends there.
+        let (last, most) = out
+            .split_last_mut()
+            .expect("a gather of at least one value");
+        for (o, pair) in most.iter_mut().zip(src.chunks_exact(2)) {
+            *o = pair[0];
+        }
+        *last = src[2 * most.len()];
+    } else {
+        for (o, &v) in out.iter_mut().zip(src.iter().step_by(stride)) {
+            *o = v;
+        }
+    }
+}
+
+/// `dst[i * stride] += s[i]` for every `i` of `s`, the adjoint of [`gather`].
+#[inline(always)]
+fn scatter_add(dst: &mut [f32], s: &[f32], stride: usize) {
+    if stride == 2 {
+        let (last, most) = s.split_last().expect("a scatter of at least one value");
+        for (pair, &v) in dst.chunks_exact_mut(2).zip(most) {
+            pair[0] += v;
+        }
+        dst[2 * most.len()] += last;
+    } else {
+        for (d, &v) in dst.iter_mut().step_by(stride).zip(s) {
+            *d += v;
+        }
+    }
+}
+
 /// Folds `col[C*k*k x OH*OW]` (row `r` at `col[r * ld]`) back into one image,
 /// accumulating into `dinp[C x H x W]`.
 pub fn col2im(dinp: &mut [f32], col: &[f32], ld: usize, g: &Window2d) {
@@ -201,10 +236,9 @@ pub fn col2im(dinp: &mut [f32], col: &[f32], ld: usize, g: &Window2d) {
                 for (d, &v) in dst[start..start + hi - lo].iter_mut().zip(&s[lo..hi]) {
                     *d += v;
                 }
-            } else {
-                for ox in lo..hi {
-                    dst[ox * g.stride + kx - g.pad] += s[ox];
-                }
+            } else if lo < hi {
+                let start = lo * g.stride + kx - g.pad;
+                scatter_add(&mut dst[start..], &s[lo..hi], g.stride);
             }
         }
     }
@@ -579,7 +613,14 @@ mod tests {
     #[test]
     fn im2col_matches_direct_indexing_with_padding_and_stride() {
         // (1, 1) and (2, 1) with kernel 3 and 5 take the block-copy path.
-        for (pad, stride, kernel) in [(0, 1, 3), (2, 1, 3), (1, 2, 3), (1, 1, 3), (2, 1, 5)] {
+        for (pad, stride, kernel) in [
+            (0, 1, 3),
+            (2, 1, 3),
+            (1, 2, 3),
+            (1, 3, 3),
+            (1, 1, 3),
+            (2, 1, 5),
+        ] {
             let g = Window2d {
                 channels: 2,
                 height: 5,

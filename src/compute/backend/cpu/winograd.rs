@@ -559,7 +559,8 @@ fn transform_output_grads<T: Tiling<XI>, const XI: usize>(
     tile_planes::<T, XI, _>(dm, dout, (first, m), k_n, g, tiles);
 }
 
-/// `dX += B dV Bt` per tile, inside the plane, for the `m` images of `dinp`.
+/// `dX = B dV Bt` summed over the tiles, inside the plane, for the `m` images of `dinp`
+/// (every value written).
 fn scatter_input_grads<T: Tiling<XI>, const XI: usize>(
     dinp: &mut [f32],
     dv: &[f32],
@@ -600,10 +601,7 @@ fn backward_with<T: Tiling<XI>, const XI: usize>(
     if let Some(db) = grads.bias {
         bias_grads(db, dout, n, k, hw);
     }
-    let dinp = dinp.map(|d| {
-        fill(&mut d[..n * c * hw], 0.0);
-        Shared::new(&mut d[..n * c * hw])
-    });
+    let dinp = dinp.map(|d| Shared::new(&mut d[..n * c * hw]));
     let step = chunk_within::<T, XI>(dims, scratch.len());
     let (u, rest) = scratch.split_at_mut(XI * point_stride(k * c));
     let (du, rest) = rest.split_at_mut(XI * point_stride(k * c));

@@ -215,7 +215,7 @@ mod tests {
             unsafe { output_tiles::<T, XI>(&mut fast, &src, h, w, 0.25) };
             assert_eq!(portable, fast, "output {at}");
 
-            let (mut portable, mut fast) = (plane.clone(), plane.clone());
+            let (mut portable, mut fast) = (vec![f32::NAN; h * w], vec![f32::NAN; h * w]);
             T::input_grad_tiles(&mut portable, &src, h, w);
             // SAFETY: as above.
             unsafe { input_grad_tiles::<T, XI>(&mut fast, &src, h, w) };

@@ -202,19 +202,25 @@ fn rows_output_grad_tiles<const R: usize>(
     }
 }
 
-/// `dX += B dV Bt` for every tile, from `src[xi][t]`, into the `h x w` plane `dinp` (what
-/// falls in the padding dropped).
+/// `dX = B dV Bt` summed over every tile, from `src[xi][t]`, written into the `h x w` plane
+/// `dinp` (what falls in the padding dropped). Tile row `ty` adds to the padded rows
+/// `2ty..2ty + 4`, of which the last two are the next tile row's first two: they carry over
+/// in the row buffers, so each plane row is written once, when it is complete.
 #[inline(always)]
 fn rows_input_grad_tiles<const R: usize>(dinp: &mut [f32], src: &[&[f32]; 16], h: usize, w: usize) {
     let (th, tw) = grid(h, w);
     let len = 2 * tw + 2;
     let mut acc = [[0.0f32; R]; 4];
+    // Padded row `2ty + i` of the plane, if it lies inside it, gets buffer row `i`.
+    let mut write = |acc: &[f32; R], padded: usize| {
+        if (1..=h).contains(&padded) {
+            let y = padded - 1;
+            dinp[y * w..(y + 1) * w].copy_from_slice(&acc[1..=w]);
+        }
+    };
     for ty in 0..th {
         let at = ty * tw;
         let v: [&[f32]; 16] = std::array::from_fn(|xi| &src[xi][at..at + tw]);
-        for row in acc.iter_mut() {
-            row[..len].fill(0.0);
-        }
         for tx in 0..tw {
             let d: [[f32; 4]; 4] =
                 std::array::from_fn(|i| std::array::from_fn(|j| v[4 * i + j][tx]));
@@ -235,17 +241,18 @@ fn rows_input_grad_tiles<const R: usize>(dinp: &mut [f32], src: &[&[f32]; 16], h
                 row[2 * tx + 3] -= s3;
             }
         }
-        for (i, row) in acc.iter().enumerate() {
-            let y = 2 * ty as isize - 1 + i as isize;
-            if y >= 0 && (y as usize) < h {
-                let y = y as usize;
-                for (d, &s) in dinp[y * w..(y + 1) * w].iter_mut().zip(&row[1..=w]) {
-                    *d += s;
-                }
-            }
+        write(&acc[0], 2 * ty);
+        write(&acc[1], 2 * ty + 1);
+        let (done, next) = acc.split_at_mut(2);
+        for (row, carried) in done.iter_mut().zip(next.iter_mut()) {
+            row[..len].copy_from_slice(&carried[..len]);
+            carried[..len].fill(0.0);
         }
     }
+    write(&acc[0], 2 * th);
+    write(&acc[1], 2 * th + 1);
 }
+
 /// F(2x2, 3x3): 16 points per tile.
 pub struct F2;
 
@@ -385,6 +392,7 @@ impl Tiling<16> for F2 {
         }
         let (th, tw) = grid(h, w);
         let (hi, wi) = (h as isize, w as isize);
+        dinp[..h * w].fill(0.0);
         for ty in 0..th {
             for tx in 0..tw {
                 let t = ty * tw + tx;

@@ -296,13 +296,26 @@ fn output_grad_rows<const Q: usize>(dst: &mut [&mut [f32]; 36], dout: &[f32], h:
     }
 }
 
-/// [`Tiling::input_grad_tiles`] with phase buffers of `Q` tiles.
+/// [`Tiling::input_grad_tiles`] with phase buffers of `Q` tiles. Tile row `ty` adds to the
+/// padded rows `4ty..4ty + 6`, of which the last two are the next tile row's first two: they
+/// carry over (`carry`), so each plane row is written once, when it is complete.
 #[inline(always)]
 fn input_grad_rows<const Q: usize>(dinp: &mut [f32], src: &[&[f32]; 36], h: usize, w: usize) {
     let (th, tw) = grid(h, w);
     let mut s = [[[0.0f32; Q]; 6]; 6];
     let mut acc = [[0.0f32; Q]; 4];
     let mut spill = [[0.0f32; Q]; 2];
+    let mut carry = [[[0.0f32; Q]; 4]; 2];
+    // Padded row `padded` of the plane, if it lies inside it, from phase buffers `acc`.
+    let mut write = |acc: &[[f32; Q]; 4], padded: usize| {
+        if (1..=h).contains(&padded) {
+            let y = padded - 1;
+            // Plane column x is padded column x + 1.
+            for (px, d) in (1..).zip(dinp[y * w..(y + 1) * w].iter_mut()) {
+                *d = acc[px % 4][px / 4];
+            }
+        }
+    };
     for ty in 0..th {
         let at_ = ty * tw;
         let v: [&[f32]; 36] = std::array::from_fn(|xi| &src[xi][at_..at_ + tw]);
@@ -330,16 +343,28 @@ fn input_grad_rows<const Q: usize>(dinp: &mut [f32], src: &[&[f32]; 36], h: usiz
                 acc[0][t + 1] += spill[0][t];
                 acc[1][t + 1] += spill[1][t];
             }
-            let y = (4 * ty + i) as isize - 1;
-            if y >= 0 && (y as usize) < h {
-                let y = y as usize;
-                // Plane column x is padded column x + 1.
-                for (px, d) in (1..).zip(dinp[y * w..(y + 1) * w].iter_mut()) {
-                    *d += acc[px % 4][px / 4];
+            match i {
+                // What the tile row above left in these rows.
+                0 | 1 if ty > 0 => {
+                    for (phase, carried) in acc.iter_mut().zip(&carry[i]) {
+                        for (a, c) in phase[..=tw].iter_mut().zip(&carried[..=tw]) {
+                            *a += c;
+                        }
+                    }
                 }
+                4 | 5 => {
+                    for (carried, phase) in carry[i - 4].iter_mut().zip(&acc) {
+                        carried[..=tw].copy_from_slice(&phase[..=tw]);
+                    }
+                    continue;
+                }
+                _ => {}
             }
+            write(&acc, 4 * ty + i);
         }
     }
+    write(&carry[0], 4 * th);
+    write(&carry[1], 4 * th + 1);
 }
 
 /// Slices `at..at + 6` of `dst`, mutably.

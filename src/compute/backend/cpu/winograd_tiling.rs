@@ -19,8 +19,9 @@ pub trait Tiling<const XI: usize> {
     fn output_tiles(out: &mut [f32], src: &[&[f32]; XI], h: usize, w: usize, bias: f32);
     /// `dM = A dY At` for every tile of the plane `dout` (zero outside it): `dst[xi][t]`.
     fn output_grad_tiles(dst: &mut [&mut [f32]; XI], dout: &[f32], h: usize, w: usize);
-    /// `dX += B dV Bt` for every tile, from `src[xi][t]`, into the plane `dinp` (what falls
-    /// in the padding dropped).
+    /// `dX = B dV Bt` summed over every tile, from `src[xi][t]`, written into the plane
+    /// `dinp` (what falls in the padding dropped): every value of the plane is written, so
+    /// `dinp` need not be zeroed first.
     fn input_grad_tiles(dinp: &mut [f32], src: &[&[f32]; XI], h: usize, w: usize);
 }
 
