@@ -116,6 +116,14 @@ pub fn im2col(col: &mut [f32], ld: usize, inp: &[f32], g: &Window2d) {
             row % g.kernel,
         );
         let plane = &inp[c * h * w..(c + 1) * h * w];
+        if g.stride == 1 && g.pad == 0 {
+            // Every window inside the plane (LeNet-5's second convolution): plain row copies.
+            for (oy, out) in dst.chunks_exact_mut(ow).enumerate() {
+                let at = (oy + ky) * w + kx;
+                copy_row(out, &plane[at..at + ow]);
+            }
+            continue;
+        }
         let (lo, hi) = valid_cols(kx, ow, g);
         for (oy, out) in dst.chunks_exact_mut(ow).enumerate() {
             let iy = (oy * g.stride + ky) as isize - g.pad as isize;
@@ -124,11 +132,11 @@ pub fn im2col(col: &mut [f32], ld: usize, inp: &[f32], g: &Window2d) {
                 continue;
             }
             let src = &plane[iy as usize * w..(iy as usize + 1) * w];
-            out[..lo].fill(0.0);
-            out[hi..].fill(0.0);
+            zero_few(&mut out[..lo]);
+            zero_few(&mut out[hi..]);
             if g.stride == 1 {
                 let start = lo + kx - g.pad;
-                out[lo..hi].copy_from_slice(&src[start..start + hi - lo]);
+                copy_row(&mut out[lo..hi], &src[start..start + hi - lo]);
             } else if lo < hi {
                 let start = lo * g.stride + kx - g.pad;
                 gather(&mut out[lo..hi], &src[start..], g.stride);
@@ -168,11 +176,40 @@ fn im2col_same(col: &mut [f32], ld: usize, inp: &[f32], g: &Window2d) {
         let (lo, hi) = valid_cols(kx as usize, ow, g);
         if lo > 0 || hi < ow {
             for out in dst[oy_lo * ow..oy_hi * ow].chunks_exact_mut(ow) {
-                out[..lo].fill(0.0);
-                out[hi..].fill(0.0);
+                zero_few(&mut out[..lo]);
+                zero_few(&mut out[hi..]);
             }
         }
     }
+}
+
+/// Zeroes `s`, a row's few padding values (up to the padding's width), without a call into
+/// `memset` for each: the unfolded rows of a small plane are short and many.
+#[inline(always)]
+fn zero_few(s: &mut [f32]) {
+    match s {
+        [] => {}
+        [a] => *a = 0.0,
+        [a, b] => (*a, *b) = (0.0, 0.0),
+        _ => s.fill(0.0),
+    }
+}
+
+/// `dst = src` for one row, in copies of 8 values (the last one overlapping the one
+/// before) that compile to plain vector moves, where a row of 8 or more would otherwise be
+/// a call into `memcpy` of a few dozen bytes.
+#[inline(always)]
+fn copy_row(dst: &mut [f32], src: &[f32]) {
+    const LANES: usize = 8;
+    let n = dst.len();
+    if n < LANES {
+        return dst.copy_from_slice(&src[..n]);
+    }
+    let src = &src[..n];
+    for at in (0..n - LANES).step_by(LANES) {
+        dst[at..at + LANES].copy_from_slice(&src[at..at + LANES]);
+    }
+    dst[n - LANES..].copy_from_slice(&src[n - LANES..]);
 }
 
 /// `out[i] = src[i * stride]` for every `i` of `out`; stride 2 (the strided convolutions of

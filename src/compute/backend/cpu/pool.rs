@@ -50,25 +50,7 @@ pub fn maxpool_forward(
         // SAFETY: plane p is this task's alone.
         let a = unsafe { argmax.part(p * oh * ow..(p + 1) * oh * ow) };
         if g.kernel == 2 && g.stride == 2 {
-            // The common case without the generic window loop: each row's pair, then the
-            // second row's winner only if strictly greater (the same as a row-by-row scan).
-            let w = g.width;
-            for oy in 0..oh {
-                let (r0, r1) = (2 * oy * w, (2 * oy + 1) * w);
-                for ox in 0..ow {
-                    // Branch-free (flags and a multiply): which input wins is data, and a
-                    // branch on it mispredicts half the time.
-                    let (i, j) = (r0 + 2 * ox, r1 + 2 * ox);
-                    let (p0, p1, p2, p3) = (plane[i], plane[i + 1], plane[j], plane[j + 1]);
-                    let top = i + usize::from(p1 > p0);
-                    let bottom = j + usize::from(p3 > p2);
-                    let (vt, vb) = (p0.max(p1), p2.max(p3));
-                    let second = usize::from(vb > vt);
-                    o[oy * ow + ox] = vt.max(vb);
-                    a[oy * ow + ox] = (top + second * (bottom - top)) as f32;
-                }
-            }
-            return;
+            return max_of_pairs(o, a, plane, g);
         }
         for oy in 0..oh {
             for ox in 0..ow {
@@ -78,6 +60,29 @@ pub fn maxpool_forward(
             }
         }
     });
+}
+
+/// [`maxpool_forward`] of one plane for 2x2 windows of stride 2, the common case, without
+/// the generic window loop: each row's pair, then the second row's winner only if strictly
+/// greater (the same as a row-by-row scan). Branch-free, with the index kept as f32, so
+/// that an output row vectorizes: which input wins is data, and a branch on it would
+/// mispredict half the time.
+fn max_of_pairs(out: &mut [f32], argmax: &mut [f32], plane: &[f32], g: &Window2d) {
+    let (ow, w) = (g.out_width(), g.width);
+    let rows = out.chunks_exact_mut(ow).zip(argmax.chunks_exact_mut(ow));
+    for (oy, (o, a)) in rows.enumerate() {
+        let (r0, r1) = (2 * oy * w, (2 * oy + 1) * w);
+        let (top, bottom) = (&plane[r0..r0 + 2 * ow], &plane[r1..r1 + 2 * ow]);
+        let pairs = top.chunks_exact(2).zip(bottom.chunks_exact(2));
+        for (ox, ((t, b), (o, a))) in pairs.zip(o.iter_mut().zip(a.iter_mut())).enumerate() {
+            let i = (r0 + 2 * ox) as f32;
+            let it = i + if t[1] > t[0] { 1.0 } else { 0.0 };
+            let ib = i + w as f32 + if b[1] > b[0] { 1.0 } else { 0.0 };
+            let (vt, vb) = (t[0].max(t[1]), b[0].max(b[1]));
+            *o = vt.max(vb);
+            *a = if vb > vt { ib } else { it };
+        }
+    }
 }
 
 /// dinp: `[planes x H x W]`; each output gradient goes to its window's maximum, as the
