@@ -15,6 +15,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::gemm::gemm;
+use super::lanes::copy_row;
 use super::threads::{for_values, run, share, threads, Shared};
 use super::winograd;
 use crate::compute::backend::{Conv2dDims, GemmDims, Window2d};
@@ -193,23 +194,6 @@ fn zero_few(s: &mut [f32]) {
         [a, b] => (*a, *b) = (0.0, 0.0),
         _ => s.fill(0.0),
     }
-}
-
-/// `dst = src` for one row, in copies of 8 values (the last one overlapping the one
-/// before) that compile to plain vector moves, where a row of 8 or more would otherwise be
-/// a call into `memcpy` of a few dozen bytes.
-#[inline(always)]
-fn copy_row(dst: &mut [f32], src: &[f32]) {
-    const LANES: usize = 8;
-    let n = dst.len();
-    if n < LANES {
-        return dst.copy_from_slice(&src[..n]);
-    }
-    let src = &src[..n];
-    for at in (0..n - LANES).step_by(LANES) {
-        dst[at..at + LANES].copy_from_slice(&src[at..at + LANES]);
-    }
-    dst[n - LANES..].copy_from_slice(&src[n - LANES..]);
 }
 
 /// `out[i] = src[i * stride]` for every `i` of `out`; stride 2 (the strided convolutions of

@@ -7,6 +7,7 @@ mod dense;
 mod elementwise;
 mod embedding;
 mod gemm;
+mod lanes;
 mod lstm;
 mod norm;
 mod pool;
@@ -15,6 +16,8 @@ mod winograd;
 mod winograd_avx2;
 mod winograd_f2;
 mod winograd_f4;
+#[cfg(target_arch = "x86_64")]
+mod winograd_f4_avx2;
 mod winograd_tiling;
 
 use std::ops::Range;

@@ -1,12 +1,13 @@
 //! The tile transforms of [`super::winograd`], compiled a second time for AVX2 and FMA.
 //!
 //! The shipped build is portable x86-64, so its loops use SSE2's 128-bit vectors. Each
-//! function here enables AVX2 and FMA and inlines a tiling's transform (every function those
-//! transforms call is `#[inline(always)]`), so the compiler vectorises the same loops with
-//! 256-bit vectors. The Winograd driver calls the transforms through [`Transforms`], which
-//! takes these where [`usable`] says the CPU has both features and the portable ones
-//! elsewhere. Same operations in the same order, so the same results. Measured gain:
-//! docs/results.md (g).
+//! function here enables AVX2 and FMA and inlines a tiling's AVX2 form of the transform
+//! (`Tiling::*_avx2`; every function those call is `#[inline(always)]`): by default the
+//! portable transform, compiled again so that its loops take 256-bit vectors, and for
+//! F(4x4, 3x3) the transforms of [`super::winograd_f4_avx2`], eight tiles at a time. The
+//! Winograd driver calls the transforms through [`Transforms`], which takes these where
+//! [`usable`] says the CPU has both features and the portable ones elsewhere. Same
+//! operations in the same order, so the same results. Measured gain: docs/results.md (g).
 
 use super::winograd_tiling::Tiling;
 
@@ -117,7 +118,8 @@ unsafe fn input_tiles<T: Tiling<XI>, const XI: usize>(
     h: usize,
     w: usize,
 ) {
-    T::input_tiles(dst, plane, h, w)
+    // SAFETY: this function's caller checked that the CPU has AVX2 and FMA.
+    unsafe { T::input_tiles_avx2(dst, plane, h, w) }
 }
 
 /// [`Tiling::output_tiles`] with AVX2 and FMA.
@@ -132,7 +134,8 @@ unsafe fn output_tiles<T: Tiling<XI>, const XI: usize>(
     w: usize,
     bias: f32,
 ) {
-    T::output_tiles(out, src, h, w, bias)
+    // SAFETY: this function's caller checked that the CPU has AVX2 and FMA.
+    unsafe { T::output_tiles_avx2(out, src, h, w, bias) }
 }
 
 /// [`Tiling::output_grad_tiles`] with AVX2 and FMA.
@@ -146,7 +149,8 @@ unsafe fn output_grad_tiles<T: Tiling<XI>, const XI: usize>(
     h: usize,
     w: usize,
 ) {
-    T::output_grad_tiles(dst, dout, h, w)
+    // SAFETY: this function's caller checked that the CPU has AVX2 and FMA.
+    unsafe { T::output_grad_tiles_avx2(dst, dout, h, w) }
 }
 
 /// [`Tiling::input_grad_tiles`] with AVX2 and FMA.
@@ -160,7 +164,8 @@ unsafe fn input_grad_tiles<T: Tiling<XI>, const XI: usize>(
     h: usize,
     w: usize,
 ) {
-    T::input_grad_tiles(dinp, src, h, w)
+    // SAFETY: this function's caller checked that the CPU has AVX2 and FMA.
+    unsafe { T::input_grad_tiles_avx2(dinp, src, h, w) }
 }
 
 #[cfg(test)]
@@ -180,7 +185,8 @@ mod tests {
     }
 
     /// Every transform gives bit for bit what the portable build gives, on planes of
-    /// several widths (each width class of the row buffers, ragged edges included).
+    /// several widths (each width class of the row buffers and of the gathering
+    /// transforms' bordered copies, ragged edges included, and planes too large for those).
     fn same_as_portable<T: Tiling<XI>, const XI: usize>() {
         for (h, w) in [
             (4usize, 4usize),
@@ -188,7 +194,10 @@ mod tests {
             (8, 8),
             (13, 30),
             (32, 32),
+            (37, 61),
+            (64, 64),
             (16, 100),
+            (70, 12),
         ] {
             let at = format!("{h}x{w}");
             let tiles = h.div_ceil(T::TILE) * w.div_ceil(T::TILE);

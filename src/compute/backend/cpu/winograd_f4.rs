@@ -13,7 +13,15 @@
 //! a row interleave. The buffers live on the stack, sized by the plane's width class (up to
 //! 8, 32 or [`MAX_WIDTH`] pixels): they are set up for every plane, and a CIFAR network's
 //! deep layers have tens of thousands of 4x4 planes a step.
+//!
+//! On a CPU with AVX2 and FMA, planes up to [`super::winograd_f4_avx2::MAX_SIDE`] pixels a
+//! side take that module's transforms instead, eight tiles at a time whatever the plane's
+//! width (the `*_avx2` methods of [`Tiling`]); the 1-D maps here are written once for both,
+//! generic over [`Lane`].
 
+use super::lanes::Lane;
+#[cfg(target_arch = "x86_64")]
+use super::winograd_f4_avx2 as avx2;
 use super::winograd_tiling::{sandwich, Tiling};
 
 /// The widest plane these transforms take.
@@ -36,27 +44,27 @@ macro_rules! by_width {
 /// F(4x4, 3x3): 36 points per tile.
 pub struct F4;
 
-/// `Bt x`.
+/// `Bt x`, of single values or of eight tiles' at once.
 #[inline(always)]
-fn bt(x: [f32; 6]) -> [f32; 6] {
+fn bt<V: Lane>(x: [V; 6]) -> [V; 6] {
     [
-        4.0 * x[0] - 5.0 * x[2] + x[4],
-        -4.0 * (x[1] + x[2]) + x[3] + x[4],
-        4.0 * (x[1] - x[2]) - x[3] + x[4],
-        2.0 * (x[3] - x[1]) - x[2] + x[4],
-        2.0 * (x[1] - x[3]) - x[2] + x[4],
-        4.0 * x[1] - 5.0 * x[3] + x[5],
+        x[0] * 4.0 - x[2] * 5.0 + x[4],
+        (x[1] + x[2]) * -4.0 + x[3] + x[4],
+        (x[1] - x[2]) * 4.0 - x[3] + x[4],
+        (x[3] - x[1]) * 2.0 - x[2] + x[4],
+        (x[1] - x[3]) * 2.0 - x[2] + x[4],
+        x[1] * 4.0 - x[3] * 5.0 + x[5],
     ]
 }
 
 /// `B y`, the adjoint of [`bt`].
 #[inline(always)]
-fn b(y: [f32; 6]) -> [f32; 6] {
+fn b<V: Lane>(y: [V; 6]) -> [V; 6] {
     [
-        4.0 * y[0],
-        4.0 * (y[2] - y[1] + y[5]) + 2.0 * (y[4] - y[3]),
-        -5.0 * y[0] - 4.0 * (y[1] + y[2]) - y[3] - y[4],
-        y[1] - y[2] + 2.0 * (y[3] - y[4]) - 5.0 * y[5],
+        y[0] * 4.0,
+        (y[2] - y[1] + y[5]) * 4.0 + (y[4] - y[3]) * 2.0,
+        y[0] * -5.0 - (y[1] + y[2]) * 4.0 - y[3] - y[4],
+        y[1] - y[2] + (y[3] - y[4]) * 2.0 - y[5] * 5.0,
         y[0] + y[1] + y[2] + y[3] + y[4],
         y[5],
     ]
@@ -96,22 +104,22 @@ fn gt(y: [f32; 6]) -> [f32; 3] {
 
 /// `At x`.
 #[inline(always)]
-fn at(x: [f32; 6]) -> [f32; 4] {
+fn at<V: Lane>(x: [V; 6]) -> [V; 4] {
     let (p1, m1) = (x[1] + x[2], x[1] - x[2]);
     let (p2, m2) = (x[3] + x[4], x[3] - x[4]);
     [
         x[0] + p1 + p2,
-        m1 + 2.0 * m2,
-        p1 + 4.0 * p2,
-        m1 + 8.0 * m2 + x[5],
+        m1 + m2 * 2.0,
+        p1 + p2 * 4.0,
+        m1 + m2 * 8.0 + x[5],
     ]
 }
 
 /// `A y`, the adjoint of [`at`].
 #[inline(always)]
-fn a(y: [f32; 4]) -> [f32; 6] {
+fn a<V: Lane>(y: [V; 4]) -> [V; 6] {
     let (even, odd) = (y[0] + y[2], y[1] + y[3]);
-    let (even4, odd2) = (y[0] + 4.0 * y[2], 2.0 * y[1] + 8.0 * y[3]);
+    let (even4, odd2) = (y[0] + y[2] * 4.0, y[1] * 2.0 + y[3] * 8.0);
     [
         y[0],
         even + odd,
@@ -120,6 +128,46 @@ fn a(y: [f32; 4]) -> [f32; 6] {
         even4 - odd2,
         y[3],
     ]
+}
+
+/// [`bt`], [`at`], [`a`] and [`b`] on eight tiles' values, as the types [`avx2`] takes.
+#[cfg(target_arch = "x86_64")]
+mod maps {
+    use super::super::lanes::F32x8;
+    use super::avx2::Map;
+
+    pub struct Bt;
+    pub struct At;
+    pub struct A;
+    pub struct B;
+
+    impl Map<6, 6> for Bt {
+        #[inline(always)]
+        fn apply(x: [F32x8; 6]) -> [F32x8; 6] {
+            super::bt(x)
+        }
+    }
+
+    impl Map<6, 4> for At {
+        #[inline(always)]
+        fn apply(x: [F32x8; 6]) -> [F32x8; 4] {
+            super::at(x)
+        }
+    }
+
+    impl Map<4, 6> for A {
+        #[inline(always)]
+        fn apply(y: [F32x8; 4]) -> [F32x8; 6] {
+            super::a(y)
+        }
+    }
+
+    impl Map<6, 6> for B {
+        #[inline(always)]
+        fn apply(y: [F32x8; 6]) -> [F32x8; 6] {
+            super::b(y)
+        }
+    }
 }
 
 /// Tiles along a row, tile rows, of an `h x w` plane.
@@ -152,6 +200,42 @@ impl Tiling<36> for F4 {
     }
 
     #[inline(always)]
+    unsafe fn input_tiles_avx2(dst: &mut [&mut [f32]; 36], plane: &[f32], h: usize, w: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if avx2::takes(h, w) {
+            // SAFETY: the caller's CPU has AVX2 and FMA.
+            return unsafe { avx2::input_tiles::<maps::Bt>(dst, plane, (h, w)) };
+        }
+        Self::input_tiles(dst, plane, h, w)
+    }
+
+    #[inline(always)]
+    unsafe fn output_tiles_avx2(
+        out: &mut [f32],
+        src: &[&[f32]; 36],
+        h: usize,
+        w: usize,
+        bias: f32,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if avx2::takes(h, w) {
+            // SAFETY: as in `input_tiles_avx2`.
+            return unsafe { avx2::output_tiles::<maps::At>(out, src, (h, w), bias) };
+        }
+        Self::output_tiles(out, src, h, w, bias)
+    }
+
+    #[inline(always)]
+    unsafe fn output_grad_tiles_avx2(dst: &mut [&mut [f32]; 36], dout: &[f32], h: usize, w: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if avx2::takes(h, w) {
+            // SAFETY: as in `input_tiles_avx2`.
+            return unsafe { avx2::output_grad_tiles::<maps::A>(dst, dout, (h, w)) };
+        }
+        Self::output_grad_tiles(dst, dout, h, w)
+    }
+
+    #[inline(always)]
     fn output_tiles(out: &mut [f32], src: &[&[f32]; 36], h: usize, w: usize, bias: f32) {
         debug_assert!(w <= MAX_WIDTH);
         by_width!(w, output_rows(out, src, h, w, bias))
@@ -167,6 +251,16 @@ impl Tiling<36> for F4 {
     fn input_grad_tiles(dinp: &mut [f32], src: &[&[f32]; 36], h: usize, w: usize) {
         debug_assert!(w <= MAX_WIDTH);
         by_width!(w, input_grad_rows(dinp, src, h, w))
+    }
+
+    #[inline(always)]
+    unsafe fn input_grad_tiles_avx2(dinp: &mut [f32], src: &[&[f32]; 36], h: usize, w: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if avx2::takes(h, w) {
+            // SAFETY: as in `input_tiles_avx2`.
+            return unsafe { avx2::input_grad_tiles::<maps::B>(dinp, src, (h, w)) };
+        }
+        Self::input_grad_tiles(dinp, src, h, w)
     }
 }
 
