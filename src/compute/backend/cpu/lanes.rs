@@ -1,7 +1,7 @@
 //! Eight `f32` lanes as one value ([`F32x8`]), and the arithmetic a Winograd transform needs
 //! from a value ([`Lane`]), so that one transform is written once and runs on a single
-//! value or on eight tiles at a time; and short rows copied in moves of eight values
-//! ([`copy_row`]). Each operation is a loop over the eight lanes, which
+//! value or on eight tiles at a time; and short rows copied or filled in fixed moves
+//! ([`copy_row`], [`fill_row`]). Each operation is a loop over the eight lanes, which
 //! the compiler turns into one vector instruction where the caller is compiled for AVX2
 //! (two with SSE2); the lanes round exactly as eight separate `f32` operations would.
 
@@ -44,25 +44,78 @@ impl Mul<f32> for F32x8 {
 }
 
 /// `dst = src` for one row, in copies of 8 values (the last one overlapping the one
-/// before) that compile to plain vector moves, where a row of 8 or more would otherwise be
-/// a call into `memcpy` of a few dozen bytes.
+/// before), or of 4 or fewer on a row shorter than 8, that compile to plain vector moves,
+/// where a row of a few values would otherwise be a call into `memcpy` of a few dozen bytes.
 #[inline(always)]
 pub fn copy_row(dst: &mut [f32], src: &[f32]) {
-    const LANES: usize = 8;
     let n = dst.len();
-    if n < LANES {
-        return dst.copy_from_slice(&src[..n]);
-    }
     let src = &src[..n];
-    for at in (0..n - LANES).step_by(LANES) {
-        dst[at..at + LANES].copy_from_slice(&src[at..at + LANES]);
+    match n {
+        // Each length its own constant-size move (a loop would become a `memcpy` call).
+        0 => {}
+        1 => dst[0] = src[0],
+        2 => dst[..2].copy_from_slice(&src[..2]),
+        3 => dst[..3].copy_from_slice(&src[..3]),
+        4..=7 => {
+            dst[..4].copy_from_slice(&src[..4]);
+            dst[n - 4..n].copy_from_slice(&src[n - 4..n]);
+        }
+        _ => {
+            for at in (0..n - 8).step_by(8) {
+                dst[at..at + 8].copy_from_slice(&src[at..at + 8]);
+            }
+            dst[n - 8..n].copy_from_slice(&src[n - 8..n]);
+        }
     }
-    dst[n - LANES..].copy_from_slice(&src[n - LANES..]);
+}
+
+/// `dst = value` for one row, in the moves of [`copy_row`].
+#[inline(always)]
+pub fn fill_row(dst: &mut [f32], value: f32) {
+    let n = dst.len();
+    match n {
+        0 => {}
+        1 => dst[0] = value,
+        2 => dst[..2].fill(value),
+        3 => dst[..3].fill(value),
+        4..=7 => {
+            dst[..4].fill(value);
+            dst[n - 4..n].fill(value);
+        }
+        _ => {
+            for at in (0..n - 8).step_by(8) {
+                dst[at..at + 8].fill(value);
+            }
+            dst[n - 8..n].fill(value);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_of_every_length_are_copied_and_filled_exactly() {
+        for n in 0..40 {
+            let src: Vec<f32> = (0..n).map(|i| i as f32 + 1.0).collect();
+            let mut dst = vec![-1.0; n + 2];
+            copy_row(&mut dst[1..=n], &src);
+            assert_eq!(dst[1..=n], src[..], "copy of {n}");
+            assert_eq!(
+                (dst[0], dst[n + 1]),
+                (-1.0, -1.0),
+                "copy of {n} stays inside"
+            );
+            fill_row(&mut dst[1..=n], 0.5);
+            assert!(dst[1..=n].iter().all(|&v| v == 0.5), "fill of {n}");
+            assert_eq!(
+                (dst[0], dst[n + 1]),
+                (-1.0, -1.0),
+                "fill of {n} stays inside"
+            );
+        }
+    }
 
     #[test]
     fn each_lane_is_the_scalar_operation() {

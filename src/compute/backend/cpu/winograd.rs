@@ -365,15 +365,34 @@ fn tile_planes<T: Tiling<XI>, const XI: usize, F>(
     let t_n = m * per;
     let buf = Shared::new(&mut buf[..XI * point_stride(planes * t_n)]);
     for_ranges(m * planes, &|range| {
+        // Made once, filled in place for each plane (see `point_slices`).
+        let mut dst: [&mut [f32]; XI] = std::array::from_fn(|_| Default::default());
         for jp in range {
             let (j, p) = (jp / planes, jp % planes);
             let plane = &src[(first * planes + jp) * h * w..][..h * w];
-            let base = |xi: usize| plane_at(xi, p, planes, t_n, j, per);
-            // SAFETY: plane (j, p)'s tiles are this task's alone.
-            let mut dst = std::array::from_fn(|xi| unsafe { buf.part(base(xi)..base(xi) + per) });
+            for (xi, d) in dst.iter_mut().enumerate() {
+                let at = plane_at(xi, p, planes, t_n, j, per);
+                // SAFETY: plane (j, p)'s tiles are this task's alone.
+                *d = unsafe { buf.part(at..at + per) };
+            }
             tiles(&mut dst, plane, h, w);
         }
     });
+}
+
+/// `buf[at(xi)..at(xi) + len]` for each point `xi`, built in place (an array from
+/// `std::array::from_fn` is built aside and copied: a call into `memcpy` for every plane).
+#[inline(always)]
+fn point_slices<const XI: usize>(
+    buf: &[f32],
+    at: impl Fn(usize) -> usize,
+    len: usize,
+) -> [&[f32]; XI] {
+    let mut slices: [&[f32]; XI] = [&[]; XI];
+    for (xi, slice) in slices.iter_mut().enumerate() {
+        *slice = &buf[at(xi)..at(xi) + len];
+    }
+    slices
 }
 
 /// The `XI` GEMMs `out[xi] = op(lhs[xi]) op(rhs[xi])` (+ `out[xi]` when `beta` is 1), the
@@ -535,7 +554,7 @@ fn write_outputs<T: Tiling<XI>, const XI: usize>(
             // SAFETY: plane (j, k) is this task's alone.
             let plane = unsafe { out.part(jk * h * w..(jk + 1) * h * w) };
             let base = |xi: usize| plane_at(xi, k, k_n, t_n, j, per);
-            let src = std::array::from_fn(|xi| &mm[base(xi)..base(xi) + per]);
+            let src = point_slices::<XI>(mm, base, per);
             let bias = bias.map_or(0.0, |b| b[k]);
             transforms.output_tiles::<T, XI>(plane, &src, h, w, bias);
         }
@@ -578,7 +597,7 @@ fn scatter_input_grads<T: Tiling<XI>, const XI: usize>(
             // SAFETY: plane (j, c) is this task's alone.
             let plane = unsafe { dinp.part(jc * hw..(jc + 1) * hw) };
             let base = |xi: usize| plane_at(xi, c, c_n, t_n, j, per);
-            let src = std::array::from_fn(|xi| &dv[base(xi)..base(xi) + per]);
+            let src = point_slices::<XI>(dv, base, per);
             transforms.input_grad_tiles::<T, XI>(plane, &src, g.height, g.width);
         }
     });

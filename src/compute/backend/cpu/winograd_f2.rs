@@ -12,6 +12,7 @@
 //! A plane's tiles are `ty * tw + tx` (`tw = ceil(w / 2)` tiles a row); transformed values are
 //! 16 slices, one per point `xi = 4 * i + j`, each holding every tile of the plane.
 
+use super::lanes::{copy_row, fill_row};
 use super::winograd_tiling::{sandwich, Tiling};
 
 /// The widest plane the row transforms take.
@@ -52,10 +53,10 @@ fn padded_row<const R: usize>(
     w: usize,
     len: usize,
 ) {
-    row[..len].fill(0.0);
+    fill_row(&mut row[..len], 0.0);
     if y >= 0 && (y as usize) < h {
         let y = y as usize;
-        row[1..=w].copy_from_slice(&plane[y * w..(y + 1) * w]);
+        copy_row(&mut row[1..=w], &plane[y * w..(y + 1) * w]);
     }
 }
 
@@ -149,7 +150,7 @@ fn rows_output_tiles<const R: usize>(
         for (r, row) in rows.iter().enumerate() {
             let y = 2 * ty + r;
             if y < h {
-                out[y * w..(y + 1) * w].copy_from_slice(&row[..w]);
+                copy_row(&mut out[y * w..(y + 1) * w], &row[..w]);
             }
         }
     }
@@ -168,9 +169,9 @@ fn rows_output_grad_tiles<const R: usize>(
     for ty in 0..th {
         for (r, row) in rows.iter_mut().enumerate() {
             let y = 2 * ty + r;
-            row[..2 * tw].fill(0.0);
+            fill_row(&mut row[..2 * tw], 0.0);
             if y < h {
-                row[..w].copy_from_slice(&dout[y * w..(y + 1) * w]);
+                copy_row(&mut row[..w], &dout[y * w..(y + 1) * w]);
             }
         }
         let at = ty * tw;
@@ -215,7 +216,7 @@ fn rows_input_grad_tiles<const R: usize>(dinp: &mut [f32], src: &[&[f32]; 16], h
     let mut write = |acc: &[f32; R], padded: usize| {
         if (1..=h).contains(&padded) {
             let y = padded - 1;
-            dinp[y * w..(y + 1) * w].copy_from_slice(&acc[1..=w]);
+            copy_row(&mut dinp[y * w..(y + 1) * w], &acc[1..=w]);
         }
     };
     for ty in 0..th {
@@ -245,8 +246,8 @@ fn rows_input_grad_tiles<const R: usize>(dinp: &mut [f32], src: &[&[f32]; 16], h
         write(&acc[1], 2 * ty + 1);
         let (done, next) = acc.split_at_mut(2);
         for (row, carried) in done.iter_mut().zip(next.iter_mut()) {
-            row[..len].copy_from_slice(&carried[..len]);
-            carried[..len].fill(0.0);
+            copy_row(&mut row[..len], &carried[..len]);
+            fill_row(&mut carried[..len], 0.0);
         }
     }
     write(&acc[0], 2 * th);
