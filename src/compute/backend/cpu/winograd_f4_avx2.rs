@@ -20,9 +20,9 @@ use super::lanes::{copy_row, F32x8};
 /// The widest and tallest plane these transforms take; larger planes take the portable ones.
 pub const MAX_SIDE: usize = 64;
 
-/// Whether these transforms take an `h x w` plane.
+/// Whether these transforms take an `h x w` plane (not an empty one).
 pub fn takes(h: usize, w: usize) -> bool {
-    h <= MAX_SIDE && w <= MAX_SIDE
+    (1..=MAX_SIDE).contains(&h) && (1..=MAX_SIDE).contains(&w)
 }
 
 /// A 1-D map of eight tiles' values, as a type whose `apply` is `#[inline(always)]`: so it
