@@ -15,7 +15,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::gemm::gemm;
-use super::lanes::copy_row;
+use super::lanes::{copy_row, fill_row};
 use super::threads::{for_values, run, share, threads, Shared};
 use super::winograd;
 use crate::compute::backend::{Conv2dDims, GemmDims, Window2d};
@@ -133,8 +133,8 @@ pub fn im2col(col: &mut [f32], ld: usize, inp: &[f32], g: &Window2d) {
                 continue;
             }
             let src = &plane[iy as usize * w..(iy as usize + 1) * w];
-            zero_few(&mut out[..lo]);
-            zero_few(&mut out[hi..]);
+            fill_row(&mut out[..lo], 0.0);
+            fill_row(&mut out[hi..], 0.0);
             if g.stride == 1 {
                 let start = lo + kx - g.pad;
                 copy_row(&mut out[lo..hi], &src[start..start + hi - lo]);
@@ -177,22 +177,10 @@ fn im2col_same(col: &mut [f32], ld: usize, inp: &[f32], g: &Window2d) {
         let (lo, hi) = valid_cols(kx as usize, ow, g);
         if lo > 0 || hi < ow {
             for out in dst[oy_lo * ow..oy_hi * ow].chunks_exact_mut(ow) {
-                zero_few(&mut out[..lo]);
-                zero_few(&mut out[hi..]);
+                fill_row(&mut out[..lo], 0.0);
+                fill_row(&mut out[hi..], 0.0);
             }
         }
-    }
-}
-
-/// Zeroes `s`, a row's few padding values (up to the padding's width), without a call into
-/// `memset` for each: the unfolded rows of a small plane are short and many.
-#[inline(always)]
-fn zero_few(s: &mut [f32]) {
-    match s {
-        [] => {}
-        [a] => *a = 0.0,
-        [a, b] => (*a, *b) = (0.0, 0.0),
-        _ => s.fill(0.0),
     }
 }
 

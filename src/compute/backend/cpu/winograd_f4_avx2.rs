@@ -136,15 +136,8 @@ pub unsafe fn output_tiles<At: Map<6, 4>>(
     let mut at_tile = Tiles::new(tw);
     for first in (0..tiles).step_by(8) {
         let count = (tiles - first).min(8);
-        // At along the columns, each column loaded as it is needed, then along the rows.
-        let cols: [[F32x8; 4]; 6] = std::array::from_fn(|j| {
-            // SAFETY: this function runs with AVX2.
-            At::apply(std::array::from_fn(|i| unsafe {
-                load(src[6 * i + j], first, count)
-            }))
-        });
-        let y: [[F32x8; 4]; 4] =
-            std::array::from_fn(|r| At::apply(std::array::from_fn(|j| cols[j][r])));
+        // SAFETY: this function runs with AVX2.
+        let y = sandwich::<6, 4, At>(|i, j| unsafe { load(src[6 * i + j], first, count) });
         // The eight tiles' outputs, lane by lane, into the plane.
         for l in 0..count {
             let (ty, tx) = at_tile.next();
@@ -198,15 +191,9 @@ fn summed_input_grads<B: Map<6, 6>, const P: usize>(
     let mut at_tile = Tiles::new(tw);
     for first in (0..tiles).step_by(8) {
         let count = (tiles - first).min(8);
-        // B along the columns, then along the rows: r[i][j] is patch value (i, j).
-        let cols: [[F32x8; 6]; 6] = std::array::from_fn(|j| {
-            // SAFETY: this function runs with AVX2.
-            B::apply(std::array::from_fn(|i| unsafe {
-                load(src[6 * i + j], first, count)
-            }))
-        });
-        let r: [[F32x8; 6]; 6] =
-            std::array::from_fn(|i| B::apply(std::array::from_fn(|j| cols[j][i])));
+        // r[i][j] is patch value (i, j).
+        // SAFETY: this function runs with AVX2.
+        let r = sandwich::<6, 6, B>(|i, j| unsafe { load(src[6 * i + j], first, count) });
         for l in 0..count {
             let (ty, tx) = at_tile.next();
             for (i, ri) in r.iter().enumerate() {
@@ -260,6 +247,19 @@ impl Tiles {
     }
 }
 
+/// `L x Lt` for eight tiles at once, `value(i, j)` giving value `(i, j)` of their `N x N`
+/// inputs: the map `L` along the columns, each column fetched as its transform needs it
+/// (fewer live vectors than fetching all first), then along the rows; the portable
+/// transforms' order.
+#[inline(always)]
+fn sandwich<const N: usize, const O: usize, L: Map<N, O>>(
+    value: impl Fn(usize, usize) -> F32x8,
+) -> [[F32x8; O]; O] {
+    let cols: [[F32x8; O]; N] =
+        std::array::from_fn(|j| L::apply(std::array::from_fn(|i| value(i, j))));
+    std::array::from_fn(|i| L::apply(std::array::from_fn(|j| cols[j][i])))
+}
+
 /// The transform `L x Lt` (`f` the map `L`, patches of `N x N` values) of every tile of a
 /// plane whose tile `(ty, tx)` reads the patch at row `4 ty`, column `4 tx` of `src`
 /// (`pw` values a row): `dst[6 i + j][t]` is value `(i, j)` of tile `t`'s result.
@@ -290,17 +290,11 @@ fn gathered_tiles<const N: usize, L: Map<N, 6>>(
         }
         // SAFETY: eight i32 from an [i32; 8].
         let starts = unsafe { _mm256_loadu_si256(starts.as_ptr().cast()) };
-        // L along the columns, each column gathered as it is needed (fewer live vectors).
-        let cols: [[F32x8; 6]; N] = std::array::from_fn(|j| {
-            L::apply(std::array::from_fn(|i| {
-                // SAFETY: every lane's value (i, j) lies inside `src` (asserted above).
-                let v = unsafe { _mm256_i32gather_ps::<4>(src.as_ptr().add(i * pw + j), starts) };
-                F32x8::from(v)
-            }))
+        let result = sandwich::<N, 6, L>(|i, j| {
+            // SAFETY: every lane's value (i, j) lies inside `src` (asserted above).
+            F32x8::from(unsafe { _mm256_i32gather_ps::<4>(src.as_ptr().add(i * pw + j), starts) })
         });
-        // L along the rows.
-        for i in 0..6 {
-            let row = L::apply(std::array::from_fn(|j| cols[j][i]));
+        for (i, row) in result.into_iter().enumerate() {
             for (j, v) in row.into_iter().enumerate() {
                 // SAFETY: this function runs with AVX2.
                 unsafe { store(&mut *dst[6 * i + j], first, count, v) };
