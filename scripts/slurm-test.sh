@@ -163,6 +163,14 @@ NodeName=$host NodeAddr=127.0.0.1 $hw State=UNKNOWN
 PartitionName=gssp Nodes=$host Default=YES MaxTime=INFINITE State=UP
 EOF
 
+# PMIx's per-step client folders (spmix_appdir_<uid>_<job>.<step>) go into this state folder,
+# not /tmp: job ids start again from FirstJobId with every fresh controller, and a folder
+# left in /tmp by a test that was killed mid-step would make the same step id fail to launch.
+mkdir -p "$state/pmix"
+cat >"$state/mpi.conf" <<EOF
+PMIxCliTmpDirBase=$state/pmix
+EOF
+
 # --- daemons ------------------------------------------------------------------------------
 pids=()     # "name:pid" of each daemon this script started
 jobs_submitted=()
