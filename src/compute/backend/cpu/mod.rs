@@ -11,6 +11,7 @@ mod lanes;
 mod lstm;
 mod norm;
 mod pool;
+mod relay;
 pub(crate) mod threads;
 mod winograd;
 mod winograd_avx2;

@@ -260,6 +260,16 @@ impl<'a> Shared<'a> {
         unsafe { *self.ptr.add(i) = v }
     }
 
+    /// The values in `range`, to read.
+    ///
+    /// # Safety
+    /// No live result of [`Shared::part`] overlaps `range`.
+    pub unsafe fn view(&self, range: std::ops::Range<usize>) -> &[f32] {
+        assert!(range.start <= range.end && range.end <= self.len);
+        // SAFETY: in bounds (checked); that nobody writes it is the caller's promise.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(range.start), range.len()) }
+    }
+
     /// The values in `range`.
     ///
     /// # Safety

@@ -26,19 +26,23 @@
 //! layers wider than [`CHUNK_CHANNELS`], and as many F(4x4, 3x3) tiles as transform to the
 //! same size), which bounds the scratch. On several threads a chunk is cut into one piece a
 //! thread ([`Pieces`]), and each thread takes its piece through every stage of the pass, so
-//! that no transformed buffer one core writes is read by another; only the weight
-//! gradient's GEMM, a sum over every piece, is shared among the threads by points.
+//! that the transformed buffers a core writes are mostly read by the same core; a thread
+//! done with its own stage early takes units of another piece's ([`relay`]). Only the
+//! weight gradient's GEMM, a sum over every piece, is shared among the threads by points;
+//! its first GEMM writes `dU` (no pass zeroes it first).
 //! The filter transform `U` is computed once per call, not per chunk. Every transformed
 //! buffer is point-major, and its points' blocks are a cache line more than their length
 //! apart ([`SKEW`]), so that a transform writing all `XI` points of a tile at once does not
 //! find them in the same cache sets. The tile transforms run compiled for AVX2 and FMA
 //! where the CPU has them, portable elsewhere ([`Transforms`]).
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use super::elementwise::fill;
 use super::gemm::gemm;
-use super::threads::{for_ranges, run, share, threads, Shared};
+use super::relay::{relay, MAX_PIECES};
+use super::threads::{for_ranges, share, threads, Shared};
 use super::winograd_avx2::Transforms;
 use super::winograd_f2::F2;
 use super::winograd_f4::{self as f4, F4};
@@ -331,53 +335,70 @@ fn plane_at(xi: usize, ch: usize, channels: usize, t_n: usize, j: usize, per: us
     xi * point_stride(channels * t_n) + ch * t_n + j * per
 }
 
-/// `V[xi][c, t] = (Bt d B)[xi]` for every tile `t` of images `first..first + m` of `inp`
-/// (`V` holds `XI x C x T` values, `T` the chunk's tiles).
+/// `V[xi][c, t] = (Bt d B)[xi]` for every tile `t` of planes `planes` (counted from image
+/// `first`'s first plane) of images `first..first + m` of `inp`, into the piece's `V`
+/// (`XI x C x T` values from `at` in `buf`, `T` the piece's tiles).
 fn transform_inputs<T: Tiling<XI>, const XI: usize>(
-    v: &mut [f32],
+    buf: &Shared,
+    at: usize,
     inp: &[f32],
-    first: usize,
-    m: usize,
+    (first, m): (usize, usize),
     g: &Window2d,
+    planes: Range<usize>,
 ) {
     let transforms = Transforms::for_this_cpu();
     let tiles = |dst: &mut [&mut [f32]; XI], plane: &[f32], h: usize, w: usize| {
         transforms.input_tiles::<T, XI>(dst, plane, h, w)
     };
-    tile_planes::<T, XI, _>(v, inp, (first, m), g.channels, g, tiles);
+    let cut = Cut {
+        buf,
+        at,
+        images: (first, m),
+        planes: g.channels,
+    };
+    cut.tile_planes::<T, XI, _>(inp, g, planes, tiles);
 }
 
-/// Cuts every plane of images `first..first + m` of `src` (`planes` an image) into the
-/// tiles of grid `g` with `tiles`, which writes each point's values to its row of
-/// `buf` (`[XI x planes x T]`, `T` the chunk's tiles).
-fn tile_planes<T: Tiling<XI>, const XI: usize, F>(
-    buf: &mut [f32],
-    src: &[f32],
-    (first, m): (usize, usize),
+/// Where a piece's planes go when cut into tiles: its point-major buffer (`[XI x planes x
+/// T]` values from `at` in `buf`, `T` the piece's tiles) and its images `(first, m)` of
+/// `planes` planes each.
+struct Cut<'a, 'b> {
+    buf: &'a Shared<'b>,
+    at: usize,
+    images: (usize, usize),
     planes: usize,
-    g: &Window2d,
-    tiles: F,
-) where
-    F: Fn(&mut [&mut [f32]; XI], &[f32], usize, usize) + Sync,
-{
-    let (th, tw) = grid::<T, XI>(g);
-    let (h, w, per) = (g.height, g.width, th * tw);
-    let t_n = m * per;
-    let buf = Shared::new(&mut buf[..XI * point_stride(planes * t_n)]);
-    for_ranges(m * planes, &|range| {
+}
+
+impl Cut<'_, '_> {
+    /// Cuts planes `range` of the piece's images of `src` (counted from its first image's
+    /// first plane) into the tiles of grid `g` with `tiles`, which writes each point's values
+    /// to its row of the buffer.
+    fn tile_planes<T: Tiling<XI>, const XI: usize, F>(
+        &self,
+        src: &[f32],
+        g: &Window2d,
+        range: Range<usize>,
+        tiles: F,
+    ) where
+        F: Fn(&mut [&mut [f32]; XI], &[f32], usize, usize),
+    {
+        let (th, tw) = grid::<T, XI>(g);
+        let (h, w, per) = (g.height, g.width, th * tw);
+        let ((first, m), planes) = (self.images, self.planes);
+        let t_n = m * per;
         // Made once, filled in place for each plane (see `point_slices`).
         let mut dst: [&mut [f32]; XI] = std::array::from_fn(|_| Default::default());
         for jp in range {
             let (j, p) = (jp / planes, jp % planes);
             let plane = &src[(first * planes + jp) * h * w..][..h * w];
             for (xi, d) in dst.iter_mut().enumerate() {
-                let at = plane_at(xi, p, planes, t_n, j, per);
-                // SAFETY: plane (j, p)'s tiles are this task's alone.
-                *d = unsafe { buf.part(at..at + per) };
+                let at = self.at + plane_at(xi, p, planes, t_n, j, per);
+                // SAFETY: plane (j, p)'s tiles are this unit's alone.
+                *d = unsafe { self.buf.part(at..at + per) };
             }
             tiles(&mut dst, plane, h, w);
         }
-    });
+    }
 }
 
 /// `buf[at(xi)..at(xi) + len]` for each point `xi`, built in place (an array from
@@ -395,8 +416,28 @@ fn point_slices<const XI: usize>(
     slices
 }
 
-/// The `XI` GEMMs `out[xi] = op(lhs[xi]) op(rhs[xi])` (+ `out[xi]` when `beta` is 1), the
-/// points shared among the pool's threads; each operand point-major ([`point_stride`]).
+/// Point `xi`'s GEMM `out[xi] = op(lhs[xi]) op(rhs[xi])` (+ `out[xi]` when `beta` is 1),
+/// each operand point-major ([`point_stride`]); `out`'s points from `at` in `buf`.
+fn point_gemm(
+    dims: GemmDims,
+    (lhs, rhs): (&[f32], &[f32]),
+    beta: f32,
+    (buf, at): (&Shared, usize),
+    xi: usize,
+) {
+    let (ls, rs, os) = (dims.m * dims.k, dims.k * dims.n, dims.m * dims.n);
+    let (l, r) = (
+        &lhs[xi * point_stride(ls)..][..ls],
+        &rhs[xi * point_stride(rs)..][..rs],
+    );
+    let o = at + xi * point_stride(os);
+    // SAFETY: point xi's output is this unit's alone.
+    let o = unsafe { buf.part(o..o + os) };
+    gemm(dims, 1.0, l, r, beta, o);
+}
+
+/// The `XI` GEMMs of [`point_gemm`] for a whole `out`, the points shared among the pool's
+/// threads.
 fn batched_gemm<const XI: usize>(
     dims: GemmDims,
     lhs: &[f32],
@@ -404,25 +445,35 @@ fn batched_gemm<const XI: usize>(
     beta: f32,
     out: &mut [f32],
 ) {
-    let (ls, rs, os) = (dims.m * dims.k, dims.k * dims.n, dims.m * dims.n);
-    let (lstr, rstr, ostr) = (point_stride(ls), point_stride(rs), point_stride(os));
-    let out = Shared::new(&mut out[..XI * ostr]);
+    let out = Shared::new(&mut out[..XI * point_stride(dims.m * dims.n)]);
     for_ranges(XI, &|points| {
         for xi in points {
-            let (l, r) = (&lhs[xi * lstr..][..ls], &rhs[xi * rstr..][..rs]);
-            // SAFETY: point xi's output is this task's alone.
-            let o = unsafe { out.part(xi * ostr..xi * ostr + os) };
-            gemm(dims, 1.0, l, r, beta, o);
+            point_gemm(dims, (lhs, rhs), beta, (&out, 0), xi);
         }
     });
 }
 
+/// Blocks a piece's pass over its planes is cut into ([`relay`]'s units): enough that a
+/// thread done early takes a useful part of another piece's.
+const PLANE_BLOCKS: usize = 8;
+
+/// Units of a stage over `planes` planes.
+fn plane_blocks(planes: usize) -> usize {
+    planes.min(PLANE_BLOCKS)
+}
+
+/// The planes of unit `unit` of a stage over `planes` planes.
+fn plane_block(planes: usize, unit: usize) -> Range<usize> {
+    share(planes, unit, plane_blocks(planes))
+}
+
 /// How each chunk of images is cut among the pool's threads: into `count` pieces of
-/// `images` images, each taken through every stage of a pass by one thread in scratch of its
-/// own (`len` values; a whole chunk has all the scratch there is), so that each stage reads
-/// what the one before it wrote from the same core's cache. With one piece the chunk is
-/// whole and each stage shares it among the threads instead (by planes for the transforms,
-/// by points for the GEMMs).
+/// `images` images, each taken through every stage of a pass in scratch of its own (`len`
+/// values; a whole chunk has all the scratch there is), by its own thread where it can, so
+/// that each stage reads what the one before it wrote from the same core's cache; a thread
+/// done early helps the others' stages ([`relay`]). With one piece the chunk is whole and
+/// each stage is shared among the threads instead (by planes for the transforms, by points
+/// for the GEMMs).
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Pieces {
     count: usize,
@@ -432,10 +483,11 @@ struct Pieces {
 
 impl Pieces {
     /// The pieces of a layer whose chunks have `step` images, in `scratch` values (after
-    /// the filters'), on `threads` threads: one a thread where the chunk and the scratch
-    /// allow. Each piece reads the filters' `U` whole, so on the deep layers (many channels,
-    /// few tiles) the threads read it twice where sharing the points read it once; that still
-    /// measured faster than moving the transformed tiles between cores (docs/results.md (g)).
+    /// the filters'), on `threads` threads: one a thread (up to [`MAX_PIECES`]) where the
+    /// chunk and the scratch allow. Each piece reads the filters' `U` whole, so on the deep
+    /// layers (many channels, few tiles) the threads read it twice where sharing the points
+    /// read it once; that still measured faster than moving the transformed tiles between
+    /// cores (docs/results.md (g)).
     fn of<T: Tiling<XI>, const XI: usize>(
         dims: &Conv2dDims,
         step: usize,
@@ -448,7 +500,7 @@ impl Pieces {
             let tiles = images * th * tw;
             XI * (2 * point_stride(c * tiles) + point_stride(k * tiles))
         };
-        let count = threads.min(step).max(1);
+        let count = threads.min(step).clamp(1, MAX_PIECES);
         let images = step / count;
         match count.min(scratch / len(images)) {
             0 | 1 => Self {
@@ -476,22 +528,29 @@ impl Pieces {
         let images = share(self.chunk().min(n - chunk), p, self.count);
         (chunk + images.start, images.len())
     }
-
-    /// Runs `f(piece)` for every piece of a chunk: each on a thread of its own where there
-    /// are several, else on this thread (whose stages then share the pool).
-    fn each(&self, f: &(dyn Fn(usize) + Sync)) {
-        if self.count == 1 {
-            return f(0);
-        }
-        run(&|i| {
-            if i < self.count {
-                f(i)
-            }
-        });
-    }
 }
 
-/// [`forward`] in tiling `T`.
+/// Where a piece's buffers lie in the pieces' scratch: its images `(first, m)` and the
+/// ranges of its buffers, laid out one after the other from the piece's start, each
+/// `XI x rows x T` values (`T` the piece's tiles) for the `rows` given.
+fn piece_layout<const XI: usize, const B: usize>(
+    pieces: &Pieces,
+    (chunk, n, per): (usize, usize, usize),
+    p: usize,
+    rows: [usize; B],
+) -> ((usize, usize), [Range<usize>; B]) {
+    let (first, m) = pieces.images_of(chunk, p, n);
+    let mut at = p * pieces.len;
+    let ranges = rows.map(|rows| {
+        let len = XI * point_stride(rows * m * per);
+        at += len;
+        at - len..at
+    });
+    ((first, m), ranges)
+}
+
+/// [`forward`] in tiling `T`: per piece, the input transform by blocks of planes, the
+/// GEMMs by points, the output transform by blocks of planes.
 fn forward_with<T: Tiling<XI>, const XI: usize>(
     out: &mut [f32],
     scratch: &mut [f32],
@@ -512,98 +571,119 @@ fn forward_with<T: Tiling<XI>, const XI: usize>(
     let rest = Shared::new(&mut rest[..pieces.count * pieces.len]);
     let out = Shared::new(&mut out[..n * k * hw]);
     for chunk in (0..n).step_by(pieces.chunk()) {
-        pieces.each(&|p| {
-            let (first, m) = pieces.images_of(chunk, p, n);
-            if m == 0 {
-                return;
+        let layout = |p| piece_layout::<XI, 2>(&pieces, (chunk, n, per), p, [c, k]);
+        let units = |p, stage| {
+            let ((_, m), _) = layout(p);
+            match (m, stage) {
+                (0, _) => 0,
+                (_, 0) => plane_blocks(m * c),
+                (_, 1) => XI,
+                _ => plane_blocks(m * k),
             }
-            let t_n = m * per;
-            // SAFETY: piece p's scratch and images are this task's alone.
-            let (scratch, out) = unsafe {
-                (
-                    rest.part(p * pieces.len..(p + 1) * pieces.len),
-                    out.part(first * k * hw..(first + m) * k * hw),
-                )
-            };
-            let (v, mm) = scratch.split_at_mut(XI * point_stride(c * t_n));
-            let mm = &mut mm[..XI * point_stride(k * t_n)];
-            transform_inputs::<T, XI>(v, inp, first, m, g);
-            batched_gemm::<XI>(GemmDims::new(k, t_n, c), u, v, 0.0, mm);
-            write_outputs::<T, XI>(out, mm, bias, m, k, g);
+        };
+        relay(pieces.count, 3, &units, &|p, stage, unit| {
+            let ((first, m), [v, mm]) = layout(p);
+            match stage {
+                0 => {
+                    let planes = plane_block(m * c, unit);
+                    transform_inputs::<T, XI>(&rest, v.start, inp, (first, m), g, planes);
+                }
+                1 => {
+                    // SAFETY: the piece's `V` is complete, and nobody writes it now.
+                    let v = unsafe { rest.view(v) };
+                    let dims = GemmDims::new(k, m * per, c);
+                    point_gemm(dims, (u, v), 0.0, (&rest, mm.start), unit);
+                }
+                _ => {
+                    // SAFETY: the piece's `M` is complete, and nobody writes it now.
+                    let mm = unsafe { rest.view(mm) };
+                    let planes = plane_block(m * k, unit);
+                    write_outputs::<T, XI>(&out, mm, bias, (first, m), k, g, planes);
+                }
+            }
         });
     }
 }
 
-/// `Y = At M A` per tile, plus the bias, into the valid pixels of `out`'s `m` images.
+/// `Y = At M A` per tile, plus the bias, into the valid pixels of planes `planes` (counted
+/// from image `first`'s first plane) of images `first..first + m` of `out`.
 fn write_outputs<T: Tiling<XI>, const XI: usize>(
-    out: &mut [f32],
+    out: &Shared,
     mm: &[f32],
     bias: Option<&[f32]>,
-    m: usize,
+    (first, m): (usize, usize),
     k_n: usize,
     g: &Window2d,
+    planes: Range<usize>,
 ) {
     let (th, tw) = grid::<T, XI>(g);
     let (h, w, per) = (g.height, g.width, th * tw);
     let t_n = m * per;
-    let out = Shared::new(&mut out[..m * k_n * h * w]);
     let transforms = Transforms::for_this_cpu();
-    for_ranges(m * k_n, &|planes| {
-        for jk in planes {
-            let (j, k) = (jk / k_n, jk % k_n);
-            // SAFETY: plane (j, k) is this task's alone.
-            let plane = unsafe { out.part(jk * h * w..(jk + 1) * h * w) };
-            let base = |xi: usize| plane_at(xi, k, k_n, t_n, j, per);
-            let src = point_slices::<XI>(mm, base, per);
-            let bias = bias.map_or(0.0, |b| b[k]);
-            transforms.output_tiles::<T, XI>(plane, &src, h, w, bias);
-        }
-    });
+    for jk in planes {
+        let (j, k) = (jk / k_n, jk % k_n);
+        let at = (first * k_n + jk) * h * w;
+        // SAFETY: plane (j, k) is this unit's alone.
+        let plane = unsafe { out.part(at..at + h * w) };
+        let base = |xi: usize| plane_at(xi, k, k_n, t_n, j, per);
+        let src = point_slices::<XI>(mm, base, per);
+        let bias = bias.map_or(0.0, |b| b[k]);
+        transforms.output_tiles::<T, XI>(plane, &src, h, w, bias);
+    }
 }
 
-/// `dM[xi][k, t] = (A dY At)[xi]` for every tile of images `first..first + m` of `dout`,
-/// pixels outside the plane counting as zero.
+/// `dM[xi][k, t] = (A dY At)[xi]` for every tile of planes `planes` of images
+/// `first..first + m` of `dout` (as [`transform_inputs`]), pixels outside the plane counting
+/// as zero.
 fn transform_output_grads<T: Tiling<XI>, const XI: usize>(
-    dm: &mut [f32],
+    buf: &Shared,
+    at: usize,
     dout: &[f32],
-    first: usize,
-    m: usize,
+    (first, m): (usize, usize),
     k_n: usize,
     g: &Window2d,
+    planes: Range<usize>,
 ) {
     let transforms = Transforms::for_this_cpu();
     let tiles = |dst: &mut [&mut [f32]; XI], dout: &[f32], h: usize, w: usize| {
         transforms.output_grad_tiles::<T, XI>(dst, dout, h, w)
     };
-    tile_planes::<T, XI, _>(dm, dout, (first, m), k_n, g, tiles);
+    let cut = Cut {
+        buf,
+        at,
+        images: (first, m),
+        planes: k_n,
+    };
+    cut.tile_planes::<T, XI, _>(dout, g, planes, tiles);
 }
 
-/// `dX = B dV Bt` summed over the tiles, inside the plane, for the `m` images of `dinp`
-/// (every value written).
+/// `dX = B dV Bt` summed over the tiles, inside the plane, for planes `planes` of images
+/// `first..first + m` of `dinp` (as [`write_outputs`]; every value written).
 fn scatter_input_grads<T: Tiling<XI>, const XI: usize>(
-    dinp: &mut [f32],
+    dinp: &Shared,
     dv: &[f32],
-    m: usize,
+    (first, m): (usize, usize),
     g: &Window2d,
+    planes: Range<usize>,
 ) {
     let (th, tw) = grid::<T, XI>(g);
     let (c_n, per) = (g.channels, th * tw);
     let (t_n, hw) = (m * per, g.height * g.width);
-    let dinp = Shared::new(&mut dinp[..m * c_n * hw]);
     let transforms = Transforms::for_this_cpu();
-    for_ranges(m * c_n, &|planes| {
-        for jc in planes {
-            let (j, c) = (jc / c_n, jc % c_n);
-            // SAFETY: plane (j, c) is this task's alone.
-            let plane = unsafe { dinp.part(jc * hw..(jc + 1) * hw) };
-            let base = |xi: usize| plane_at(xi, c, c_n, t_n, j, per);
-            let src = point_slices::<XI>(dv, base, per);
-            transforms.input_grad_tiles::<T, XI>(plane, &src, g.height, g.width);
-        }
-    });
+    for jc in planes {
+        let (j, c) = (jc / c_n, jc % c_n);
+        let at = (first * c_n + jc) * hw;
+        // SAFETY: plane (j, c) is this unit's alone.
+        let plane = unsafe { dinp.part(at..at + hw) };
+        let base = |xi: usize| plane_at(xi, c, c_n, t_n, j, per);
+        let src = point_slices::<XI>(dv, base, per);
+        transforms.input_grad_tiles::<T, XI>(plane, &src, g.height, g.width);
+    }
 }
 
-/// [`backward`] in tiling `T`.
+/// [`backward`] in tiling `T`: per piece, the output gradient's and the input's transforms
+/// by blocks of planes; the weight gradient's GEMMs (a sum over the pieces) by points; per
+/// piece again, the input gradient's GEMMs by points and its transform by blocks of planes.
 fn backward_with<T: Tiling<XI>, const XI: usize>(
     dinp: Option<&mut [f32]>,
     grads: super::ConvGrads<'_>,
@@ -625,46 +705,66 @@ fn backward_with<T: Tiling<XI>, const XI: usize>(
     let (u, rest) = scratch.split_at_mut(XI * point_stride(k * c));
     let (du, rest) = rest.split_at_mut(XI * point_stride(k * c));
     transform_filters::<T, XI>(u, weight, k, c);
-    fill(du, 0.0);
     let u = &*u;
+    // The first GEMM into `dU` overwrites it (no separate pass zeroes all of it first).
+    let mut du_written = false;
     let pieces = Pieces::of::<T, XI>(dims, step, rest.len(), threads());
     let rest = Shared::new(&mut rest[..pieces.count * pieces.len]);
-    // Piece p's images of the chunk at `chunk`, its tiles, and its `V`, `dM` and `dV`.
-    let piece = |chunk: usize, p: usize| {
-        let (first, m) = pieces.images_of(chunk, p, n);
-        let t_n = m * per;
-        // SAFETY: piece p's scratch is used by one task at a time.
-        let scratch = unsafe { rest.part(p * pieces.len..(p + 1) * pieces.len) };
-        let (v, scratch) = scratch.split_at_mut(XI * point_stride(c * t_n));
-        let (dm, dv) = scratch.split_at_mut(XI * point_stride(k * t_n));
-        (first, m, v, dm, &mut dv[..XI * point_stride(c * t_n)])
-    };
     for chunk in (0..n).step_by(pieces.chunk()) {
-        pieces.each(&|p| {
-            let (first, m, v, dm, _) = piece(chunk, p);
-            if m > 0 {
-                transform_output_grads::<T, XI>(dm, dout, first, m, k, g);
-                transform_inputs::<T, XI>(v, inp, first, m, g);
+        // Piece p's images and its `V`, `dM` and `dV`.
+        let layout = |p| piece_layout::<XI, 3>(&pieces, (chunk, n, per), p, [c, k, c]);
+        let units = |p, _| {
+            let ((_, m), _) = layout(p);
+            plane_blocks(m * k) + plane_blocks(m * c)
+        };
+        relay(pieces.count, 1, &units, &|p, _, unit| {
+            let ((first, m), [v, dm, _]) = layout(p);
+            let grad_units = plane_blocks(m * k);
+            if unit < grad_units {
+                let planes = plane_block(m * k, unit);
+                transform_output_grads::<T, XI>(&rest, dm.start, dout, (first, m), k, g, planes);
+            } else {
+                let planes = plane_block(m * c, unit - grad_units);
+                transform_inputs::<T, XI>(&rest, v.start, inp, (first, m), g, planes);
             }
         });
         for p in 0..pieces.count {
-            let (_, m, v, dm, _) = piece(chunk, p);
+            let ((_, m), [v, dm, _]) = layout(p);
             if m > 0 {
+                // SAFETY: every piece's `V` and `dM` are complete, and nobody writes them now.
+                let (v, dm) = unsafe { (rest.view(v), rest.view(dm)) };
                 let dims = GemmDims::new(k, c, m * per).b_transposed();
-                batched_gemm::<XI>(dims, dm, v, 1.0, du);
+                let beta = if du_written { 1.0 } else { 0.0 };
+                batched_gemm::<XI>(dims, dm, v, beta, du);
+                du_written = true;
             }
         }
         let Some(dinp) = &dinp else { continue };
-        pieces.each(&|p| {
-            let (first, m, _, dm, dv) = piece(chunk, p);
-            if m > 0 {
+        let units = |p, stage| {
+            let ((_, m), _) = layout(p);
+            match (m, stage) {
+                (0, _) => 0,
+                (_, 0) => XI,
+                _ => plane_blocks(m * c),
+            }
+        };
+        relay(pieces.count, 2, &units, &|p, stage, unit| {
+            let ((first, m), [_, dm, dv]) = layout(p);
+            if stage == 0 {
+                // SAFETY: the piece's `dM` is complete, and nobody writes it now.
+                let dm = unsafe { rest.view(dm) };
                 let dims = GemmDims::new(c, m * per, k).a_transposed();
-                batched_gemm::<XI>(dims, u, dm, 0.0, dv);
-                // SAFETY: piece p's images are this task's alone.
-                let d = unsafe { dinp.part(first * c * hw..(first + m) * c * hw) };
-                scatter_input_grads::<T, XI>(d, dv, m, g);
+                point_gemm(dims, (u, dm), 0.0, (&rest, dv.start), unit);
+            } else {
+                // SAFETY: the piece's `dV` is complete, and nobody writes it now.
+                let dv = unsafe { rest.view(dv) };
+                let planes = plane_block(m * c, unit);
+                scatter_input_grads::<T, XI>(dinp, dv, (first, m), g, planes);
             }
         });
+    }
+    if !du_written {
+        fill(du, 0.0); // an empty batch
     }
     fold_filter_grads::<T, XI>(grads.weight, du, k, c);
 }
