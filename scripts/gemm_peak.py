@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """GFLOP/s of the system OpenBLAS's single-precision GEMM on one thread: the peak a training
 step's GEMMs can reach on this machine, and that of the shapes ResNet-18's convolutions give
-it (row-major, as gssp calls it). Loads the same libopenblas gssp links (ctypes, no numpy).
+it (row-major, as gssp calls it). Loads the same libopenblas gssp links (ctypes, no numpy),
+with the same kernels: where OpenBLAS is older than the CPU and falls back to its SSE3
+("Prescott") kernels, the script restarts itself with OPENBLAS_CORETYPE set, as gssp does
+(src/compute/backend/cpu/blas_core.rs); a value the user set is kept.
 
     OPENBLAS_NUM_THREADS=1 python3 scripts/gemm_peak.py
 """
@@ -9,6 +12,7 @@ it (row-major, as gssp calls it). Loads the same libopenblas gssp links (ctypes,
 import ctypes
 import ctypes.util
 import os
+import sys
 import time
 
 LIB = os.environ.get("OPENBLAS", "/usr/lib/x86_64-linux-gnu/libopenblas.so.0")
@@ -26,8 +30,31 @@ SHAPES = [
 ]
 
 
+AVX512_CORES = ("skylakex", "cooperlake", "sapphirerapids")
+AVX2_CORES = ("haswell", "zen", "skylakex", "cooperlake")
+
+
+def better_core(chosen):
+    """The core type gssp would request when OpenBLAS chose `chosen` on this CPU, or None."""
+    with open("/proc/cpuinfo") as f:
+        flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    if "avx512f" in flags and chosen not in AVX512_CORES:
+        return "SkylakeX"
+    if "avx2" in flags and "fma" in flags and "avx512f" not in flags and chosen not in AVX2_CORES:
+        return "Haswell"
+    return None
+
+
 def main():
     blas = ctypes.CDLL(LIB)
+    blas.openblas_get_corename.restype = ctypes.c_char_p
+    chosen = blas.openblas_get_corename().decode().lower()
+    better = None if "OPENBLAS_CORETYPE" in os.environ else better_core(chosen)
+    if better:
+        # OpenBLAS reads the variable only when it loads: start again with it set.
+        os.execve(sys.executable, [sys.executable] + sys.argv,
+                  {**os.environ, "OPENBLAS_CORETYPE": better})
+    print(f"OpenBLAS kernels: {chosen}")
     fp = ctypes.POINTER(ctypes.c_float)
     blas.cblas_sgemm.argtypes = [ctypes.c_int] * 6 + [ctypes.c_float, fp, ctypes.c_int, fp,
                                                       ctypes.c_int, ctypes.c_float, fp,
