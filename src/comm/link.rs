@@ -1,5 +1,5 @@
 //! The emulated network link's arithmetic (pure): when a message may leave and when it is
-//! in. [`super::emulation`] holds each rank for what it says.
+//! in. The `emulation` module holds each rank for what it says.
 
 /// One rank's emulated network link (`heterogeneity.link_gbps`): full duplex, each
 /// direction carrying one message at a time at the link's rate. A message of `b` bytes

@@ -723,7 +723,7 @@ impl ServerLink {
     }
 
     /// Blocks until a push arrives (`MPI_Mprobe`, or polls of `MPI_Improbe` where waits
-    /// sleep, [`super::idle`]; the time counted as waiting) and receives it; `None` when every
+    /// sleep, `super::idle`; the time counted as waiting) and receives it; `None` when every
     /// worker is retired.
     pub fn wait_push(&mut self) -> Result<Option<PushRef<'_>>, CommError> {
         if self.active == 0 {

@@ -10,8 +10,9 @@
 //!    a slow spell shorter than half the window (a noisy neighbour, an I/O stall) does not
 //!    move it; a worker with fewer than [`MIN_SAMPLES`] iterations in the window blocks the
 //!    decision (nothing moves).
-//! 2. The candidate partition is the one the profile would give: [`partition_by_speed`]
-//!    into as many groups, then [`balance_equal_speeds`].
+//! 2. The candidate partition is the one the profile would give:
+//!    [`partition_by_speed`](crate::protocol::grouping::partition_by_speed) into as many
+//!    groups, then [`balance_equal_speeds`](crate::protocol::grouping::balance_equal_speeds).
 //! 3. Hysteresis: the candidate is taken only if it raises the throughput the cost model
 //!    predicts ([`CostModel::rate`]: inside a group SSP runs at its slowest worker's pace,
 //!    whatever the bound, unless its server saturates) by more than `min_gain` (default

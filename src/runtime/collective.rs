@@ -11,7 +11,7 @@
 //!   its own momentum (not averaged, as in PyTorch's post-local SGD).
 //!
 //! The stop decision, rank 0's progress through the run and its call for a checkpoint ride
-//! in the same reduction ([`CONTROL_SLOTS`] extra values), so all ranks stop and checkpoint
+//! in the same reduction (`CONTROL_SLOTS` extra values), so all ranks stop and checkpoint
 //! after the same iteration and step at the same learning rate even under a wall-clock
 //! budget. localsgd therefore ends just after an average, every replica equal: a budget
 //! may be overrun by up to H - 1 local steps. Batch-norm statistics stay local and are

@@ -35,7 +35,7 @@ pub struct WorkerGroups {
 /// Groups of worker ranks: from the config (`static`) or from measured speeds (`profile`:
 /// every worker times `profile_iters` of its local iterations, compute plus emulated
 /// slowdown, and reports their median; rank 0 partitions them exactly, evens out groups of
-/// equal speed ([`balance_equal_speeds`]) and broadcasts the result). With `groups = "auto"`
+/// equal speed ([`balance_equal_speeds`](crate::protocol::grouping::balance_equal_speeds)) and broadcasts the result). With `groups = "auto"`
 /// rank 0 first picks the group count `model` predicts fastest ([`choose_group_count`]).
 ///
 /// `worker_ranks` are the world ranks of all workers; `iterate` runs one local iteration of

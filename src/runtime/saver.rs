@@ -195,7 +195,7 @@ pub fn save_replica<C: Collectives, B: Backend>(
 /// version and its workers' clocks; returns the file with what else it holds (its meta:
 /// pushes, what it knew of the other groups; the exchange's tensors) and its snapshots.
 /// On another rank count it restores the saved servers' merged file instead
-/// ([`rescaled_server_file`]); `group_sizes` are the workers of each group of the new
+/// (`rescaled_server_file`); `group_sizes` are the workers of each group of the new
 /// layout, `group_sizes.0` the index of this server's.
 pub fn restore_server(
     resume: &Resume,

@@ -1,4 +1,4 @@
-//! The tools around a run: [`plan`] predicts a cluster's timing before a job, [`bench`]
+//! The tools around a run: [`plan`] predicts a cluster's timing before a job, [`bench`](mod@bench)
 //! starts comparison jobs, [`report`] reads run directories into tables and plots. They sit
 //! above the runtime: nothing that runs under `mpirun` depends on them.
 

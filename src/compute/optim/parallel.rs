@@ -1,5 +1,5 @@
 //! A parameter server's passes over a whole model, split over the pool's threads
-//! (`run.threads`, [`crate::compute::backend::cpu::threads`]): the SGD step, the sum that
+//! (`run.threads`, `compute::backend::cpu::threads`): the SGD step, the sum that
 //! checks a push and the copy of the weights into a reply. All are bound by memory
 //! traffic, so a second core's bandwidth shortens them.
 //!

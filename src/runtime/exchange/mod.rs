@@ -7,7 +7,7 @@
 //! sent and applies what arrives, [`ledger`] counts what was sent for the end-of-run
 //! check. [`GroupExchange`] chooses, per exchange, the route and the compressor, and
 //! counts a sent update in one place. Every `inter_group_every` applied pushes a server:
-//! 1. takes its unsent change: the weights minus [`PeerView`] (the replica as the peers
+//! 1. takes its unsent change: the weights minus [`PeerView`](crate::compress::feedback::PeerView) (the replica as the peers
 //!    know it), all of it (dense), its top-k entries (sparse), or its rank-r PowerSGD
 //!    approximation (low-rank, [`crate::compress::powersgd`]); the rest stays unsent:
 //!    error feedback without a residual buffer,

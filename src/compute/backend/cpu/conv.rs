@@ -263,10 +263,10 @@ fn unfold_chunk(col: &mut [f32], inp: &[f32], first: usize, m: usize, g: &Window
     }
 }
 
-/// Convolution forward over `dims.batch` images: Winograd where it [`winograd::applies`]
+/// Convolution forward over `dims.batch` images: Winograd where it `winograd::applies`
 /// (3x3, stride 1, padding 1), else im2col and GEMM.
 /// out: `[n x out_c x OH*OW]`, inp: `[n x C x H x W]`, weight: `[out_c x C*k*k]`,
-/// bias: `[out_c]` or none, scratch: [`scratch_len`].
+/// bias: `[out_c]` or none, scratch: `scratch_len`.
 pub fn conv2d_forward(
     out: &mut [f32],
     scratch: &mut [f32],
@@ -378,7 +378,7 @@ pub struct ConvGrads<'a> {
 }
 
 /// Convolution backward. Accumulates `grads`; writes dinp: `[n x C x H x W]` when given.
-/// Winograd where it [`winograd::applies`], else im2col and GEMM.
+/// Winograd where it `winograd::applies`, else im2col and GEMM.
 pub fn conv2d_backward(
     dinp: Option<&mut [f32]>,
     grads: ConvGrads<'_>,

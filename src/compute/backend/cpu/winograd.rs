@@ -85,7 +85,7 @@ pub const LARGE_TILE_MIN_HEIGHT: usize = 8;
 pub enum Tilings {
     /// F(2x2, 3x3) on every layer.
     Two,
-    /// F(4x4, 3x3) on planes of at least [`LARGE_TILE_MIN_HEIGHT`] rows, F(2x2, 3x3) below
+    /// F(4x4, 3x3) on planes of at least `LARGE_TILE_MIN_HEIGHT` rows, F(2x2, 3x3) below
     /// (the default).
     Mixed,
     /// F(4x4, 3x3) wherever it multiplies less than F(2x2, 3x3).
@@ -97,7 +97,7 @@ pub fn set_enabled(on: bool) {
     ENABLED.store(on, Ordering::Relaxed);
 }
 
-/// Sets which tilings [`choose`] may take, for the whole process.
+/// Sets which tilings `choose` may take, for the whole process.
 pub fn set_tilings(tilings: Tilings) {
     TILINGS.store(tilings as u8, Ordering::Relaxed);
 }
