@@ -25,7 +25,8 @@
 //! Images are taken in chunks of about [`TILE_COLUMNS`] F(2x2, 3x3) tiles a thread (fewer on
 //! layers wider than [`CHUNK_CHANNELS`], and as many F(4x4, 3x3) tiles as transform to the
 //! same size), which bounds the scratch. On several threads a chunk is cut into one piece a
-//! thread ([`Pieces`]), and each thread takes its piece through every stage of the pass, so
+//! thread ([`Pieces`]; a chunk whose pieces would have fewer than [`MIN_PIECE_TILES`] tiles
+//! stays whole), and each thread takes its piece through every stage of the pass, so
 //! that the transformed buffers a core writes are mostly read by the same core; a thread
 //! done with its own stage early takes units of another piece's ([`relay`]). Only the
 //! weight gradient's GEMM, a sum over every piece, is shared among the threads by points;
@@ -335,8 +336,8 @@ fn plane_at(xi: usize, ch: usize, channels: usize, t_n: usize, j: usize, per: us
     xi * point_stride(channels * t_n) + ch * t_n + j * per
 }
 
-/// `V[xi][c, t] = (Bt d B)[xi]` for every tile `t` of planes `planes` (counted from image
-/// `first`'s first plane) of images `first..first + m` of `inp`, into the piece's `V`
+/// `V[xi][c, t] = (Bt d B)[xi]` for every tile `t` of planes `planes` (counted channel by
+/// channel, [`Cut::tile_planes`]) of images `first..first + m` of `inp`, into the piece's `V`
 /// (`XI x C x T` values from `at` in `buf`, `T` the piece's tiles).
 fn transform_inputs<T: Tiling<XI>, const XI: usize>(
     buf: &Shared,
@@ -370,9 +371,13 @@ struct Cut<'a, 'b> {
 }
 
 impl Cut<'_, '_> {
-    /// Cuts planes `range` of the piece's images of `src` (counted from its first image's
-    /// first plane) into the tiles of grid `g` with `tiles`, which writes each point's values
-    /// to its row of the buffer.
+    /// Cuts planes `range` of the piece's images of `src` into the tiles of grid `g` with
+    /// `tiles`, which writes each point's values to its row of the buffer. The planes are
+    /// counted channel by channel (plane `q` is channel `q / m` of the piece's image `q % m`),
+    /// so that a unit of consecutive planes writes whole rows of each point's matrix, one
+    /// after the other: on small planes a row's cache line holds several images' tiles, and
+    /// a unit that took its planes image by image shared it with the units of the next
+    /// images, on the other core (docs/results.md (g)).
     fn tile_planes<T: Tiling<XI>, const XI: usize, F>(
         &self,
         src: &[f32],
@@ -388,9 +393,9 @@ impl Cut<'_, '_> {
         let t_n = m * per;
         // Made once, filled in place for each plane (see `point_slices`).
         let mut dst: [&mut [f32]; XI] = std::array::from_fn(|_| Default::default());
-        for jp in range {
-            let (j, p) = (jp / planes, jp % planes);
-            let plane = &src[(first * planes + jp) * h * w..][..h * w];
+        for q in range {
+            let (j, p) = (q % m, q / m);
+            let plane = &src[((first + j) * planes + p) * h * w..][..h * w];
             for (xi, d) in dst.iter_mut().enumerate() {
                 let at = self.at + plane_at(xi, p, planes, t_n, j, per);
                 // SAFETY: plane (j, p)'s tiles are this unit's alone.
@@ -467,6 +472,14 @@ fn plane_block(planes: usize, unit: usize) -> Range<usize> {
     share(planes, unit, plane_blocks(planes))
 }
 
+/// The fewest tiles a piece of a chunk takes; with fewer (at two threads, VGG-19's 2x2 planes
+/// take 16 a piece, and the 8x8 planes of 256 channels 56) the chunk stays whole and its
+/// stages are shared among the threads. A piece's GEMMs have its tiles as their columns,
+/// and OpenBLAS packs all of a point's `U` at every call, so on few columns each piece's
+/// packing costs about as much as its multiplying; sharing the whole chunk's GEMMs by points
+/// packs `U` once. Measured against 0, 32, 65 and 129 (docs/results.md (g)).
+const MIN_PIECE_TILES: usize = 64;
+
 /// How each chunk of images is cut among the pool's threads: into `count` pieces of
 /// `images` images, each taken through every stage of a pass in scratch of its own (`len`
 /// values; a whole chunk has all the scratch there is), by its own thread where it can, so
@@ -484,10 +497,11 @@ struct Pieces {
 impl Pieces {
     /// The pieces of a layer whose chunks have `step` images, in `scratch` values (after
     /// the filters'), on `threads` threads: one a thread (up to [`MAX_PIECES`]) where the
-    /// chunk and the scratch allow. Each piece reads the filters' `U` whole, so on the deep
-    /// layers (many channels, few tiles) the threads read it twice where sharing the points
-    /// read it once; that still measured faster than moving the transformed tiles between
-    /// cores (docs/results.md (g)).
+    /// chunk and the scratch allow and each piece has at least [`MIN_PIECE_TILES`] tiles.
+    /// Each piece reads the filters' `U` whole, so on the deep layers (many channels, few
+    /// tiles) the threads read it twice where sharing the points read it once; that still
+    /// measured faster than moving the transformed tiles between cores, except on pieces of
+    /// fewer tiles (docs/results.md (g)).
     fn of<T: Tiling<XI>, const XI: usize>(
         dims: &Conv2dDims,
         step: usize,
@@ -502,7 +516,12 @@ impl Pieces {
         };
         let count = threads.min(step).clamp(1, MAX_PIECES);
         let images = step / count;
-        match count.min(scratch / len(images)) {
+        let count = if images * th * tw < MIN_PIECE_TILES {
+            1
+        } else {
+            count.min(scratch / len(images))
+        };
+        match count {
             0 | 1 => Self {
                 count: 1,
                 images: step,
@@ -887,8 +906,8 @@ pub(super) mod tests {
     }
 
     /// A pass whose chunks are cut into pieces, one a thread, against the direct convolution:
-    /// a batch of 5 in chunks of two pieces of 2 images, so the last chunk's one image goes
-    /// to one piece and the other is empty.
+    /// a batch of 5 in chunks of two pieces (of 1 image under F(2x2, 3x3), of 2 under
+    /// F(4x4, 3x3)), so the last chunk's one image goes to one piece and the other is empty.
     #[test]
     fn pieces_on_their_own_threads_match_the_direct_convolution() {
         super::super::threads::set_threads(2);
@@ -897,8 +916,8 @@ pub(super) mod tests {
             out_c: 8,
             window: Window2d {
                 channels: 8,
-                height: 8,
-                width: 8,
+                height: 32,
+                width: 32,
                 kernel: 3,
                 stride: 1,
                 pad: 1,
@@ -906,14 +925,17 @@ pub(super) mod tests {
         };
         // The scratch the backward pass leaves after `U` and `dU`.
         let rest = |points: usize| scratch_len(&dims) - 2 * points * point_stride(8 * 8);
-        for (pieces, tile) in [
-            (Pieces::of::<F2, 16>(&dims, 5, rest(16), threads()), "F2"),
-            (Pieces::of::<F4, 36>(&dims, 5, rest(36), threads()), "F4"),
-        ] {
-            assert_eq!((pieces.count, pieces.images), (2, 2), "{tile}");
-        }
-        check_tiling::<F2, 16>(&dims, 1e-4, 1e-3);
-        check_tiling::<F4, 36>(&dims, 1e-3, 1e-2);
+        let step2 = chunk_within::<F2, 16>(&dims, scratch_len(&dims));
+        let step4 = chunk_within::<F4, 36>(&dims, scratch_len(&dims));
+        let two = Pieces::of::<F2, 16>(&dims, step2, rest(16), threads());
+        let four = Pieces::of::<F4, 36>(&dims, step4, rest(36), threads());
+        assert_eq!((two.count, two.images), (2, 1));
+        assert_eq!((four.count, four.images), (2, 2));
+        // The last chunk has one image: one piece takes it, the other is empty.
+        assert_eq!((5 % two.chunk(), 5 % four.chunk()), (1, 1));
+        // The weight gradient sums 5 x 1024 pixels: a looser bound than the other cases'.
+        check_tiling::<F2, 16>(&dims, 1e-4, 1e-2);
+        check_tiling::<F4, 36>(&dims, 1e-3, 1e-1);
     }
 
     #[test]
@@ -932,7 +954,10 @@ pub(super) mod tests {
         };
         assert_eq!(of(&layer(64, 32), 2, 2), (2, 1));
         assert_eq!(of(&layer(512, 4), 32, 2), (2, 16));
-        assert_eq!(of(&layer(512, 4), 5, 4), (4, 1));
+        assert_eq!(of(&layer(64, 32), 5, 4), (4, 1));
+        // Pieces of fewer than `MIN_PIECE_TILES` tiles: the chunk is whole.
+        assert_eq!(of(&layer(512, 2), 32, 2), (1, 32));
+        assert_eq!(of(&layer(512, 4), 5, 4), (1, 5));
         // One thread, or a chunk of one image: the chunk is whole.
         assert_eq!(of(&layer(64, 32), 2, 1), (1, 2));
         assert_eq!(of(&layer(64, 32), 1, 2), (1, 1));
