@@ -79,14 +79,16 @@ impl Relay<'_> {
         if thread < self.pieces {
             for stage in 0..self.stages {
                 self.drain(thread, stage);
-                while !self.complete(thread, stage) {
-                    if !self.help_once() {
-                        std::thread::yield_now();
-                    }
-                }
+                self.help_until(|| self.complete(thread, stage));
             }
         }
-        while !self.all_complete() {
+        self.help_until(|| self.all_complete());
+    }
+
+    /// Helps the other pieces (or yields the core when none has a unit left to claim) until
+    /// `done` holds.
+    fn help_until(&self, done: impl Fn() -> bool) {
+        while !done() {
             if !self.help_once() {
                 std::thread::yield_now();
             }
