@@ -13,6 +13,11 @@
 //! time of the worker's first iterations; no padding happens while calibrating. Calibrate when
 //! ranks are not yet contending (or give `unit_s`) so that the unit is the uncontended time.
 //!
+//! The unit is the time of one batch of `optim.batch_size`. A worker whose batch differs
+//! (batches in proportion to speed) says so with [`Pacer::set_work`]: its emulated compute
+//! then lasts `f_eff x unit x work`, compute in proportion to the samples, and calibration
+//! divides what it measures by the work, so the unit stays that of the mean batch.
+//!
 //! Pure logic apart from the sleep ([`crate::telemetry::clock::sleep_precise`]); nothing here
 //! talks to MPI.
 
@@ -64,6 +69,8 @@ pub struct Pacer {
     calibration: usize,
     samples: Vec<f64>,
     last_straggler: bool,
+    /// This iteration's batch over the mean batch ([`Pacer::set_work`]).
+    work: f64,
 }
 
 impl Pacer {
@@ -94,7 +101,18 @@ impl Pacer {
             calibration: calibration.max(1),
             samples: Vec::new(),
             last_straggler: false,
+            work: 1.0,
         }
+    }
+
+    /// The next iterations compute `work` times the mean batch (its batch over
+    /// `optim.batch_size`; 1 unless batches follow speed).
+    pub fn set_work(&mut self, work: f64) {
+        self.work = if work.is_finite() && work > 0.0 {
+            work
+        } else {
+            1.0
+        };
     }
 
     /// A pacer from the `[heterogeneity]` section for a worker with slowdown `factor` (see
@@ -170,9 +188,9 @@ impl Pacer {
             factor
         };
         match self.unit_s {
-            Some(unit) => (f_eff * unit - real).max(0.0),
+            Some(unit) => (f_eff * unit * self.work - real).max(0.0),
             None => {
-                self.samples.push(real);
+                self.samples.push(real / self.work);
                 if self.samples.len() >= self.calibration {
                     self.unit_s = Some(median(&mut self.samples));
                     self.samples = Vec::new();
@@ -223,6 +241,21 @@ mod tests {
                 .collect(),
             ..HeterogeneityConfig::default()
         }
+    }
+
+    #[test]
+    fn the_pad_follows_the_work_and_calibration_measures_the_mean_batch() {
+        let mut p = Pacer::new(3.0, 0.0, 0.0, 1.0, 1, 2);
+        p.set_work(2.0);
+        // Calibrating on twice the mean batch: 0.02 s measured is a unit of 0.01 s.
+        p.pad_after_compute(0.02);
+        p.pad_after_compute(0.02);
+        assert_eq!(p.unit_s(), Some(0.01));
+        assert!((p.pad_after_compute(0.02) - 0.04).abs() < 1e-12);
+        p.set_work(0.5);
+        assert!((p.pad_after_compute(0.005) - 0.01).abs() < 1e-12);
+        p.set_work(f64::NAN);
+        assert!((p.pad_after_compute(0.0) - 0.03).abs() < 1e-12);
     }
 
     #[test]

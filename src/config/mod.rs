@@ -12,9 +12,11 @@
 //! an override); the serde types do not repeat the rule (`deny_unknown_fields`), so build a
 //! [`Config`] from TOML only through [`Config::load`] or [`Config::from_str_with_overrides`].
 
+mod balance;
 mod overrides;
 mod validate;
 
+pub use balance::{BalanceConfig, BatchSplit};
 pub use validate::MAX_MAILBOX_MESSAGES;
 
 use std::path::{Path, PathBuf};
@@ -379,6 +381,9 @@ pub struct SyncConfig {
     pub localsgd: LocalSgdConfig,
     /// `[sync.async_localsgd]`: asynchronous local SGD's local steps and outer optimizer.
     pub async_localsgd: AsyncLocalSgdConfig,
+    /// `[sync.balance]`: each worker's batch in proportion to its speed (every mode with
+    /// workers but async-localsgd).
+    pub balance: BalanceConfig,
 }
 
 /// The mode of a run with its own settings: what [`SyncConfig::scheme`] hands the code
@@ -805,6 +810,7 @@ impl Default for SyncConfig {
             gssp: GsspConfig::default(),
             localsgd: LocalSgdConfig::default(),
             async_localsgd: AsyncLocalSgdConfig::default(),
+            balance: BalanceConfig::default(),
         }
     }
 }
@@ -1035,6 +1041,7 @@ display_as_config_name!(
     SyncMode,
     Grouping,
     SparseTransport,
+    BatchSplit,
     CompressionKind,
     RatioPolicy,
     DeviceKind,

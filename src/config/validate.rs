@@ -58,6 +58,7 @@ impl Config {
         )?;
         self.validate_async_localsgd()?;
         self.validate_gssp_local_steps()?;
+        self.validate_balance()?;
         let regroup_every_s = self.sync.gssp.regroup_every_s;
         if regroup_every_s > 0.0 && self.sync.mode == SyncMode::Gssp {
             ensure(
@@ -324,6 +325,7 @@ impl Config {
             self.validate_groups(world_size)?;
         }
         let workers = self.num_workers(world_size);
+        self.validate_static_batches(workers)?;
         let h = &self.heterogeneity;
         if !h.slowdown.is_empty() {
             ensure(
@@ -454,7 +456,7 @@ impl DataConfig {
     }
 }
 
-fn invalid(key: &str, requirement: &str, got: impl Display) -> ConfigError {
+pub(super) fn invalid(key: &str, requirement: &str, got: impl Display) -> ConfigError {
     ConfigError::Invalid {
         key: key.to_string(),
         requirement: requirement.to_string(),
@@ -462,7 +464,12 @@ fn invalid(key: &str, requirement: &str, got: impl Display) -> ConfigError {
     }
 }
 
-fn ensure(ok: bool, key: &str, requirement: &str, got: impl Display) -> Result<(), ConfigError> {
+pub(super) fn ensure(
+    ok: bool,
+    key: &str,
+    requirement: &str,
+    got: impl Display,
+) -> Result<(), ConfigError> {
     if ok {
         Ok(())
     } else {
@@ -582,7 +589,7 @@ fn finite(key: &str, v: f64) -> Result<(), ConfigError> {
     ensure(v.is_finite(), key, "a finite number", v)
 }
 
-fn at_least(key: &str, v: f64, min: f64) -> Result<(), ConfigError> {
+pub(super) fn at_least(key: &str, v: f64, min: f64) -> Result<(), ConfigError> {
     finite(key, v)?;
     ensure(v >= min, key, &format!(">= {min}"), v)
 }

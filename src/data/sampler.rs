@@ -4,6 +4,13 @@
 //! shards are disjoint, cover every sample, and do not follow the file order (which may be
 //! sorted by class). Each epoch a worker reshuffles its own shard; the order of epoch `e` is a
 //! pure function of (seed, shard, e), so runs are reproducible.
+//!
+//! Workers whose batches differ (batches in proportion to speed) instead walk one shared
+//! order, global batch by global batch, each taking its own slice of every global batch
+//! ([`ShardSampler::shared`]). The shared order is that of a single shard over the whole set,
+//! so the union of the slices of step `t` is the very batch a single process at the global
+//! batch size trains on at step `t`; and since the global batch stays the same when the
+//! slices are re-cut, an epoch visits every sample once however often they change.
 
 use std::ops::Range;
 
@@ -58,6 +65,9 @@ pub struct ShardSampler {
     /// Batches handed out so far, over all epochs.
     served: u64,
     batches_per_epoch: usize,
+    /// The part of each batch of `batch_size` this worker takes (all of it, but for a shared
+    /// order).
+    part: Range<usize>,
 }
 
 impl ShardSampler {
@@ -107,9 +117,48 @@ impl ShardSampler {
             seed,
             shard,
             served: 0,
+            part: 0..batch_size,
         };
         s.shuffle_for(0);
         Ok(s)
+    }
+
+    /// A worker's view of one order shared by every worker: each batch is the slice `part`
+    /// of the next global batch of `global` samples over all `n`. Fails if the set cannot
+    /// fill one global batch.
+    pub fn shared(
+        n: usize,
+        global: usize,
+        seed: u64,
+        part: Range<usize>,
+    ) -> Result<Self, DataError> {
+        if global > n {
+            return Err(DataError::InvalidSetting {
+                key: "optim.batch_size".into(),
+                problem: format!(
+                    "the global batch {global} (optim.batch_size x workers) must be <= the {n} training samples"
+                ),
+            });
+        }
+        let mut s = Self::new(n, 1, 0, global, seed)?;
+        s.set_part(part)?;
+        Ok(s)
+    }
+
+    /// Takes the slice `part` of every global batch from the next batch on (a re-cut of a
+    /// shared order).
+    pub fn set_part(&mut self, part: Range<usize>) -> Result<(), DataError> {
+        if part.is_empty() || part.end > self.batch_size {
+            return Err(DataError::InvalidSetting {
+                key: "sync.balance".into(),
+                problem: format!(
+                    "a worker's slice {part:?} must be non-empty and within the global batch of {}",
+                    self.batch_size
+                ),
+            });
+        }
+        self.part = part;
+        Ok(())
     }
 
     fn shuffle_for(&mut self, epoch: u64) {
@@ -127,8 +176,9 @@ impl ShardSampler {
         self.served / self.batches_per_epoch as u64
     }
 
-    /// The next `batch_size` indices; the last partial batch of an epoch is dropped and the
-    /// next epoch (freshly shuffled) starts transparently.
+    /// The next `batch_size` indices (of a shared order: this worker's slice of them); the
+    /// last partial batch of an epoch is dropped and the next epoch (freshly shuffled)
+    /// starts transparently.
     pub fn next_batch(&mut self) -> &[usize] {
         let bpe = self.batches_per_epoch as u64;
         let pos = (self.served % bpe) as usize;
@@ -136,7 +186,8 @@ impl ShardSampler {
             self.shuffle_for(self.served / bpe);
         }
         self.served += 1;
-        &self.order[pos * self.batch_size..(pos + 1) * self.batch_size]
+        let at = pos * self.batch_size;
+        &self.order[at + self.part.start..at + self.part.end]
     }
 
     /// Batches served so far, over all epochs: the sampler's whole state besides its
@@ -321,6 +372,67 @@ mod tests {
         assert!(ShardSampler::new(10, 0, 0, 1, 0).is_err());
         assert!(ShardSampler::new(10, 2, 2, 1, 0).is_err());
         assert!(ShardSampler::new(10, 2, 0, 0, 0).is_err());
+    }
+
+    #[test]
+    fn slices_of_a_shared_order_cover_each_epoch_once_however_often_they_are_recut() {
+        let (n, global) = (103, 10);
+        let mut single = ShardSampler::new(n, 1, 0, global, 5).unwrap();
+        let cuts: [&[usize]; 3] = [&[5, 5], &[8, 2], &[1, 9]];
+        let slices = |cut: &[usize]| -> Vec<Range<usize>> {
+            let ends: Vec<usize> = cut
+                .iter()
+                .scan(0, |e, b| {
+                    *e += b;
+                    Some(*e)
+                })
+                .collect();
+            ends.iter().zip(cut).map(|(&e, &b)| e - b..e).collect()
+        };
+        let mut workers: Vec<ShardSampler> = slices(cuts[0])
+            .into_iter()
+            .map(|p| ShardSampler::shared(n, global, 5, p).unwrap())
+            .collect();
+        let mut epoch: Vec<usize> = Vec::new();
+        for step in 0..30 {
+            // A new cut every 7 steps, mid-epoch (10 steps an epoch).
+            if step % 7 == 0 {
+                let cut = cuts[(step / 7) % cuts.len()];
+                for (w, p) in workers.iter_mut().zip(slices(cut)) {
+                    w.set_part(p).unwrap();
+                }
+            }
+            let mut union: Vec<usize> = Vec::new();
+            for w in &mut workers {
+                union.extend_from_slice(w.next_batch());
+            }
+            assert_eq!(
+                union,
+                single.next_batch(),
+                "step {step}: the single process's batch"
+            );
+            epoch.extend_from_slice(&union);
+            if (step + 1) % 10 == 0 {
+                let set: HashSet<usize> = epoch.iter().copied().collect();
+                assert_eq!(
+                    (epoch.len(), set.len()),
+                    (100, 100),
+                    "each sample once an epoch"
+                );
+                epoch.clear();
+            }
+        }
+        assert!(workers.iter().all(|w| w.epoch_progress() == 3.0));
+    }
+
+    #[test]
+    fn a_shared_order_refuses_a_global_batch_it_cannot_fill_and_a_bad_slice() {
+        let e = ShardSampler::shared(50, 64, 0, 0..32)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("global batch 64") && e.contains("50"), "{e}");
+        assert!(ShardSampler::shared(100, 64, 0, 32..65).is_err());
+        assert!(ShardSampler::shared(100, 64, 0, 3..3).is_err());
     }
 
     #[test]

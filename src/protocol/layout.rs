@@ -56,6 +56,11 @@ pub struct Layout {
     /// push).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub local_steps: Vec<usize>,
+    /// The server modes with `[sync.balance]`: each world rank's batch (0 for a server),
+    /// cut once at the start; empty: every worker takes `optim.batch_size` (and the
+    /// collective modes cut theirs during the run).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub batches: Vec<usize>,
 }
 
 impl Layout {
@@ -83,7 +88,17 @@ impl Layout {
             group_count: None,
             idle: Vec::new(),
             local_steps: Vec::new(),
+            batches: Vec::new(),
         }
+    }
+
+    /// World rank `rank`'s slice of each global batch of a shared order, the workers'
+    /// batches laid end to end in rank order (`None` without [`Layout::batches`], or for a
+    /// rank with no batch).
+    pub fn batch_slice(&self, rank: usize) -> Option<std::ops::Range<usize>> {
+        let batch = *self.batches.get(rank).filter(|&&b| b > 0)?;
+        let start: usize = self.batches[..rank].iter().sum();
+        Some(start..start + batch)
     }
 
     /// Keeps the first `groups` servers; the others become idle.
@@ -157,6 +172,18 @@ mod tests {
         );
         let allreduce = Layout::from_config(&config(&["sync.mode=allreduce"]), 3);
         assert!((0..3).all(|r| allreduce.role(r) == Role::Collective));
+    }
+
+    #[test]
+    fn a_workers_slice_follows_the_batches_of_the_ranks_before_it() {
+        let mut layout = Layout::from_config(&config(&["sync.mode=bsp"]), 4);
+        assert_eq!(layout.batch_slice(2), None);
+        layout.batches = vec![0, 24, 8, 32];
+        assert_eq!(layout.batch_slice(0), None);
+        assert_eq!(layout.batch_slice(1), Some(0..24));
+        assert_eq!(layout.batch_slice(2), Some(24..32));
+        assert_eq!(layout.batch_slice(3), Some(32..64));
+        assert_eq!(layout.batch_slice(4), None);
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! The protocol's pure logic, without MPI: the parameter server's update rule
 //! ([`param_server`]) and its SSP clocks ([`ssp_clock`]), the inter-group mailboxes' format
 //! ([`mailbox`]), which rank does what ([`layout`]), grouping workers by speed
-//! ([`grouping`]), regroup decisions ([`regroup`]) and the timing cost model both predict
-//! with ([`costmodel`]).
+//! ([`grouping`]), regroup decisions ([`regroup`]), the timing cost model both predict
+//! with ([`costmodel`]) and batches in proportion to speed ([`balance`]).
 
+pub mod balance;
 pub mod costmodel;
 pub mod grouping;
 pub mod layout;

@@ -16,6 +16,9 @@
 //! budget. localsgd therefore ends just after an average, every replica equal: a budget
 //! may be overrun by up to H - 1 local steps. Batch-norm statistics stay local and are
 //! re-estimated before evaluation, as in every distributed mode.
+//!
+//! With `[sync.balance]` the ranks' batches follow their speed, and each rank's measured
+//! rate rides in the same reduction too ([`Balancer`]).
 
 use std::time::Instant;
 
@@ -28,6 +31,7 @@ use crate::compute::model::Trainable;
 use crate::compute::optim::{self, NetworkOptimizer};
 use crate::compute::workload::ComputeStep;
 use crate::config::Config;
+use crate::runtime::balancer::Balancer;
 use crate::runtime::saver::{restore_replica, save_replica, Saver};
 use crate::runtime::worker::{WorkerContext, WorkerStats};
 use crate::telemetry::progress::Progress;
@@ -68,7 +72,7 @@ pub fn work<B: Backend>(
         start,
         ..
     } = w;
-    let mut replica = Replica::new(comm, cfg, step, corpus.train_len());
+    let mut replica = Replica::new(comm, cfg, step, corpus.train_len())?;
     if let Some(r) = resume {
         *snapshots = replica.restore(r)?;
     }
@@ -80,6 +84,10 @@ pub fn work<B: Backend>(
             replica.snapshot(snapshots, time_s);
         }
         let (loss, compute_s) = replica.step.compute_paced(corpus, pacer)?;
+        let batch = replica.step.batch();
+        if let Some(b) = replica.balancer.as_mut() {
+            b.record(compute_s, batch);
+        }
         let done = match averaging {
             Averaging::Gradients => replica.average_gradients(saver, snapshots, time_s)?,
             Averaging::Parameters { every } => {
@@ -101,6 +109,7 @@ pub fn work<B: Backend>(
             staleness: 0,
             loss,
             lr: Some(done.lr),
+            batch,
         };
         stats.record(log, row)?;
         if done.stop {
@@ -140,8 +149,10 @@ struct Replica<'a, B: Backend> {
     cfg: &'a Config,
     step: &'a mut ComputeStep<B>,
     optimizer: NetworkOptimizer<B>,
-    /// The model's values then the control slots: what one reduction sums.
+    /// The model's values, the control slots, then the balancer's: what one reduction sums.
     buf: Vec<f32>,
+    /// Batches in proportion to speed (`None`: every rank takes `optim.batch_size`).
+    balancer: Option<Balancer>,
     samples_per_step: f64,
     iteration: u64,
     /// Rank 0's share of the run done, as of the last reduction.
@@ -156,24 +167,28 @@ impl<'a, B: Backend> Replica<'a, B> {
         cfg: &'a Config,
         step: &'a mut ComputeStep<B>,
         train_len: usize,
-    ) -> Self {
+    ) -> Result<Self> {
         let optimizer = NetworkOptimizer::new(&step.net, &cfg.optim);
         let n = step.net.num_params();
-        Replica {
+        let balancer = Balancer::new(cfg, comm.size(), comm.rank(), step)?;
+        let extra = balancer.as_ref().map_or(0, Balancer::slots);
+        Ok(Replica {
             comm,
             cfg,
             samples_per_step: (cfg.optim.batch_size * comm.size()) as f64 / train_len as f64,
             step,
             optimizer,
-            buf: vec![0.0; n + CONTROL_SLOTS],
+            buf: vec![0.0; n + CONTROL_SLOTS + extra],
+            balancer,
             iteration: 0,
             progress: 0.0,
             stage: Vec::new(),
-        }
+        })
     }
 
+    /// The model's values in [`Replica::buf`].
     fn n(&self) -> usize {
-        self.buf.len() - CONTROL_SLOTS
+        self.buf.len() - CONTROL_SLOTS - self.balancer.as_ref().map_or(0, Balancer::slots)
     }
 
     fn epoch(&self) -> f64 {
@@ -206,15 +221,33 @@ impl<'a, B: Backend> Replica<'a, B> {
         snapshots.maybe_take(time_s, epoch, iteration, weights);
     }
 
-    /// Sums the model's values in `buf` (put there by the caller) and the control slots
-    /// over all ranks.
+    /// Sums the model's values in `buf` (put there by the caller), the control slots and
+    /// the balancer's rates over all ranks; re-cuts the batches where rank 0 called for it.
     fn reduce(&mut self, saver: &Saver<'_, Comm>, time_s: f64) -> Result<Control> {
         let n = self.n();
         let at = (self.epoch(), time_s);
-        fill_control_slots(&mut self.buf[n..], self.comm, self.cfg, at, saver);
+        let (control, rates) = self.buf[n..].split_at_mut(CONTROL_SLOTS);
+        fill_control_slots(control, self.comm, self.cfg, at, saver);
+        if let Some(b) = self.balancer.as_mut() {
+            b.fill(rates);
+            if self.comm.rank() == 0 && b.due(time_s) {
+                control[RECUT_SLOT] = 1.0;
+            }
+        }
         self.comm.allreduce_sum_f32_in_place(&mut self.buf)?;
-        let control = Control::read(&self.buf[n..]);
+        let (control, rates) = self.buf[n..].split_at(CONTROL_SLOTS);
+        let control = Control::read(control);
         self.progress = control.progress;
+        if let (Some(b), true) = (self.balancer.as_mut(), control.recut) {
+            if let Some(cut) = b.decide(rates, time_s, self.step)? {
+                if self.comm.rank() == 0 {
+                    log::info!(
+                        "balance: batches by speed from iteration {}: {cut:?}",
+                        self.iteration + 1
+                    );
+                }
+            }
+        }
         Ok(control)
     }
 
@@ -340,7 +373,10 @@ impl<'a, B: Backend> Replica<'a, B> {
 }
 
 /// Values that ride after the model in a reduction.
-const CONTROL_SLOTS: usize = 4;
+const CONTROL_SLOTS: usize = 5;
+
+/// The control slot in which rank 0 calls for a new cut of the batches.
+const RECUT_SLOT: usize = 4;
 
 /// What the control slots say after the sum.
 struct Control {
@@ -350,6 +386,8 @@ struct Control {
     progress: f64,
     /// Rank 0's checkpoint is due: every rank saves after this iteration, at this clock.
     checkpoint_at: Option<f64>,
+    /// Rank 0 called for a new cut of the batches.
+    recut: bool,
 }
 
 impl Control {
@@ -358,6 +396,7 @@ impl Control {
             stop: slots[0] > 0.0,
             progress: f64::from(slots[1]),
             checkpoint_at: (slots[2] > 0.0).then_some(f64::from(slots[3])),
+            recut: slots[RECUT_SLOT] > 0.0,
         }
     }
 }

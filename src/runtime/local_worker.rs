@@ -73,7 +73,7 @@ pub fn work_locally<B: Backend>(
                 .step(&mut step.net, lr, 1.0)
                 .map_err(|e| anyhow::anyhow!("local step {clock}: {e}"))?;
             if local < local_steps {
-                let row = local_row(time_s, epoch, clock, compute_s, loss, lr);
+                let row = local_row(time_s, epoch, clock, compute_s, loss, lr, step.batch());
                 stats.record(log, row)?;
                 continue;
             }
@@ -100,6 +100,7 @@ pub fn work_locally<B: Backend>(
                     compute_s,
                     loss,
                     lr,
+                    step.batch(),
                 )
             };
             stats.record(log, row)?;
@@ -116,6 +117,7 @@ fn local_row(
     compute_s: f64,
     loss: f32,
     lr: f64,
+    batch: usize,
 ) -> WorkerRow {
     WorkerRow {
         time_s,
@@ -129,5 +131,6 @@ fn local_row(
         staleness: 0,
         loss,
         lr: Some(lr),
+        batch,
     }
 }

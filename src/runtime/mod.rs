@@ -2,9 +2,10 @@
 //! rank to its role: [`worker`] (or, in async-localsgd, [`local_worker`]); [`group_server`] (the single-server baselines and every
 //! gssp group server: the [`server`] loop, the inter-group [`exchange`] and the
 //! [`regrouper`], through [`peers`]); the [`collective`] modes; or, in one process,
-//! [`single`]. [`finish`] evaluates and writes the summary; [`saver`] writes and restores
+//! [`single`] ([`balancer`] cuts the collective modes' batches by speed). [`finish`] evaluates and writes the summary; [`saver`] writes and restores
 //! the roles' checkpoints; [`faults`] are what tests inject.
 
+pub mod balancer;
 pub mod collective;
 pub mod exchange;
 pub mod faults;

@@ -17,10 +17,13 @@ use crate::compute::backend::{self, Backend};
 use crate::compute::model::Trainable;
 use crate::compute::pace::{Pacer, CALIBRATION_ITERATIONS};
 use crate::compute::workload::{ComputeStep, Corpus};
-use crate::config::{CompressionKind, Config, Grouping, Groups, GsspConfig, Staleness, SyncMode};
+use crate::config::{
+    BatchSplit, CompressionKind, Config, Grouping, Groups, GsspConfig, Staleness, SyncMode,
+};
 use crate::protocol::costmodel::CostModel;
 use crate::protocol::grouping;
 use crate::protocol::layout::{Layout, Role};
+use crate::runtime::balancer::batches_by_rank;
 use crate::runtime::faults::Faults;
 use crate::runtime::profiling::{form_groups, WorkerGroups};
 use crate::runtime::saver::Saver;
@@ -106,7 +109,15 @@ pub fn prepare<B: Backend>(
         }
         None => {}
     }
+    let fresh = resume.is_none_or(|r| r.manifest.layout.is_none() || r.rescale.is_some());
+    if fresh && cfg.sync.balance.is_balanced() && cfg.num_servers() > 0 {
+        layout_batches(comm, cfg, &mut layout, (&mut step, &corpus, &mut pacer))?;
+    }
     let role = layout.role(rank);
+    let share = layout
+        .batch_slice(rank)
+        .map_or(Ok(()), |s| step.set_share(s));
+    comm.fatal_on_all(share.map_err(|e| format!("{e:#}")))?;
     if rank == 0 {
         describe(cfg, &layout, resume);
         run.write_json("layout.json", &layout)?;
@@ -279,7 +290,7 @@ fn layout_local_steps<B: Backend>(
     comm: &Comm,
     cfg: &Config,
     layout: &mut Layout,
-    (step, corpus, pacer): (&mut ComputeStep<B>, &Corpus, &mut Pacer),
+    work: (&mut ComputeStep<B>, &Corpus, &mut Pacer),
 ) -> Result<()> {
     let a = &cfg.sync.async_localsgd;
     let workers = layout.worker_ranks();
@@ -287,22 +298,62 @@ fn layout_local_steps<B: Backend>(
         layout.local_steps = vec![a.local_steps; workers.len()];
         return Ok(());
     }
+    let times = profile_as_one_group(comm, cfg, layout, a.profile_iters, work)?;
+    layout.local_steps = grouping::dynamic_local_steps(a.local_steps, &times);
+    Ok(())
+}
+
+/// Every worker's seconds per iteration at the mean batch, each timing `iters` iterations
+/// as gssp's profiling does (collective); the profile goes into `layout`, in the order of
+/// [`Layout::worker_ranks`], and counts against the training clock.
+fn profile_as_one_group<B: Backend>(
+    comm: &Comm,
+    cfg: &Config,
+    layout: &mut Layout,
+    iters: usize,
+    (step, corpus, pacer): (&mut ComputeStep<B>, &Corpus, &mut Pacer),
+) -> Result<Vec<f64>> {
     let one_group = GsspConfig {
         groups: Groups::Count(1),
         grouping: Grouping::Profile,
-        profile_iters: a.profile_iters,
+        profile_iters: iters,
         ..GsspConfig::default()
     };
     let model = CostModel::new(cfg, step.net.num_params());
-    let formed = form_groups(comm, &one_group, &model, &workers, || {
+    let formed = form_groups(comm, &one_group, &model, &layout.worker_ranks(), || {
         step.compute_paced(corpus, pacer)
     })?;
     let times = formed.profiled_s.unwrap_or_default();
-    layout.local_steps = grouping::dynamic_local_steps(a.local_steps, &times);
-    layout.profiled_s = Some(times);
+    layout.profiled_s = Some(times.clone());
     layout.profiled_spread_s = formed.profiled_spread_s;
     layout.profiled_worst_s = formed.profiled_worst_s;
     layout.profile_cost_s = formed.profile_cost_s;
+    Ok(times)
+}
+
+/// The server modes with `[sync.balance]`: every worker's batch, from the static list or in
+/// proportion to its profiled speed (the profile gssp's grouping took, or one of its own,
+/// collective); the same on every rank.
+fn layout_batches<B: Backend>(
+    comm: &Comm,
+    cfg: &Config,
+    layout: &mut Layout,
+    work: (&mut ComputeStep<B>, &Corpus, &mut Pacer),
+) -> Result<()> {
+    let workers = layout.worker_ranks();
+    let profiled = match (&layout.profiled_s, cfg.sync.balance.batches) {
+        (_, BatchSplit::Static) => None,
+        // gssp's profile, in the order of `workers`.
+        (Some(times), _) => Some(times.clone()),
+        (None, _) => {
+            let iters = cfg.sync.balance.measure_iters;
+            Some(profile_as_one_group(comm, cfg, layout, iters, work)?)
+        }
+    };
+    layout.batches = batches_by_rank(cfg, layout.world_size, &workers, profiled.as_deref())?;
+    if comm.rank() == 0 {
+        log::info!("balance: batches by rank {:?}", layout.batches);
+    }
     Ok(())
 }
 

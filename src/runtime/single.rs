@@ -149,6 +149,7 @@ impl<'a, B: Backend> Single<'a, B> {
             compute_s,
             loss,
             lr: Some(lr),
+            batch: self.step.batch(),
             ..Default::default()
         })?;
         Ok(loss)

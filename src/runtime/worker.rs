@@ -119,6 +119,7 @@ pub fn work<B: Backend>(
                 staleness: header.staleness,
                 loss,
                 lr: None,
+                batch: step.batch(),
             },
         )?;
     }

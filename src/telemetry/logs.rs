@@ -203,11 +203,13 @@ pub struct WorkerRow {
     /// Learning rate of the step, where this rank applies it (empty on PS workers: their
     /// server's rows carry it).
     pub lr: Option<f64>,
+    /// Samples in this iteration's batch (`optim.batch_size` unless batches follow speed).
+    pub batch: usize,
 }
 
 impl CsvRow for WorkerRow {
     const HEADER: &'static str =
-        "time_s,epoch,iteration,compute_s,wait_s,comm_s,bytes_sent,bytes_recv,staleness,loss,lr";
+        "time_s,epoch,iteration,compute_s,wait_s,comm_s,bytes_sent,bytes_recv,staleness,loss,lr,batch";
     fn write(&self, w: &mut dyn Write) -> std::io::Result<()> {
         write!(
             w,
@@ -223,10 +225,10 @@ impl CsvRow for WorkerRow {
             self.staleness,
             self.loss,
         )?;
-        match self.lr {
-            Some(lr) => writeln!(w, "{lr:.6e}"),
-            None => writeln!(w),
+        if let Some(lr) = self.lr {
+            write!(w, "{lr:.6e}")?;
         }
+        writeln!(w, ",{}", self.batch)
     }
 }
 

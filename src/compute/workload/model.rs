@@ -40,7 +40,10 @@ impl<B: Backend> Model<B> {
                     &cfg.model,
                     shape,
                     train.classes,
-                    model::workspace_batch(cfg.model.name, cfg.optim.batch_size),
+                    model::workspace_batch(
+                        cfg.model.name,
+                        cfg.sync.balance.ceiling(cfg.optim.batch_size),
+                    ),
                     cfg.run.seed,
                 )?;
                 net.set_dropout_stream(stream);
@@ -55,7 +58,10 @@ impl<B: Backend> Model<B> {
                     width: cfg.model.width,
                     max_src_len: src.max(1),
                     max_tgt_len: tgt.max(2),
-                    max_batch: model::workspace_batch(cfg.model.name, cfg.optim.batch_size),
+                    max_batch: model::workspace_batch(
+                        cfg.model.name,
+                        cfg.sync.balance.ceiling(cfg.optim.batch_size),
+                    ),
                     ..Seq2SeqConfig::paper(text.vocabs.de.len(), text.vocabs.en.len())
                 };
                 let mut net = Seq2Seq::new(be, sizes, cfg.run.seed);

@@ -1,6 +1,12 @@
 //! A worker's data pipeline and model: fills the next batch from its shard and computes
 //! the gradient into the model's gradient buffer. The sync modes see only
 //! [`ComputeStep::compute`], the model's flat buffers and the batch count.
+//!
+//! With batches in proportion to speed (`[sync.balance]`) every worker walks one shared
+//! order and takes its slice of each global batch ([`ComputeStep::set_share`]); the gradient
+//! it leaves is weighted by its batch over the mean batch (the rule of
+//! `protocol::balance`, applied here so that every mode's `1 / W` average sees it), and its
+//! emulated compute follows its batch ([`Pacer::set_work`]).
 
 use std::time::Instant;
 
@@ -22,7 +28,11 @@ use super::model::Model;
 pub struct ComputeStep<B: Backend = Cpu> {
     pub net: Model<B>,
     feed: Feed,
+    /// This worker's batch: `optim.batch_size`, or its share of the global batch.
     batch: usize,
+    /// `optim.batch_size`: the mean batch, which the learning rate and the pacer's unit
+    /// are for.
+    mean_batch: usize,
 }
 
 /// Where batches come from (one per process: its size does not matter).
@@ -64,6 +74,7 @@ impl<B: Backend> ComputeStep<B> {
         shard: usize,
     ) -> Result<ComputeStep<B>> {
         let batch = cfg.optim.batch_size;
+        let ceiling = cfg.sync.balance.ceiling(batch);
         let mut net = Model::build_on(be, cfg, corpus, shard as u64)?;
         if !cfg.model.init_file.is_empty() {
             let path = std::path::Path::new(&cfg.model.init_file);
@@ -78,8 +89,8 @@ impl<B: Backend> ComputeStep<B> {
                     Augment::None => None,
                     Augment::CropFlip => Some(Augmenter::new(cfg.run.seed, shard)),
                 },
-                x: vec![0.0; batch * n.input_len()],
-                y: vec![0; batch],
+                x: vec![0.0; ceiling * n.input_len()],
+                y: vec![0; ceiling],
             },
             (Corpus::Text(text), _) => Feed::Text {
                 stream: text_stream(cfg, &text.train, shards, shard)?,
@@ -89,7 +100,30 @@ impl<B: Backend> ComputeStep<B> {
                 anyhow::bail!("model seq2seq needs dataset multi30k")
             }
         };
-        Ok(ComputeStep { net, feed, batch })
+        Ok(ComputeStep {
+            net,
+            feed,
+            batch,
+            mean_batch: batch,
+        })
+    }
+
+    /// Takes the slice `part` of every global batch of a shared order from the next batch
+    /// on (batches in proportion to speed; the sampler was built for it by
+    /// `sync.balance`). Fails for a slice past the workspace or the global batch.
+    pub fn set_share(&mut self, part: std::ops::Range<usize>) -> Result<()> {
+        let Feed::Images { sampler, y, .. } = &mut self.feed else {
+            anyhow::bail!("sync.balance: batches in proportion to speed need an image dataset");
+        };
+        anyhow::ensure!(
+            part.len() <= y.len(),
+            "sync.balance: a batch of {} is past the workspace of {} (sync.balance.max_batch)",
+            part.len(),
+            y.len()
+        );
+        sampler.set_part(part.clone())?;
+        self.batch = part.len();
+        Ok(())
     }
 
     /// One forward/backward pass on the next batch; returns the batch loss (NaN where
@@ -119,6 +153,8 @@ impl<B: Backend> ComputeStep<B> {
             ) => {
                 let batch = sampler.served();
                 let idx = sampler.next_batch();
+                let n = idx.len();
+                let (x, y) = (&mut x[..n * net.input_len()], &mut y[..n]);
                 match augmenter {
                     Some(aug) => {
                         aug.start_batch(batch);
@@ -126,7 +162,16 @@ impl<B: Backend> ComputeStep<B> {
                     }
                     None => train.fill_batch(idx, x, y),
                 }
-                net.forward_backward(x, y, self.batch).loss
+                let loss = net.forward_backward(x, y, n).loss;
+                if n != self.mean_batch {
+                    // Its share of the global batch: every sample weighs 1 / B after the
+                    // mode's 1 / W average.
+                    let weight = n as f32 / self.mean_batch as f32;
+                    let len = net.num_params();
+                    let (be, _, grads) = net.optimizer_buffers();
+                    be.scale(grads, len, weight);
+                }
+                loss
             }
             (Feed::Text { stream, batch }, Model::Text(net), Corpus::Text(text)) => {
                 let step = stream.served();
@@ -148,6 +193,7 @@ impl<B: Backend> ComputeStep<B> {
     pub fn compute_paced(&mut self, corpus: &Corpus, pacer: &mut Pacer) -> Result<(f32, f64)> {
         let t0 = Instant::now();
         let loss = self.compute(corpus)?;
+        pacer.set_work(self.batch as f64 / self.mean_batch as f64);
         pacer.sleep_pad(t0.elapsed().as_secs_f64());
         Ok((loss, t0.elapsed().as_secs_f64()))
     }
@@ -189,7 +235,14 @@ impl<B: Backend> ComputeStep<B> {
     }
 }
 
+/// Shard `shard` of `shards`; with batches in proportion to speed, the shared order with the
+/// worker's slice of an equal cut (until [`ComputeStep::set_share`] re-cuts it).
 fn image_sampler(cfg: &Config, n: usize, shards: usize, shard: usize) -> Result<ShardSampler> {
+    let mean = cfg.optim.batch_size;
+    if cfg.sync.balance.is_balanced() {
+        let part = shard * mean..(shard + 1) * mean;
+        return Ok(ShardSampler::shared(n, shards * mean, cfg.run.seed, part)?);
+    }
     Ok(ShardSampler::new(
         n,
         shards,
