@@ -1,0 +1,234 @@
+//! Batches in proportion to speed (`[sync.balance]`) under `mpirun`: the cut follows the
+//! emulated speeds in allreduce and in the server modes, a re-measure follows a speed that
+//! changes mid-run, a balanced step is the single process's step on the global batch (so an
+//! epoch's batches are the single process's, each sample once), and a rank whose share would
+//! be zero stops every rank, named.
+//!
+//! The emulated speeds pace every iteration to a multiple of a 10 ms unit, far above the
+//! MLP's real compute, so the measured rates follow the factors on a loaded machine too;
+//! nothing here asserts on wall-clock time.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{base_toml, job_lock, spawn_mpirun, Run, Scratch};
+
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// The batch column of rank `rank`'s last logged iteration.
+fn last_batch(run: &Run, rank: usize) -> usize {
+    run.rank_csv(rank).last("batch") as usize
+}
+
+/// `got` is `want` within a quarter of it (and one sample for rounding).
+fn assert_near(got: usize, want: f64, what: &str) {
+    let (g, w) = (got as f64, want);
+    assert!(
+        (g - w).abs() <= 0.25 * w + 1.0,
+        "{what}: batch {got}, expected about {want:.1}"
+    );
+}
+
+#[test]
+fn the_cut_follows_the_emulated_speeds_in_allreduce_and_the_server_modes() {
+    let _lock = job_lock();
+    let s = Scratch::new();
+    // Speeds 1 : 1 : 1/2 : 1/4 of a global batch of 64: 23.3, 23.3, 11.6, 5.8.
+    let want = [64.0 / 2.75, 64.0 / 2.75, 32.0 / 2.75, 16.0 / 2.75];
+    let common = [
+        "optim.batch_size=16",
+        "run.epochs=0.5",
+        "heterogeneity.slowdown=[1.0, 1.0, 2.0, 4.0]",
+        "heterogeneity.unit_s=0.01",
+        "sync.balance.batches=speed",
+    ];
+    let mut sets = common.to_vec();
+    sets.push("sync.mode=allreduce");
+    let run = s.train_ok("allreduce", 4, &sets, DEADLINE);
+    for (rank, &w) in want.iter().enumerate() {
+        assert_near(last_batch(&run, rank), w, &format!("allreduce rank {rank}"));
+    }
+    let batches: usize = (0..4).map(|r| last_batch(&run, r)).sum();
+    assert_eq!(batches, 64, "the cut keeps the global batch");
+    // The first rows ran at the equal cut, before anything was measured.
+    assert_eq!(run.rank_csv(3).col("batch")[0], 16.0);
+
+    for mode in ["bsp", "gssp"] {
+        let mut sets = common.to_vec();
+        let m = format!("sync.mode={mode}");
+        sets.extend([
+            m.as_str(),
+            "sync.gssp.groups=1",
+            "sync.gssp.profile_iters=10",
+        ]);
+        let run = s.train_ok(mode, 5, &sets, DEADLINE);
+        let layout = run.layout();
+        let cut: Vec<usize> = layout["batches"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{mode}: no batches in {layout}"))
+            .iter()
+            .map(|b| b.as_u64().expect("a batch") as usize)
+            .collect();
+        assert_eq!(cut[0], 0, "{mode}: the server has no batch");
+        assert_eq!(cut.iter().sum::<usize>(), 64, "{mode}: {cut:?}");
+        for (worker, &w) in want.iter().enumerate() {
+            let rank = worker + 1;
+            assert_near(cut[rank], w, &format!("{mode} rank {rank}"));
+            assert_eq!(
+                last_batch(&run, rank),
+                cut[rank],
+                "{mode}: rank {rank}'s log"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_re_measure_follows_a_speed_change() {
+    let _lock = job_lock();
+    let s = Scratch::new();
+    // Worker 1 turns 4x slower 1.5 s into training. Every step lasts at least 10 ms, so
+    // 2.5 epochs of 187 steps leave it at least 2 s at its new speed: four re-measures.
+    let sets = [
+        "sync.mode=allreduce",
+        "optim.batch_size=16",
+        "run.epochs=2.5",
+        "heterogeneity.unit_s=0.01",
+        "heterogeneity.changes=[{ at_s = 1.5, worker = 1, factor = 4.0 }]",
+        "sync.balance.batches=speed",
+        "sync.balance.every_s=0.4",
+        "sync.balance.hysteresis=0.1",
+    ];
+    let run = s.train_ok("change", 2, &sets, DEADLINE);
+    let (fast, slow) = (run.rank_csv(0), run.rank_csv(1));
+    let time = slow.col("time_s");
+    let before: Vec<f64> = slow
+        .col("batch")
+        .iter()
+        .zip(&time)
+        .filter(|(_, &t)| t < 1.5)
+        .map(|(&b, _)| b)
+        .collect();
+    assert!(
+        !before.is_empty() && before.iter().all(|&b| b == 16.0),
+        "equal speeds keep the equal cut (hysteresis): {before:?}"
+    );
+    // 1 : 1/4 of 32: 25.6 and 6.4.
+    assert_near(last_batch(&run, 1), 6.4, "the slowed rank");
+    assert_near(last_batch(&run, 0), 25.6, "the other rank");
+    assert_eq!(fast.last("batch") + slow.last("batch"), 32.0);
+}
+
+/// The named tensors of a safetensors file, as f32 values.
+fn tensors(path: &Path) -> HashMap<String, Vec<f32>> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let file = safetensors::SafeTensors::deserialize(&bytes).expect("a safetensors file");
+    file.tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            let values = view
+                .data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            (name, values)
+        })
+        .collect()
+}
+
+/// Largest |a - b| over every value of two models with the same tensors.
+fn largest_difference(a: &Path, b: &Path) -> f32 {
+    let (a, b) = (tensors(a), tensors(b));
+    assert_eq!(
+        a.keys().collect::<std::collections::BTreeSet<_>>(),
+        b.keys().collect()
+    );
+    a.iter()
+        .flat_map(|(name, x)| x.iter().zip(&b[name]).map(|(p, q)| (p - q).abs()))
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn a_balanced_step_is_the_single_process_step_on_the_global_batch() {
+    let _lock = job_lock();
+    let s = Scratch::new();
+    let config = s.config("base", &base_toml());
+    // One epoch of 320 images in 20 global batches of 16, at a constant learning rate.
+    let shared = [
+        "data.train_limit=320",
+        "run.epochs=1.0",
+        "optim.lr_schedule=constant",
+        "optim.warmup_epochs=0.0",
+    ];
+    let single_out = s.out("single");
+    let mut args = s.train_args(&config, &shared, &single_out);
+    args.extend(["--set".into(), "optim.batch_size=16".into()]);
+    let single = Command::new(common::gssp_bin())
+        .args(&args)
+        .env("OPENBLAS_NUM_THREADS", "1")
+        .output()
+        .expect("run gssp in single mode");
+    assert!(
+        single.status.success(),
+        "{}",
+        String::from_utf8_lossy(&single.stderr)
+    );
+    let reference = single_out.join("model.safetensors");
+    let mut iterations = Vec::new();
+    // 4 and 12 of each global batch of 16 on two workers, mean batch 8.
+    for (mode, ranks) in [("allreduce", 2), ("bsp", 3)] {
+        let mut sets = shared.to_vec();
+        let m = format!("sync.mode={mode}");
+        sets.extend([
+            m.as_str(),
+            "optim.batch_size=8",
+            "sync.balance.batches=static",
+            "sync.balance.static_batches=[4, 12]",
+        ]);
+        let run = s.train_config_ok(mode, &config, ranks, &sets, DEADLINE);
+        let diff = largest_difference(&reference, &run.dir.join("model.safetensors"));
+        assert!(
+            diff < 1e-5,
+            "{mode}: weights differ from single's by {diff}"
+        );
+        let worker = ranks - 1;
+        iterations.push(run.rank_csv(worker).last("iteration"));
+        assert_eq!(last_batch(&run, worker), 12);
+    }
+    assert_eq!(iterations, [20.0, 20.0], "one epoch is 20 global batches");
+}
+
+#[test]
+fn a_share_that_would_be_zero_stops_every_rank_naming_it() {
+    let _lock = job_lock();
+    let s = Scratch::new();
+    let config = s.config("base", &base_toml());
+    let out = s.out("zero");
+    // A global batch of 4 over speeds 1 and 1/16: the slow rank's share is 0.24 samples.
+    let sets = [
+        "sync.mode=allreduce",
+        "optim.batch_size=2",
+        "run.epochs=1.0",
+        "heterogeneity.slowdown=[1.0, 16.0]",
+        "heterogeneity.unit_s=0.002",
+        "sync.balance.batches=speed",
+        "sync.balance.measure_iters=3",
+    ];
+    let args = s.train_args(&config, &sets, &out);
+    let job = spawn_mpirun(2, &args, &out.display().to_string()).wait(DEADLINE);
+    assert!(matches!(job.code, Some(c) if c != 0), "{job:?}");
+    let msg = "rank 1 measured";
+    assert_eq!(
+        job.stderr.matches(msg).count(),
+        2,
+        "every rank names rank 1\nstderr:\n{}",
+        job.stderr
+    );
+    assert!(job
+        .stderr
+        .contains("its share of the global batch 4 would be 0 samples"));
+}
