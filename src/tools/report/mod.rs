@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use plots::{AccuracyFigure, BarFigure, PerplexityFigure, RatioFigure, TimelineFigure};
+use plots::{AccuracyFigure, BarFigure, LinesFigure, PerplexityFigure, TimelineFigure};
 use read::Run;
 
 /// What `gssp report` is asked for.
@@ -221,6 +221,7 @@ fn per_run(md: &mut String, r: &Run, opts: &Options) -> Result<()> {
     }
     timeline(md, r, opts)?;
     wait_fraction(md, r, opts)?;
+    batch_per_worker(md, r, opts)?;
     upload_ratio(md, r, opts)?;
     staleness(md, r, opts)?;
     bytes_per_group(md, r, opts)
@@ -235,6 +236,9 @@ fn stragglers(md: &mut String, r: &Run) {
         return;
     }
     md.push_str(&stragglers::markdown(&scopes));
+    if !series::batches(r).is_empty() {
+        md.push_str(&stragglers::absorbed_markdown(&stragglers::absorbed(r)));
+    }
     md.push_str(
         "\nComputes slowest: the worker with the longest median compute per iteration, \
          against the scope's median. Waits most: the largest share of its iterations' time \
@@ -323,6 +327,36 @@ fn wait_fraction(md: &mut String, r: &Run, opts: &Options) -> Result<()> {
     Ok(())
 }
 
+/// Each worker's batch over the run, where batches follow speed.
+fn batch_per_worker(md: &mut String, r: &Run, opts: &Options) -> Result<()> {
+    let (s, out) = (stem(&r.name), &opts.out);
+    md.push_str("\n### Batch per worker\n\n");
+    let lines = series::batches(r);
+    if lines.is_empty() {
+        skip(
+            md,
+            "Batch per worker",
+            "every worker kept one batch size (batches in proportion to speed are off)",
+        );
+        return Ok(());
+    }
+    let fig = LinesFigure {
+        caption: format!("{}: batch per worker", r.name),
+        y_title: "Batch (samples)".into(),
+        lines: lines
+            .into_iter()
+            .enumerate()
+            .map(|(i, (rank, pts))| (format!("rank {rank}"), i, pts))
+            .collect(),
+    };
+    md.push_str(
+        "Each worker's share of the global batch over the run (`sync.balance`): a slow \
+         worker's line falls when a cut absorbs it.\n",
+    );
+    embed(md, &plots::save(&fig, out, &format!("batch-{s}"))?, out);
+    Ok(())
+}
+
 /// Each group's upload ratio over the run.
 fn upload_ratio(md: &mut String, r: &Run, opts: &Options) -> Result<()> {
     let (s, out) = (stem(&r.name), &opts.out);
@@ -335,9 +369,16 @@ fn upload_ratio(md: &mut String, r: &Run, opts: &Options) -> Result<()> {
             "the run has no exchanges between groups (not gssp with several groups)",
         );
     } else {
-        let fig = RatioFigure {
-            run: r.name.clone(),
-            groups: ratios,
+        let fig = LinesFigure {
+            caption: format!("{}: upload ratio per group", r.name),
+            y_title: "Upload ratio (% of the model)".into(),
+            lines: ratios
+                .into_iter()
+                .map(|(g, pts)| {
+                    let percent = pts.iter().map(|&(t, x)| (t, 100.0 * x)).collect();
+                    (format!("group {g}"), g, percent)
+                })
+                .collect(),
         };
         embed(md, &plots::save(&fig, out, &format!("ratio-{s}"))?, out);
     }

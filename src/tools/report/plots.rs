@@ -404,31 +404,31 @@ impl Figure for BarFigure {
 }
 
 /// Upload ratio (%) of each group's exchanges against wall time.
-pub struct RatioFigure {
-    pub run: String,
-    /// `(group, [(time_s, ratio 0..1)])`.
-    pub groups: Vec<(usize, Vec<(f64, f64)>)>,
+/// One line of a [`LinesFigure`]: `(label, colour index, [(time_s, value)])`.
+pub type Line = (String, usize, Vec<(f64, f64)>);
+
+/// Lines over the run's wall time: one per group's upload ratio, or per worker's batch.
+pub struct LinesFigure {
+    pub caption: String,
+    pub y_title: String,
+    pub lines: Vec<Line>,
 }
 
-impl Figure for RatioFigure {
+impl Figure for LinesFigure {
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Drawn<DB> {
-        let pts = self.groups.iter().flat_map(|(_, p)| p.iter());
+        let pts = self.lines.iter().flat_map(|(_, _, p)| p.iter());
         let t_max = pts.clone().map(|p| p.0).fold(1e-3, f64::max) * 1.02;
-        let r_max = pts.map(|p| 100.0 * p.1).fold(1e-6, f64::max) * 1.15;
-        let caption = format!("{}: upload ratio per group", self.run);
-        let mut c = chart(area, &caption, 0.0..t_max, 0.0..r_max)?;
-        mesh!(c, "Wall time (s)", "Upload ratio (% of the model)")
+        let y_max = pts.map(|p| p.1).fold(1e-6, f64::max) * 1.15;
+        let mut c = chart(area, &self.caption, 0.0..t_max, 0.0..y_max)?;
+        mesh!(c, "Wall time (s)", &self.y_title)
             .x_label_formatter(&tick)
             .y_label_formatter(&tick)
             .draw()?;
-        for (g, p) in &self.groups {
-            let col = color(*g);
-            c.draw_series(LineSeries::new(
-                p.iter().map(|&(t, r)| (t, 100.0 * r)),
-                col.stroke_width(3),
-            ))?
-            .label(format!("group {g}"))
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], col.stroke_width(3)));
+        for (label, i, p) in &self.lines {
+            let col = color(*i);
+            c.draw_series(LineSeries::new(p.iter().copied(), col.stroke_width(3)))?
+                .label(label)
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], col.stroke_width(3)));
         }
         legend(&mut c, SeriesLabelPosition::UpperRight)
     }

@@ -83,6 +83,8 @@ pub struct WorkerIter {
     pub comm_s: f64,
     pub bytes_sent: u64,
     pub staleness: u64,
+    /// Samples in the iteration's batch (0 in a log that predates the column).
+    pub batch: u64,
 }
 
 /// One server row of a `rank-<r>.csv` (one applied push; `time_s` is the end of its
@@ -401,6 +403,7 @@ pub fn parse_rank_log(text: &str) -> Result<RankLog> {
     for (i, n) in names.iter().enumerate() {
         c[i] = t.col(n)?;
     }
+    let batch = t.opt_col("batch");
     let mut rows = Vec::new();
     while let Some((line, f)) = t.next_row() {
         rows.push(WorkerIter {
@@ -411,6 +414,7 @@ pub fn parse_rank_log(text: &str) -> Result<RankLog> {
             comm_s: field(&f, c[4], line, names[4])?,
             bytes_sent: field(&f, c[5], line, names[5])?,
             staleness: field(&f, c[6], line, names[6])?,
+            batch: opt_field(&f, batch, line, "batch")?,
         });
     }
     Ok(RankLog::Worker(rows))
@@ -478,7 +482,8 @@ mod tests {
                 wait_s: 0.1,
                 comm_s: 0.01,
                 bytes_sent: 1000,
-                staleness: 2
+                staleness: 2,
+                batch: 0,
             }
         );
         let server = "time_s,epoch,pushes,version,worker,staleness,clock_spread,recv_wait_s,receive_s,apply_s,send_s,exchange_s,loss,lr,ratio\n\

@@ -112,6 +112,39 @@ pub fn ratios(run: &Run) -> Vec<(usize, Vec<(f64, f64)>)> {
         .collect()
 }
 
+/// Each worker's batch over the run as steps, `(rank, [(time_s, batch)])`: its first row,
+/// both sides of each change and its last row; empty unless some worker's batch differs
+/// from the others' or changes (batches in proportion to speed).
+pub fn batches(run: &Run) -> Vec<(usize, Vec<(f64, f64)>)> {
+    let lines: Vec<(usize, Vec<(f64, f64)>)> = run
+        .workers()
+        .map(|(rank, rows)| {
+            let mut pts: Vec<(f64, f64)> = Vec::new();
+            for (i, r) in rows.iter().enumerate().filter(|(_, r)| r.batch > 0) {
+                let b = r.batch as f64;
+                match pts.last().map(|p| p.1) {
+                    None => pts.push((r.time_s, b)),
+                    Some(was) if was != b => pts.extend([(r.time_s, was), (r.time_s, b)]),
+                    Some(_) if i + 1 == rows.len() => pts.push((r.time_s, b)),
+                    Some(_) => {}
+                }
+            }
+            (rank, pts)
+        })
+        .filter(|(_, pts)| !pts.is_empty())
+        .collect();
+    let first = lines.first().and_then(|(_, p)| p.first()).map(|p| p.1);
+    let varies = lines
+        .iter()
+        .flat_map(|(_, p)| p.iter())
+        .any(|p| Some(p.1) != first);
+    if varies {
+        lines
+    } else {
+        Vec::new()
+    }
+}
+
 /// `(staleness, share of the pushes)` for staleness 0..=max: from the servers' applied
 /// pushes where the run has servers, else from the workers' rows. Empty without rows.
 pub fn staleness_shares(run: &Run) -> Vec<(u64, f64)> {
@@ -185,6 +218,7 @@ pub(crate) mod tests {
             comm_s: 0.1,
             bytes_sent,
             staleness,
+            batch: 8,
         };
         let s = |time_s, staleness, ratio| ServerPush {
             time_s,
@@ -326,5 +360,26 @@ pub(crate) mod tests {
     fn worker_time_range_spans_first_start_to_last_end() {
         let (a, b) = worker_time_range(&sample_run()).unwrap();
         assert!((a - 0.0).abs() < 1e-9 && (b - 2.0).abs() < 1e-9, "{a} {b}");
+    }
+
+    #[test]
+    fn batches_are_steps_and_only_where_they_differ() {
+        let mut run = sample_run();
+        assert!(
+            batches(&run).is_empty(),
+            "every worker at batch 8 throughout"
+        );
+        let RankLog::Worker(rows) = &mut run.ranks[2].1 else {
+            panic!("rank 2 is a worker in the sample")
+        };
+        rows[1].batch = 12;
+        let (t0, t1) = (rows[0].time_s, rows[1].time_s);
+        let lines = batches(&run);
+        let two = &lines
+            .iter()
+            .find(|(r, _)| *r == 2)
+            .expect("rank 2's line")
+            .1;
+        assert_eq!(two[..3], [(t0, 8.0), (t1, 8.0), (t1, 12.0)]);
     }
 }

@@ -13,6 +13,10 @@
 //!   named with the slow worker that holds it where the group has one;
 //! - a slow link: posting its pushes (`comm_s`) takes at least [`LINK_SHARE`] of its time,
 //!   or [`LINK`] x its group's median and a tenth of its time.
+//!
+//! Where batches follow speed (`sync.balance`), a worker slow per sample whose smaller batch
+//! brings its iterations within [`SLOW`] x the median is named as absorbed ([`absorbed`]),
+//! with the time its batch was first cut.
 
 use std::fmt::Write as _;
 
@@ -248,6 +252,86 @@ pub fn analyse(run: &Run) -> Vec<Scope> {
     out
 }
 
+/// A worker slow per sample whose batch balancing cut, so that its iterations no longer
+/// hold the others back.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Absorbed {
+    pub rank: usize,
+    /// Its median compute per sample over all workers' median.
+    pub per_sample: f64,
+    /// Its median batch, and the median of all workers' median batches.
+    pub batch: f64,
+    pub median_batch: f64,
+    /// When its batch first changed (`None`: it had its batch from the start).
+    pub cut_at_s: Option<f64>,
+}
+
+/// The workers that balanced batches absorbed: at least [`SLOW`] x the median compute per
+/// sample, under it per iteration. Empty for a run whose logs have no batches.
+pub fn absorbed(run: &Run) -> Vec<Absorbed> {
+    let stats: Vec<(usize, f64, f64, f64, Option<f64>)> = run
+        .workers()
+        .filter(|(_, rows)| rows.iter().all(|r| r.batch > 0) && !rows.is_empty())
+        .map(|(rank, rows)| {
+            let per_sample = median(rows.iter().map(|r| r.compute_s / r.batch as f64).collect());
+            let per_iteration = median(rows.iter().map(|r| r.compute_s).collect());
+            let batch = median(rows.iter().map(|r| r.batch as f64).collect());
+            let cut_at_s = rows
+                .iter()
+                .find(|r| r.batch != rows[0].batch)
+                .map(|r| r.time_s);
+            (rank, per_sample, per_iteration, batch, cut_at_s)
+        })
+        .collect();
+    let med = |i: usize| {
+        median(
+            stats
+                .iter()
+                .map(|s| [s.1, s.2, s.3][i])
+                .collect::<Vec<f64>>(),
+        )
+    };
+    let (per_sample, per_iteration, median_batch) = (med(0), med(1), med(2));
+    if per_sample <= 0.0 || per_iteration <= 0.0 {
+        return Vec::new();
+    }
+    stats
+        .iter()
+        .filter(|s| s.1 >= SLOW * per_sample && s.2 < SLOW * per_iteration)
+        .map(|&(rank, ps, _, batch, cut_at_s)| Absorbed {
+            rank,
+            per_sample: ps / per_sample,
+            batch,
+            median_batch,
+            cut_at_s,
+        })
+        .collect()
+}
+
+/// The absorbed workers in a sentence.
+pub fn absorbed_markdown(list: &[Absorbed]) -> String {
+    let each: Vec<String> = list
+        .iter()
+        .map(|a| {
+            let when = a
+                .cut_at_s
+                .map_or("from the start".to_string(), |t| format!("cut at {t:.1} s"));
+            format!(
+                "rank {} ({:.2}x the median compute per sample; batch {:.0} against the median {:.0}, {when})",
+                a.rank, a.per_sample, a.batch, a.median_batch
+            )
+        })
+        .collect();
+    format!(
+        "\nAbsorbed by batches in proportion to speed (slow per sample, not per iteration): {}.\n",
+        if each.is_empty() {
+            "none".to_string()
+        } else {
+            each.join(", ")
+        }
+    )
+}
+
 /// A cause in words.
 pub fn describe(c: Cause) -> String {
     match c {
@@ -427,5 +511,51 @@ mod tests {
         assert_eq!(s[0].slowest.rank, 3);
         assert_eq!(s[0].most_waiting.cause, Cause::Nothing);
         assert_eq!(server_stat(&pushes(0.1, 5), None).held_share, None);
+    }
+
+    #[test]
+    fn a_slow_worker_whose_batch_was_cut_is_named_as_absorbed() {
+        // Ranks 1-3 compute 8 samples in 0.1 s; rank 4 is 4x slower per sample, but its
+        // batch falls from 8 to 2 at 3 s, after which its iterations take 0.1 s too.
+        let balanced = |slow: bool| -> Vec<WorkerIter> {
+            (1..=20)
+                .map(|i| {
+                    let cut = slow && i > 3;
+                    let batch = if cut { 2 } else { 8 };
+                    let per_sample = if slow { 0.05 } else { 0.0125 };
+                    WorkerIter {
+                        time_s: i as f64,
+                        iteration: i,
+                        compute_s: per_sample * batch as f64,
+                        batch,
+                        ..WorkerIter::default()
+                    }
+                })
+                .collect()
+        };
+        let mut r = run((1..=4)
+            .map(|rank| (rank, RankLog::Worker(balanced(rank == 4))))
+            .collect());
+        let found = absorbed(&r);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let a = found[0];
+        assert_eq!(
+            (a.rank, a.batch, a.median_batch, a.cut_at_s),
+            (4, 2.0, 8.0, Some(4.0))
+        );
+        assert!((a.per_sample - 4.0).abs() < 1e-9);
+        assert!(absorbed_markdown(&found).contains("rank 4 (4.00x the median compute per sample; batch 2 against the median 8, cut at 4.0 s)"));
+        // Without its cut it is plain slow compute, not absorbed.
+        r.ranks[3].1 = RankLog::Worker(
+            balanced(true)
+                .into_iter()
+                .map(|w| WorkerIter {
+                    batch: 8,
+                    compute_s: 0.4,
+                    ..w
+                })
+                .collect(),
+        );
+        assert!(absorbed(&r).is_empty());
     }
 }

@@ -12,6 +12,8 @@
 //!   `exchange` (gssp, an exchange with the other groups) or `drain` (applying their
 //!   updates between exchanges), all ending at `time_s`; then the meeting after it
 //!   (`checkpoint` or `regroup`, `meet_s`) and `send` (the answers to the workers).
+//! - Where batches follow speed, each worker's batch is a counter (`ph` `C`, `batch rank
+//!   <r>`), one event where it changes.
 //! - An update a group server sent reaches a peer as a flow arrow (`ph` `s`/`f`) from the
 //!   sender's exchange to the exchange or drain that applied it (`sent_bytes` and
 //!   `drained_from` in the server rows; the latest logged send before the drain).
@@ -159,6 +161,22 @@ fn worker_track(rows: &[WorkerIter]) -> Track {
     t
 }
 
+/// A worker's batch as a counter: an event at its first row and where it changes.
+fn batch_counter(rows: &[WorkerIter], track: (usize, usize), out: &mut Vec<Event>) {
+    let name = format!("batch rank {}", track.1);
+    let mut last = None;
+    for r in rows.iter().filter(|r| r.batch > 0) {
+        if last != Some(r.batch) {
+            let start = r.time_s - r.compute_s - r.comm_s - r.wait_s;
+            out.push(
+                Event::new(&name, "C", us(start.max(0.0)), track)
+                    .with_args(json!({ "batch": r.batch })),
+            );
+            last = Some(r.batch);
+        }
+    }
+}
+
 /// A server's pushes as spans, and for each row the span of its exchange or drain.
 fn server_track(rows: &[ServerPush], meeting: &'static str) -> (Track, Vec<Option<Span>>) {
     let mut t = Track::default();
@@ -291,6 +309,7 @@ fn rank_tracks<'a>(
     out: &mut Vec<Event>,
 ) -> Vec<ServerExchanges<'a>> {
     let mut exchanges = Vec::new();
+    let balanced = !super::series::batches(run).is_empty();
     for (rank, log) in &run.ranks {
         let (g, rank) = (run.group_of(*rank), *rank);
         match log {
@@ -301,6 +320,9 @@ fn rank_tracks<'a>(
                     &format!("rank {rank} worker"),
                 ));
                 worker_track(rows).events((g, rank), out);
+                if balanced {
+                    batch_counter(rows, (g, rank), out);
+                }
             }
             RankLog::Server(rows) => {
                 out.push(name(
@@ -540,5 +562,45 @@ mod tests {
         assert_eq!(v["displayTimeUnit"], "ms");
         let err = write(&run, &events, &dir.path().join("no/such/dir.json")).unwrap_err();
         assert!(format!("{err:#}").contains("no/such/dir.json"), "{err:#}");
+    }
+
+    #[test]
+    fn a_balanced_workers_batch_is_a_counter_that_steps_where_it_changes() {
+        let mut run = sample_run();
+        let row = |time_s, batch| WorkerIter {
+            time_s,
+            compute_s: 0.5,
+            batch,
+            ..WorkerIter::default()
+        };
+        run.ranks = vec![
+            (
+                2,
+                RankLog::Worker(vec![row(1.0, 8), row(2.0, 8), row(3.0, 12), row(4.0, 12)]),
+            ),
+            (
+                3,
+                RankLog::Worker(vec![row(1.0, 8), row(2.0, 8), row(3.0, 4), row(4.0, 4)]),
+            ),
+        ];
+        let events = build(&run);
+        let counters: Vec<(&str, i64, &Value)> = events
+            .iter()
+            .filter(|e| e.ph == "C")
+            .map(|e| (e.name.as_str(), e.ts, &e.args.as_ref().unwrap()["batch"]))
+            .collect();
+        assert_eq!(
+            counters,
+            [
+                ("batch rank 2", 500_000, &json!(8)),
+                ("batch rank 2", 2_500_000, &json!(12)),
+                ("batch rank 3", 500_000, &json!(8)),
+                ("batch rank 3", 2_500_000, &json!(4)),
+            ]
+        );
+        // Equal batches throughout: no counter.
+        run.ranks[1].1 = RankLog::Worker(vec![row(1.0, 8), row(2.0, 8)]);
+        run.ranks[0].1 = RankLog::Worker(vec![row(1.0, 8), row(2.0, 8)]);
+        assert!(build(&run).iter().all(|e| e.ph != "C"));
     }
 }
