@@ -838,6 +838,7 @@ fn plan(
         group_counts: group_counts.unwrap_or_else(|| (1..=cfg.sync.gssp.max_groups).collect()),
         horizon_s: seconds,
         seed: cfg.run.seed,
+        balance_bounds: cfg.sync.balance.balanced_bounds(cfg.optim.batch_size),
     };
     let cost = gssp::protocol::costmodel::CostModel::new(&cfg, params);
     let plan = gssp::tools::plan::plan(&work, &cost, &opts)?;

@@ -52,15 +52,23 @@ impl BalanceConfig {
         self.batches != BatchSplit::Equal
     }
 
-    /// The largest batch a worker may get, for a mean batch of `mean`.
+    /// The largest batch a worker may get, for a mean batch of `mean` (`mean` itself
+    /// with equal batches).
     pub fn ceiling(&self, mean: usize) -> usize {
         if !self.is_balanced() {
             return mean;
         }
-        match self.max_batch {
+        self.balanced_bounds(mean).1
+    }
+
+    /// The smallest and the largest batch of a balanced cut, for a mean batch of `mean`,
+    /// whether or not this config balances (what `gssp plan` simulates).
+    pub fn balanced_bounds(&self, mean: usize) -> (usize, usize) {
+        let ceiling = match self.max_batch {
             0 => 4 * mean,
             m => m,
-        }
+        };
+        (self.min_batch, ceiling)
     }
 }
 

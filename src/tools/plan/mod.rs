@@ -22,6 +22,10 @@
 //!   [`crate::protocol::ssp_clock`]; a worker's wait runs from its push to its weights.
 //! - collective modes (allreduce, local SGD): every round waits for the slowest rank, then
 //!   a ring allreduce (2 (N-1) messages of P/N values and the sums).
+//! - the balanced rows (`-balanced`: batches in proportion to speed, `sync.balance`): the
+//!   same engines on the workers of [`Workload::balanced`], whose iterations take their
+//!   time per sample times their share of the global batch; transient stragglers still
+//!   strike each iteration, as a cut made from medians does not follow them.
 //!
 //! What it leaves out: evaluation, and contention between ranks that share a node's cores
 //! beyond one figure, [`Workload::burst_s`] (zero in `gssp plan`: each rank its own
@@ -217,6 +221,17 @@ pub struct PlanOptions {
     /// Simulated seconds (default: the slowest worker's [`DEFAULT_SLOWEST_ITERATIONS`]).
     pub horizon_s: Option<f64>,
     pub seed: u64,
+    /// The smallest and largest batch of the balanced rows' cut (`sync.balance`).
+    pub balance_bounds: (usize, usize),
+}
+
+/// Why a plan could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    Grouping(#[from] GroupingError),
+    #[error("the balanced rows: {0}")]
+    Balance(#[from] crate::protocol::balance::BalanceError),
 }
 
 /// Every mode's prediction, and the gssp group count recommended.
@@ -241,7 +256,7 @@ pub fn horizon(work: &Workload, opts: &PlanOptions) -> f64 {
 }
 
 /// Simulates every mode on `work` (gssp with each of `opts.group_counts`).
-pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Plan, GroupingError> {
+pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Plan, PlanError> {
     let n = work.times.len();
     let horizon_s = horizon(work, opts);
     let all = vec![(0..n).collect::<Vec<_>>()];
@@ -287,6 +302,7 @@ pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Pla
             &servers::simulate(&async_local, work, cost, horizon_s, opts.seed),
         ),
     ];
+    predictions.extend(balanced_rows(work, cost, opts, horizon_s)?);
     let spreads = vec![0.0; n];
     let mut gssp = Vec::new();
     for &g in opts.group_counts.iter().filter(|&&g| (1..=n).contains(&g)) {
@@ -319,6 +335,43 @@ pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Pla
         predictions,
         recommended_groups,
     })
+}
+
+/// The synchronous modes with batches in proportion to speed: bsp, allreduce and local SGD
+/// on [`Workload::balanced`].
+fn balanced_rows(
+    work: &Workload,
+    cost: &CostModel,
+    opts: &PlanOptions,
+    horizon_s: f64,
+) -> Result<Vec<Prediction>, PlanError> {
+    let even = work.balanced(opts.balance_bounds)?;
+    let all = vec![(0..even.times.len()).collect::<Vec<_>>()];
+    let bsp = servers::PsScheme {
+        groups: all,
+        bounds: vec![Some(0)],
+        round: true,
+        extra_apply_passes: 0.0,
+        local_steps: Vec::new(),
+    };
+    let (h, seed) = (opts.local_steps, opts.seed);
+    Ok(vec![
+        Prediction::from_outcome(
+            "bsp-balanced",
+            Some(1),
+            &servers::simulate(&bsp, &even, cost, horizon_s, seed),
+        ),
+        Prediction::from_outcome(
+            "allreduce-balanced",
+            None,
+            &collective::simulate(1, &even, cost, horizon_s, seed),
+        ),
+        Prediction::from_outcome(
+            "localsgd-balanced",
+            None,
+            &collective::simulate(h, &even, cost, horizon_s, seed),
+        ),
+    ])
 }
 
 /// gssp with local steps at `groups` groups, its bounds those of the `gssp` row there.
@@ -476,6 +529,7 @@ mod tests {
             group_counts: vec![1, 2, 3, 4],
             horizon_s: Some(20.0),
             seed: 1,
+            balance_bounds: (1, 32),
         }
     }
 
@@ -525,6 +579,15 @@ mod tests {
         // Local SGD waits once every 4 steps, as long as bsp per step.
         let local = row(&plan, "localsgd", None);
         assert!((local.max_wait_fraction - 0.75).abs() < 0.02, "{local:?}");
+        // Balanced batches of 12.8 and 3.2 (rounded 13, 13, 3, 3) make every iteration
+        // about 13 ms: the offered 2 x 800 + 2 x 200 images/s at 1/1.3 of it, no one waiting
+        // for long.
+        for mode in ["bsp-balanced", "allreduce-balanced"] {
+            let p = row(&plan, mode, None);
+            let rate = 4.0 * 8.0 / (0.01 * 13.0 / 8.0);
+            assert!((p.images_per_s / rate - 1.0).abs() < 0.02, "{mode}: {p:?}");
+            assert!(p.max_wait_fraction < 0.1, "{mode}: {p:?}");
+        }
     }
 
     #[test]

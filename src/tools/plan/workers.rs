@@ -4,6 +4,7 @@
 //! workers in the same proportions.
 
 use crate::config::Config;
+use crate::protocol::balance;
 
 /// Seconds per iteration of each worker, and what a run adds to them.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,6 +30,26 @@ impl Workload {
     /// Worker `w`'s first start (0 unless `start_s` says otherwise).
     pub fn start(&self, w: usize) -> f64 {
         self.start_s.get(w).copied().unwrap_or(0.0)
+    }
+
+    /// The same workers with batches in proportion to their speed within `bounds` (the cut
+    /// a run makes, [`balance::cut`]): each one's iteration takes its time per sample times
+    /// its batch, compute in proportion to the samples. `batch` stays the mean, so images
+    /// per second still count `batch` per iteration.
+    pub fn balanced(&self, bounds: (usize, usize)) -> Result<Workload, balance::BalanceError> {
+        let rates: Vec<f64> = self.times.iter().map(|t| self.batch as f64 / t).collect();
+        let global = self.batch * self.times.len();
+        let cut = balance::cut(&rates, &[], global, bounds)?;
+        let times = self
+            .times
+            .iter()
+            .zip(cut)
+            .map(|(t, b)| t * b as f64 / self.batch as f64)
+            .collect();
+        Ok(Workload {
+            times,
+            ..self.clone()
+        })
     }
 }
 
