@@ -57,6 +57,11 @@ pub struct MeasuredRun {
     pub wall_s: f64,
     pub images_per_s: f64,
     pub mean_wait_fraction: f64,
+    /// A run whose batches followed speed (`sync.balance.batches = "speed"`): the bounds of
+    /// its cut. Its `times` are then each worker's at the mean batch (its compute per
+    /// sample times the mean batch), and the simulator cuts them as the run did.
+    #[serde(default)]
+    pub balance_bounds: Option<(usize, usize)>,
 }
 
 fn one() -> usize {
@@ -98,8 +103,13 @@ fn read<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
 /// What a worker's `rank-<r>.csv` gives the simulator: its seconds per iteration outside
 /// waits (the mean, or the median where the run had transient stragglers, `median`, whose
 /// spells the simulator draws itself), and when its first iteration began, seconds after
-/// `profile_s` (the first weights' arrival).
-fn worker_figures(path: &Path, median: bool, profile_s: f64) -> anyhow::Result<(f64, f64)> {
+/// `profile_s` (the first weights' arrival). With `at_batch`, each iteration's compute is
+/// taken at that batch, in proportion to its samples (a run whose batches followed speed).
+fn worker_figures(
+    path: &Path,
+    (median, at_batch): (bool, Option<usize>),
+    profile_s: f64,
+) -> anyhow::Result<(f64, f64)> {
     use anyhow::{bail, Context};
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -112,7 +122,11 @@ fn worker_figures(path: &Path, median: bool, profile_s: f64) -> anyhow::Result<(
         bail!("{}: no iterations", path.display());
     };
     let start = (first.time_s - first.compute_s - first.wait_s - first.comm_s - profile_s).max(0.0);
-    let times: Vec<f64> = rows.iter().map(|r| r.compute_s + r.comm_s).collect();
+    let compute = |r: &crate::tools::report::read::WorkerIter| match at_batch {
+        Some(b) if r.batch > 0 => r.compute_s * b as f64 / r.batch as f64,
+        _ => r.compute_s,
+    };
+    let times: Vec<f64> = rows.iter().map(|r| compute(r) + r.comm_s).collect();
     let per_iteration = if median {
         crate::protocol::grouping::persistent_time(&times)
     } else {
@@ -146,9 +160,17 @@ impl MeasuredRun {
             vec![cfg.sync.gssp.staleness.bound().unwrap_or(0); groups.len()]
         };
         let profile_s = layout.profile_cost_s.unwrap_or(0.0);
+        let mean_batch = cfg.optim.batch_size;
+        let balance = &cfg.sync.balance;
+        let balance_bounds = (balance.batches == crate::config::BatchSplit::Speed)
+            .then(|| balance.balanced_bounds(mean_batch));
+        let at_batch = balance_bounds.map(|_| mean_batch);
         let (times, start_s): (Vec<f64>, Vec<f64>) = workers
             .iter()
-            .map(|r| worker_figures(&dir.join(format!("rank-{r}.csv")), spells, profile_s))
+            .map(|r| {
+                let csv = dir.join(format!("rank-{r}.csv"));
+                worker_figures(&csv, (spells, at_batch), profile_s)
+            })
             .collect::<anyhow::Result<Vec<(f64, f64)>>>()?
             .into_iter()
             .unzip();
@@ -181,6 +203,7 @@ impl MeasuredRun {
             wall_s: summary.wall_s,
             images_per_s: summary.images_per_s,
             mean_wait_fraction: summary.mean_wait_fraction.unwrap_or(0.0),
+            balance_bounds,
         })
     }
 
@@ -198,7 +221,8 @@ impl MeasuredRun {
                 && r.times.len() == first.times.len()
                 && r.staleness == first.staleness
                 && r.straggler_prob == first.straggler_prob
-                && r.straggler_factor == first.straggler_factor;
+                && r.straggler_factor == first.straggler_factor
+                && r.balance_bounds == first.balance_bounds;
             if !same {
                 anyhow::bail!(
                     "{} and {} differ in more than their seed (mode, groups, bounds, spells or workers)",
@@ -296,6 +320,11 @@ pub fn check(run: &MeasuredRun, machine: &Machine) -> Check {
         batch: run.batch,
         burst_s: machine.burst_s,
         start_s: run.start_s.clone(),
+    };
+    // The run cut these speeds when it started: the simulator cuts them the same way.
+    let work = match run.balance_bounds.map(|b| work.balanced(b)) {
+        Some(Ok(even)) => even,
+        _ => work,
     };
     let p = run.params as f64;
     let transfer = 2.0 * 4.0 * p / machine.bytes_per_s;
