@@ -232,3 +232,69 @@ fn a_share_that_would_be_zero_stops_every_rank_naming_it() {
         .stderr
         .contains("its share of the global batch 4 would be 0 samples"));
 }
+
+/// Args of `gssp train --resume <dir> --set ...`.
+fn resume_args(dir: &Path, sets: &[&str]) -> Vec<String> {
+    let mut args = vec!["train".into(), "--resume".into(), dir.display().to_string()];
+    for s in sets {
+        args.extend(["--set".into(), (*s).to_string()]);
+    }
+    args
+}
+
+/// The batch of each of `rank`'s rows logged after `after_s` of the training clock.
+fn batches_after(run: &Run, rank: usize, after_s: f64) -> Vec<f64> {
+    let csv = run.rank_csv(rank);
+    let time = csv.col("time_s");
+    csv.col("batch")
+        .into_iter()
+        .zip(time)
+        .filter(|&(_, t)| t > after_s)
+        .map(|(b, _)| b)
+        .collect()
+}
+
+#[test]
+fn a_resumed_run_keeps_its_cut_and_another_rank_count_cuts_anew() {
+    let _lock = job_lock();
+    let s = Scratch::new();
+    let sets = [
+        "sync.mode=allreduce",
+        "optim.batch_size=16",
+        "run.epochs=0.3",
+        // Worker 1 is 4x slower from the start, on 4 ranks and on 3.
+        "heterogeneity.changes=[{ at_s = 0.0, worker = 1, factor = 4.0 }]",
+        "heterogeneity.unit_s=0.01",
+        "sync.balance.batches=speed",
+    ];
+    let run = s.train_ok("first", 4, &sets, DEADLINE);
+    let cut: Vec<f64> = (0..4).map(|r| run.rank_csv(r).last("batch")).collect();
+    assert!(cut[1] < 16.0 && cut[0] > 16.0, "the first run cut: {cut:?}");
+    let first_s = run.summary()["wall_s"].as_f64().expect("wall_s");
+
+    let more = spawn_mpirun(
+        4,
+        &resume_args(&run.dir, &["run.epochs=0.6"]),
+        &run.dir.display().to_string(),
+    );
+    more.wait(DEADLINE).assert_ok("resumed on 4 ranks");
+    for (rank, &b) in cut.iter().enumerate() {
+        let after = batches_after(&run, rank, first_s);
+        assert!(!after.is_empty(), "rank {rank} logged after the resume");
+        assert_eq!(after[0], b, "rank {rank} continues with its cut");
+    }
+    let second_s = run.summary()["wall_s"].as_f64().expect("wall_s");
+
+    // On 3 ranks the saved cut does not fit: equal batches of 16 first, then a new cut.
+    let three = resume_args(&run.dir, &["run.epochs=0.9"]);
+    spawn_mpirun(3, &three, &run.dir.display().to_string())
+        .wait(DEADLINE)
+        .assert_ok("resumed on 3 ranks");
+    let slow = batches_after(&run, 1, second_s);
+    assert_eq!(slow.first(), Some(&16.0), "the equal cut first: {slow:?}");
+    assert_near(
+        *slow.last().expect("rows") as usize,
+        48.0 / 9.0,
+        "rank 1 cut anew",
+    );
+}

@@ -81,6 +81,10 @@ pub struct RankMeta {
     /// A gssp server's outer optimizer: the deltas it took (its buffers are tensors).
     #[serde(default)]
     pub outer_steps: u64,
+    /// allreduce and localsgd with batches by speed: every rank's batch in the cut in force
+    /// (empty: the equal cut).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub batches: Vec<usize>,
 }
 
 /// When the next checkpoint is due.

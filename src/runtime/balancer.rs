@@ -133,6 +133,32 @@ impl Balancer {
         Ok(Some(&self.batches))
     }
 
+    /// Every rank's batch now.
+    pub fn batches(&self) -> &[usize] {
+        &self.batches
+    }
+
+    /// Continues a run resumed at `time_s` with the cut `batches` it had in force (on the
+    /// same ranks): that cut, measured again `every_s` later. An empty or unfitting cut (a
+    /// checkpoint of another rank count, or of equal batches) starts from the equal cut and
+    /// measures first, as a fresh run does.
+    pub fn resume<B: Backend>(
+        &mut self,
+        batches: &[usize],
+        time_s: f64,
+        step: &mut ComputeStep<B>,
+    ) -> Result<()> {
+        let fits =
+            batches.len() == self.batches.len() && batches.iter().sum::<usize>() == self.global;
+        if !self.measures || !fits {
+            return Ok(());
+        }
+        // Measured again once the pacer has calibrated and `every_s` has passed.
+        self.batches = batches.to_vec();
+        self.decided_at = Some(time_s);
+        self.take_slice(step)
+    }
+
     fn take_slice<B: Backend>(&self, step: &mut ComputeStep<B>) -> Result<()> {
         let slice = balance::slices(&self.batches).swap_remove(self.rank);
         step.set_share(slice)

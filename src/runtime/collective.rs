@@ -203,7 +203,7 @@ impl<'a, B: Backend> Replica<'a, B> {
     /// snapshots rank 0 had taken. A checkpoint follows a reduction, so every rank restores
     /// the same clock.
     fn restore(&mut self, resume: &Resume) -> Result<Snapshots> {
-        let (iteration, snapshots) = restore_replica(
+        let (iteration, snapshots, batches) = restore_replica(
             resume,
             self.comm.rank(),
             self.step,
@@ -212,6 +212,9 @@ impl<'a, B: Backend> Replica<'a, B> {
         )?;
         self.iteration = iteration;
         self.progress = self.cfg.run.progress(self.epoch(), resume.manifest.time_s);
+        if let Some(b) = self.balancer.as_mut() {
+            b.resume(&batches, resume.manifest.time_s, self.step)?;
+        }
         Ok(snapshots)
     }
 
@@ -339,7 +342,14 @@ impl<'a, B: Backend> Replica<'a, B> {
 
     fn save(&self, saver: &mut Saver<'_, Comm>, snapshots: &Snapshots, at: f64) -> Result<()> {
         let when = (self.iteration, self.epoch(), at);
-        save_replica(saver, self.step, &self.optimizer, when, snapshots)
+        let batches = self.balancer.as_ref().map_or(&[][..], Balancer::batches);
+        save_replica(
+            saver,
+            self.step,
+            &self.optimizer,
+            when,
+            (snapshots, batches),
+        )
     }
 
     /// The final checkpoint, at the latest rank's clock.

@@ -129,14 +129,15 @@ pub fn load(resume: &Resume, rank: usize) -> Result<RankFile<RankMeta>> {
 /// the saved ranks' files in turn ([`Rescale::source`](checkpoint::Rescale::source)): the
 /// replicas are equal at a checkpoint (allreduce always, localsgd right after an average),
 /// and each keeps a saved rank's momentum, as localsgd keeps its own; its batch count is its
-/// share of the work done.
+/// share of the work done. Also returns the cut of the batches in force (empty: equal, or
+/// saved on another rank count, whose cut does not fit).
 pub fn restore_replica<B: Backend>(
     resume: &Resume,
     rank: usize,
     step: &mut crate::compute::workload::ComputeStep<B>,
     optimizer: &mut NetworkOptimizer<B>,
     snapshot_every_s: f64,
-) -> Result<(u64, Snapshots)> {
+) -> Result<(u64, Snapshots, Vec<usize>)> {
     let source = resume.rescale.as_ref().map_or(rank, |rs| rs.source(rank));
     let path = resume.path(source);
     let mut file = load(resume, source)?;
@@ -156,7 +157,11 @@ pub fn restore_replica<B: Backend>(
     optimizer.state_from_host(&step.net, steps, |name| file.take(name, n, &path))?;
     step.resume_at(file.meta.steps);
     let snapshots = restore_snapshots(&mut file, snapshot_every_s, n, &path)?;
-    Ok((file.meta.steps, snapshots))
+    let batches = match resume.rescale {
+        None => std::mem::take(&mut file.meta.batches),
+        Some(_) => Vec::new(),
+    };
+    Ok((file.meta.steps, snapshots, batches))
 }
 
 /// Saves a rank that trains its own replica (allreduce, localsgd): weights, batch-norm
@@ -166,7 +171,7 @@ pub fn save_replica<C: Collectives, B: Backend>(
     step: &crate::compute::workload::ComputeStep<B>,
     optimizer: &NetworkOptimizer<B>,
     (iteration, epoch, time_s): (u64, f64, f64),
-    snapshots: &Snapshots,
+    (snapshots, batches): (&Snapshots, &[usize]),
 ) -> Result<()> {
     let net = &step.net;
     let (state, optimizer_steps) = optimizer.state_to_host(net);
@@ -176,6 +181,7 @@ pub fn save_replica<C: Collectives, B: Backend>(
         steps: iteration,
         evals: snapshot_rows(snapshots),
         optimizer_steps,
+        batches: batches.to_vec(),
         ..Default::default()
     };
     let names = snapshot_names(snapshots);

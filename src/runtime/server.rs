@@ -503,6 +503,7 @@ pub fn save(
         evals: saver::snapshot_rows(snapshots),
         optimizer_steps,
         outer_steps: peers.outer_steps,
+        batches: Vec::new(),
     };
     let names = saver::snapshot_names(snapshots);
     let mut tensors = vec![(WEIGHTS, ps.weights())];

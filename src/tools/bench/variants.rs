@@ -126,6 +126,9 @@ mod tests {
             ("gssp-gdtopk", 20),
             ("gssp-gdtopk-outer", 20),
             ("gssp-gdtopk-local", 20),
+            ("allreduce-balanced", 16),
+            ("bsp-balanced", 17),
+            ("localsgd-balanced", 16),
         ];
         let want: Vec<(String, usize)> = want.iter().map(|(n, r)| (n.to_string(), *r)).collect();
         assert_eq!(ranks, want);

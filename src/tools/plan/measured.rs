@@ -417,6 +417,7 @@ mod tests {
             wall_s: 60.0,
             images_per_s: seed_images,
             mean_wait_fraction: seed_images / 1000.0,
+            balance_bounds: None,
         }
     }
 
