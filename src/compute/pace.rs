@@ -372,6 +372,9 @@ mod tests {
         assert!((p.pad_after_compute(0.0) - 0.012).abs() < 1e-12);
     }
 
+    /// The pad is slept in full: a lower bound, which a loaded machine only lengthens. Which
+    /// times are slept at all, `telemetry::clock`'s unit tests check without a clock; how
+    /// little longer than the pad the sleep lasts is the benchmarks' business.
     #[test]
     fn sleep_pad_sleeps_at_least_the_pad() {
         let mut p = Pacer::new(1.0, 0.005, 0.0, 1.0, 1, 1);
@@ -380,13 +383,8 @@ mod tests {
         let slept = start.elapsed().as_secs_f64();
         assert!((pad - 0.004).abs() < 1e-12);
         assert!(slept >= pad, "slept {slept} < pad {pad}");
-        // Generous bound: the test machine is shared.
-        assert!(slept < pad + 0.05, "slept {slept} for a pad of {pad}");
-        let start = Instant::now();
-        sleep_precise(0.0);
-        sleep_precise(f64::NAN);
-        sleep_precise(-1.0);
-        assert!(start.elapsed() < std::time::Duration::from_millis(5));
+        // Real compute beyond factor x unit: no pad.
+        assert_eq!(p.sleep_pad(0.02), 0.0);
     }
 
     #[test]

@@ -4,7 +4,41 @@
 //!
 //! MPI cannot be initialised twice in one process, so every run is its own MPI job. Jobs of one
 //! test binary are serialised through [`job_lock`]: several jobs at once on a 2-core machine
-//! would distort the timing assertions.
+//! would crowd the emulated speeds the tests rely on (see below) and slow every job.
+//!
+//! # No test depends on the machine's timing
+//!
+//! No test asserts on wall-clock windows, sleeps or poll counts; speed is measured by
+//! benchmarks (`gssp bench`). A test passes or fails alike on a fast machine and on a loaded
+//! 2-core one, so none asserts:
+//! - an elapsed time, a logged duration, a run's `wall_s` or an event's time on the run's
+//!   clock against a fixed bound ("took under 30 s", "regrouped between 4 s and 8 s");
+//! - how many polls, iterations or rows fit in a stretch of time;
+//! - that one run or mode is faster than another;
+//! - anything after a sleep meant to let something happen: it waits for the thing itself
+//!   instead ([`poll_until`]: a log row, a checkpoint, a stopped process), or injects the
+//!   clock (unit tests).
+//!
+//! What a test may assert about time holds at any speed:
+//! - hard deadlines that only turn a hang into a failure ([`Running::wait`], the guard of
+//!   [`poll_until`]): minutes, against seconds of normal run time;
+//! - lower bounds that emulation guarantees: a paced compute phase lasts at least factor x
+//!   `heterogeneity.unit_s`, an emulated link holds a message for at least its transfer;
+//! - relations between one rank's own records, or causal ones between ranks: `wall_s` at
+//!   least `profile_cost_s`, trace spans adding up to the CSV columns, a stopped worker's
+//!   longest gap at least as long as its stop (the ranks' clocks start after one barrier and
+//!   may differ by a little, so a cross-rank comparison leaves an iteration's margin);
+//! - what emulated speed differences (`heterogeneity.*`) of 1.5x and more decide: who is
+//!   slower, grouped with whom. Their pads of 10 ms and more dwarf the real compute of these
+//!   small models (well under a millisecond), but a loaded machine wakes a sleeping rank a
+//!   millisecond or more late, so two workers of one tier can profile 15% apart. What such
+//!   small differences decide (a rounding of local steps, a split of a tier) is checked
+//!   against the run's own profile in `layout.json`, not as a fixed answer, and thresholds
+//!   between tiers leave a fifth or more;
+//! - counts the configuration sets: the iterations of N epochs; the meetings due in a run
+//!   whose length the pads alone set (epochs, not a time budget, so that a slower machine
+//!   only adds meetings); that a phase of a run gets anything done at all, one iteration
+//!   in a phase with room for a hundred.
 
 #![allow(dead_code)]
 
@@ -74,6 +108,52 @@ static JOB_LOCK: Mutex<()> = Mutex::new(());
 /// Held for the whole of one test's MPI jobs; a failed (panicked) test does not poison it.
 pub fn job_lock() -> MutexGuard<'static, ()> {
     JOB_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Polls `done` every 20 ms until it holds; past `guard` (a hang guard: minutes, against
+/// the seconds it normally takes) the test fails naming `what` it waited for.
+pub fn poll_until(what: &str, guard: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < guard, "{what}: not within {guard:?}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Complete rows (lines after the header) that rank `rank`'s log in run directory `dir`
+/// holds so far; 0 while it does not exist. A log reaches its file in chunks (at least once
+/// a second while the rank logs), so a live count trails the rank.
+pub fn logged_rows(dir: &Path, rank: usize) -> usize {
+    std::fs::read(dir.join(format!("rank-{rank}.csv")))
+        .map(|b| b.iter().filter(|&&c| c == b'\n').count().saturating_sub(1))
+        .unwrap_or(0)
+}
+
+/// Fails unless the job that wrote (or would have written) run directory `dir` stopped
+/// before training: no rank logged an iteration and no summary was written. This, not how
+/// fast the job ended, is what "bad input stops every rank at once" means.
+pub fn assert_no_training(dir: &Path, what: &str) {
+    assert!(
+        !dir.join("summary.json").exists(),
+        "{what}: the run finished"
+    );
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let rank = name
+            .strip_prefix("rank-")
+            .and_then(|r| r.strip_suffix(".csv"))
+            .and_then(|r| r.parse::<usize>().ok());
+        if let Some(rank) = rank {
+            assert_eq!(
+                logged_rows(dir, rank),
+                0,
+                "{what}: rank {rank} trained before the job stopped"
+            );
+        }
+    }
 }
 
 /// What a finished `mpirun` left behind.
@@ -224,7 +304,8 @@ impl Running {
     }
 
     /// Waits for mpirun to exit; past `deadline` (from the start) everything is killed and
-    /// the test fails.
+    /// the test fails. The deadline is a hang guard, generous against the job's normal time,
+    /// never a check of its speed.
     pub fn wait(mut self, deadline: Duration) -> JobResult {
         let code = loop {
             if let Some(code) = self.try_code() {

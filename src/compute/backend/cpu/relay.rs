@@ -144,7 +144,7 @@ impl Relay<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::threads::set_threads;
+    use super::super::threads::{dispatched, set_threads};
     use super::*;
     use std::sync::atomic::AtomicU32;
     use std::sync::Mutex;
@@ -193,21 +193,42 @@ mod tests {
         }
     }
 
-    /// A piece held up in its first unit gets its other units done by the other thread.
-    /// (A dispatch made while another test holds the pool runs inline on one thread, where
-    /// nobody can help: such a try is made again.)
+    /// A piece held up in its first unit gets its other units done by the other thread. The
+    /// unit is held until another thread has done one of the piece's units (a condition,
+    /// not a sleep: how soon the other thread gets a core does not matter), and gives up
+    /// after a hang guard, leaving the assertion to fail. A dispatch made while another test
+    /// holds the pool runs inline on one thread, where nobody can help, and the other thread
+    /// may claim the first unit itself: such a try is made again, until one runs as meant
+    /// (a condition too, under the same guard, not a count of tries).
     #[test]
     fn a_slow_piece_is_helped() {
         set_threads(2);
-        for _ in 0..20 {
+        let guard = std::time::Instant::now();
+        while guard.elapsed() < std::time::Duration::from_secs(60) {
             let threads: Vec<Mutex<Option<ThreadId>>> = (0..41).map(|_| Mutex::new(None)).collect();
+            let ran = |i: usize| *threads[i].lock().unwrap();
+            let inline = AtomicU32::new(0);
             relay(2, 1, &|p, _| if p == 0 { 40 } else { 1 }, &|p, _, u| {
                 if p == 0 && u == 0 {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    if dispatched() {
+                        let held = std::time::Instant::now();
+                        while !(1..40).any(|v| ran(v).is_some())
+                            && held.elapsed() < std::time::Duration::from_secs(60)
+                        {
+                            std::thread::yield_now();
+                        }
+                    } else {
+                        inline.fetch_add(1, Ordering::SeqCst);
+                    }
                 }
                 *threads[p * 40 + u].lock().unwrap() = Some(std::thread::current().id());
             });
-            let ran = |i: usize| threads[i].lock().unwrap().expect("every unit ran");
+            if inline.into_inner() > 0 {
+                std::thread::yield_now();
+                continue;
+            }
+            let ran = |i: usize| ran(i).expect("every unit ran");
+            // The helper claimed piece 0's first unit before piece 0's own thread did.
             if ran(40) == ran(0) {
                 continue;
             }
@@ -218,6 +239,6 @@ mod tests {
             );
             return;
         }
-        panic!("no dispatch ran on two threads");
+        panic!("no dispatch ran on two threads within the hang guard");
     }
 }

@@ -61,20 +61,29 @@ struct Pool {
 /// virtual machine, an idle virtual CPU woken by the host) costs more than such a gap.
 const SPIN: Duration = Duration::from_micros(100);
 
-/// Polls `done` for up to [`SPIN`], yielding the core between polls (so a thread that
-/// shares it runs meanwhile); whether it came true. Callers check again under the lock:
-/// this only saves the sleep.
-fn spin_until(done: impl Fn() -> bool) -> bool {
-    let deadline = Instant::now() + SPIN;
+/// Polls `done` until it holds or `expired` does, yielding the core between polls (so a
+/// thread that shares it runs meanwhile); whether `done` came true. `done` is polled before
+/// `expired` each round, so a condition that already holds counts even past the window.
+/// Callers pass [`window`]`(SPIN)` and check again under the lock: this only saves the
+/// sleep. The window is a predicate rather than a deadline so that the tests can count polls
+/// without depending on how fast the machine runs them.
+fn spin_until(done: impl Fn() -> bool, mut expired: impl FnMut() -> bool) -> bool {
     loop {
         if done() {
             return true;
         }
-        if Instant::now() >= deadline {
+        if expired() {
             return false;
         }
         std::thread::yield_now();
     }
+}
+
+/// A window that closes `length` after this call, on the wall clock: [`spin_until`]'s
+/// `expired` in production.
+fn window(length: Duration) -> impl FnMut() -> bool {
+    let deadline = Instant::now() + length;
+    move || Instant::now() >= deadline
 }
 
 static POOL: OnceLock<Pool> = OnceLock::new();
@@ -138,7 +147,10 @@ fn helper(pool: &'static Pool, index: usize) {
     IN_TASK.with(|t| t.set(true));
     let mut seen = 0;
     loop {
-        spin_until(|| pool.generation.load(Ordering::Acquire) != seen);
+        spin_until(
+            || pool.generation.load(Ordering::Acquire) != seen,
+            window(SPIN),
+        );
         let task = {
             let mut s = pool.state.lock().unwrap_or_else(|e| e.into_inner());
             while pool.generation.load(Ordering::Acquire) == seen {
@@ -186,7 +198,7 @@ pub fn run(task: &Task<'_>) {
     IN_TASK.with(|t| t.set(true));
     task(0);
     IN_TASK.with(|t| t.set(false));
-    spin_until(|| pool.pending.load(Ordering::Acquire) == 0);
+    spin_until(|| pool.pending.load(Ordering::Acquire) == 0, window(SPIN));
     let mut s = pool.state.lock().unwrap_or_else(|e| e.into_inner());
     while pool.pending.load(Ordering::Acquire) > 0 {
         s = pool.done.wait(s).unwrap_or_else(|e| e.into_inner());
@@ -194,6 +206,13 @@ pub fn run(task: &Task<'_>) {
     s.task = None;
     drop(s);
     set_blas_threads(threads());
+}
+
+/// Whether this thread runs a task of a dispatch that the pool's helpers share (not one run
+/// inline): tests that hold a task until another thread acts need the other thread there.
+#[cfg(test)]
+pub(super) fn dispatched() -> bool {
+    IN_TASK.with(Cell::get)
 }
 
 /// The part `i` of `parts` gets of `0..len`: contiguous, sizes differing by at most one.
@@ -286,14 +305,42 @@ impl<'a> Shared<'a> {
 mod tests {
     use super::*;
 
+    /// Polls counted against a window that closes on the test's say, not the wall clock's:
+    /// the counts hold however slowly the machine runs them.
     #[test]
-    fn polling_returns_when_the_condition_holds_and_gives_up_after_its_time() {
+    fn polling_returns_when_the_condition_holds_and_gives_up_when_the_window_closes() {
+        // Polled until the condition held, never past it.
         let polls = AtomicUsize::new(0);
-        assert!(spin_until(|| polls.fetch_add(1, Ordering::Relaxed) == 3));
+        assert!(spin_until(
+            || polls.fetch_add(1, Ordering::Relaxed) == 3,
+            || false
+        ));
         assert_eq!(polls.into_inner(), 4, "polled until the condition held");
-        let start = Instant::now();
-        assert!(!spin_until(|| false));
-        assert!(start.elapsed() >= SPIN, "gave up before its time");
+        // Given up at the first check that finds the window closed, after one poll per check.
+        let (polls, checks) = (AtomicUsize::new(0), Cell::new(0));
+        let closes_at_third_check = || {
+            checks.set(checks.get() + 1);
+            checks.get() == 3
+        };
+        assert!(!spin_until(
+            || {
+                polls.fetch_add(1, Ordering::Relaxed);
+                false
+            },
+            closes_at_third_check
+        ));
+        assert_eq!((polls.into_inner(), checks.get()), (3, 3));
+        // A condition that holds counts even when the window has closed.
+        assert!(spin_until(|| true, || true));
+    }
+
+    /// The production window: closed at once when empty, open at first when long (an hour:
+    /// no machine is that slow between two lines).
+    #[test]
+    fn a_wall_clock_window_closes_after_its_length() {
+        assert!(window(Duration::ZERO)());
+        assert!(!window(Duration::from_secs(3600))());
+        assert!(!spin_until(|| false, window(Duration::ZERO)));
     }
 
     #[test]
