@@ -86,13 +86,7 @@ impl WorkerPace {
         if known.len() < 2 {
             return None;
         }
-        known.sort_by(f64::total_cmp);
-        let n = known.len();
-        let median = if n % 2 == 1 {
-            known[n / 2]
-        } else {
-            0.5 * (known[n / 2 - 1] + known[n / 2])
-        };
+        let median = super::stats::median(&mut known);
         let (w, &seconds) = self
             .seconds
             .iter()

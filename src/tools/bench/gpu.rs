@@ -151,10 +151,6 @@ pub fn topk(n: usize, ratio: f64, reps: usize) -> Result<(f64, f64)> {
     let mut values = cuda.alloc(n);
     cuda.upload(&mut values, &host);
     let mut copy = cuda.alloc(n);
-    let median = |mut xs: Vec<f64>| {
-        xs.sort_by(f64::total_cmp);
-        xs[xs.len() / 2]
-    };
     let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
         f()?;
         cuda.synchronize()?;
@@ -165,7 +161,7 @@ pub fn topk(n: usize, ratio: f64, reps: usize) -> Result<(f64, f64)> {
             cuda.synchronize()?;
             runs.push(t.elapsed().as_secs_f64());
         }
-        Ok(median(runs))
+        Ok(crate::telemetry::stats::median(&mut runs))
     };
     let topk_s = time(&mut || {
         let (idx, _) = cuda.topk(&values, None, n, k)?;

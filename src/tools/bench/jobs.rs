@@ -551,17 +551,10 @@ fn mean(v: &[f64]) -> Option<f64> {
 /// Median of run times where `None` (never reached) ranks above every time; `None` when the
 /// median falls on such a run. With an even count, the mean of the two middle runs.
 pub fn median_time(times: &[Option<f64>]) -> Option<f64> {
-    if times.is_empty() {
-        return None;
-    }
     let mut v: Vec<f64> = times.iter().map(|t| t.unwrap_or(f64::INFINITY)).collect();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    let m = if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    };
+    // Infinite where it falls on (or, with an even count, beside) a run that never got
+    // there; NaN for no runs.
+    let m = crate::telemetry::stats::median(&mut v);
     m.is_finite().then_some(m)
 }
 

@@ -21,6 +21,7 @@
 use std::fmt::Write as _;
 
 use super::read::{Run, ServerPush, WorkerIter};
+use crate::telemetry::stats;
 
 /// Compute at least this many times the group's median is slow compute.
 pub const SLOW: f64 = 1.2;
@@ -94,16 +95,13 @@ pub struct Scope {
     pub slow: Vec<(usize, f64)>,
 }
 
+/// [`stats::median`] of `v`, but 0 for none: a scope or run without workers reads as no
+/// compute (every slowdown is then 1, nothing is named), not as NaN.
 fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
+        0.0
     } else {
-        0.5 * (v[n / 2 - 1] + v[n / 2])
+        stats::median(&mut v)
     }
 }
 
