@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use gssp::checkpoint::{check_resume_overrides, Resume};
 use gssp::comm::{Collectives, Comm, FatalOnAll};
-use gssp::config::{Config, Grouping, SyncMode};
+use gssp::config::{Config, SyncMode};
 use gssp::telemetry::{stderr_line, RunDir};
 
 #[derive(Parser)]
@@ -413,8 +413,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// Loads and checks the config on every rank (each sees the same file, so all fail
-/// alike; rank 0 prints), then runs the configured mode.
 /// The config of a run, and the checkpoint it resumes from (`--resume`): the run's config
 /// as the checkpoint recorded it, with the allowed overrides.
 fn train_config(
@@ -428,49 +426,17 @@ fn train_config(
     };
     check_resume_overrides(overrides).map_err(anyhow::Error::msg)?;
     let resume = Resume::open(run_dir)?;
-    let name = resume.dir.join("manifest.json");
     let cfg = Config::from_str_with_overrides(
         &resume.manifest.config,
-        &name.display().to_string(),
+        &resume.manifest_path().display().to_string(),
         overrides,
     )?;
-    anyhow::ensure!(
-        cfg.sync.mode != SyncMode::Gssp || !cfg.sync.gssp.takes_local_steps(),
-        "--resume: {} took local steps (sync.gssp.local_steps = {}), and a checkpoint does not record its workers' replicas yet; it cannot be resumed",
-        resume.dir.display(),
-        cfg.sync.gssp.local_steps
-    );
     Ok((cfg, Some(resume)))
 }
 
-/// A resumed run on `world_size` ranks: the same as the checkpoint's, or another count
-/// (the workers are laid out again and the saved state shared out, see
-/// [`gssp::checkpoint::rescale`]). On another count, gssp's `grouping = "static"` names the
-/// old world's ranks, so the new run groups by profile (and its config says so). Whatever
-/// cannot follow the new count (a list of one slowdown factor per worker, too few ranks for
-/// the mode or the groups) is an error naming the key and both counts.
-fn fit_to_world(cfg: &mut Config, resume: &mut Resume, world_size: usize) -> anyhow::Result<()> {
-    let saved = resume.manifest.world_size;
-    if world_size != saved
-        && cfg.sync.mode == SyncMode::Gssp
-        && cfg.sync.gssp.grouping == Grouping::Static
-    {
-        cfg.sync.gssp.grouping = Grouping::Profile;
-        cfg.sync.gssp.static_groups.clear();
-    }
-    cfg.validate_for_world(world_size).map_err(|e| {
-        anyhow::anyhow!(
-            "--resume on {world_size} ranks (the checkpoint in {} was taken on {saved}): {e}",
-            resume.dir.display()
-        )
-    })?;
-    // A run that regrouped saved its workers where they ended, not where its layout put
-    // them: it is laid out again, as on another rank count.
-    let regrouped = cfg.sync.mode == SyncMode::Gssp && cfg.sync.gssp.regroup_every_s > 0.0;
-    resume.for_world(world_size, cfg.num_workers(world_size), regrouped)?;
-    Ok(())
-}
-
+/// Loads and checks the config (and the checkpoint it resumes from) on every rank, each
+/// for itself, so that all fail together where any does; rank 0 prints. Then runs the
+/// configured mode.
 fn train(
     config: Option<&Path>,
     resume: Option<&Path>,
@@ -488,7 +454,10 @@ fn train(
     let rank = comm.rank();
     let loaded = train_config(config, resume, overrides).and_then(|(mut c, mut r)| {
         match r.as_mut() {
-            Some(r) => fit_to_world(&mut c, r, comm.size())?,
+            // How the run fits this world is checkpoint policy (gssp::checkpoint::fit).
+            Some(r) => r
+                .fit_to_world(&mut c, comm.size())
+                .map_err(anyhow::Error::msg)?,
             None => c.validate_for_world(comm.size())?,
         }
         Ok((c, r))

@@ -28,7 +28,13 @@
 //! A run may resume on another number of ranks (a requeued job on fewer or more nodes):
 //! the workers are laid out anew, the saved replicas merge or split, and the work done is
 //! split over the new workers ([`rescale`], where the invariant is stated).
+//!
+//! Every rank checks the manifest when it reads it ([`Manifest::check`]), fits the run's
+//! config to the world it resumes on ([`fit`]: what the new rank count changes or refuses),
+//! and, on the same rank count, checks the saved layout against both before it takes it up
+//! (`runtime::setup`): a hand-edited manifest is refused by its path and field.
 
+pub mod fit;
 pub mod rescale;
 pub mod store;
 
@@ -36,7 +42,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::Config;
 use crate::telemetry::EvalRow;
+pub use fit::Fit;
 pub use rescale::Rescale;
 pub use store::{CheckpointError, FileEntry, Manifest, RankFile};
 
@@ -153,6 +161,21 @@ impl Resume {
         })
     }
 
+    /// The path of the checkpoint's manifest (for error messages).
+    pub fn manifest_path(&self) -> PathBuf {
+        store::manifest_path(&self.dir)
+    }
+
+    /// Fits `cfg`, the run's config as this checkpoint recorded it, to `world_size` ranks
+    /// ([`fit::fit`]: the manifest checked against both, gssp's static groups given up on
+    /// another rank count, what cannot follow refused), then plans how the saved state is
+    /// shared out where it must be ([`Resume::for_world`]).
+    pub fn fit_to_world(&mut self, cfg: &mut Config, world_size: usize) -> Result<(), String> {
+        let fit = fit::fit(cfg, &self.manifest, &self.dir, world_size)?;
+        self.for_world(world_size, fit.workers, fit.relayout)
+            .map_err(|e| e.to_string())
+    }
+
     /// Continues on `world_size` ranks, of which `workers` train: on another rank count than
     /// the checkpoint's, or with `relayout` (the saved layout no longer says who was where:
     /// a gssp run that regrouped), plans how the saved state is shared out
@@ -184,7 +207,7 @@ impl Resume {
 
 /// The manifest of checkpoint `sequence` of a run with `cfg` on `world_size` ranks.
 pub fn manifest(
-    cfg: &crate::config::Config,
+    cfg: &Config,
     sequence: u64,
     (time_s, epoch): (f64, f64),
     world_size: usize,

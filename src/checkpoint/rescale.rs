@@ -68,20 +68,17 @@ impl Rescale {
     }
 }
 
-/// The world ranks whose files the checkpoint's manifest lists, in rank order.
+/// The world ranks whose files the checkpoint's manifest lists, in rank order (the
+/// manifest was checked when it was read, [`Manifest::check`](super::Manifest::check); an
+/// error here names it all the same).
 fn saved_ranks(resume: &Resume) -> Result<Vec<usize>, CheckpointError> {
-    let manifest_path = resume.dir.join("manifest.json");
+    let manifest_path = resume.manifest_path();
     let mut ranks = Vec::with_capacity(resume.manifest.files.len());
     for f in &resume.manifest.files {
-        let rank = f
-            .name
-            .strip_prefix("rank-")
-            .and_then(|n| n.strip_suffix(".safetensors"))
-            .and_then(|n| n.parse::<usize>().ok())
-            .ok_or_else(|| CheckpointError::Corrupt {
-                path: manifest_path.clone(),
-                reason: format!("a file named {:?}, not rank-R.safetensors", f.name),
-            })?;
+        let rank = f.rank().ok_or_else(|| CheckpointError::Corrupt {
+            path: manifest_path.clone(),
+            reason: format!("a file named {:?}, not rank-R.safetensors", f.name),
+        })?;
         ranks.push(rank);
     }
     ranks.sort_unstable();

@@ -47,12 +47,30 @@ pub enum CheckpointError {
     None { path: PathBuf },
     #[error("checkpoint file {path} is corrupt: {reason}")]
     Corrupt { path: PathBuf, reason: String },
+    /// A manifest field that does not hold together with the rest of the manifest, the
+    /// run's config or the world it resumes on (a hand-edited manifest): named by the
+    /// manifest's path and the field, as `section.key` names a config value.
+    #[error("{path}: {field}: {reason}")]
+    Field {
+        path: PathBuf,
+        field: String,
+        reason: String,
+    },
 }
 
 impl CheckpointError {
     fn corrupt(path: &Path, reason: impl Into<String>) -> Self {
         CheckpointError::Corrupt {
             path: path.to_path_buf(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Field `field` of the manifest at `path` is wrong for `reason`.
+    pub fn field(path: &Path, field: impl Into<String>, reason: impl Into<String>) -> Self {
+        CheckpointError::Field {
+            path: path.to_path_buf(),
+            field: field.into(),
             reason: reason.into(),
         }
     }
@@ -64,6 +82,19 @@ pub struct FileEntry {
     pub name: String,
     pub bytes: u64,
     pub crc32: u32,
+}
+
+impl FileEntry {
+    /// The world rank whose file this is (`rank-R.safetensors`), or `None` for another name.
+    pub fn rank(&self) -> Option<usize> {
+        let digits = self
+            .name
+            .strip_prefix("rank-")?
+            .strip_suffix(".safetensors")?;
+        let rank = digits.parse::<usize>().ok()?;
+        // Only the name gssp writes: not "rank-+3" or "rank-03", which it would never find.
+        (rank_file_name(rank) == self.name).then_some(rank)
+    }
 }
 
 /// What a complete checkpoint holds besides the rank files.
@@ -100,6 +131,11 @@ pub fn checkpoint_dir(run_dir: &Path, sequence: u64) -> PathBuf {
 /// The rank file name of world rank `rank`.
 pub fn rank_file_name(rank: usize) -> String {
     format!("rank-{rank}.safetensors")
+}
+
+/// The manifest's path in checkpoint directory `dir`.
+pub fn manifest_path(dir: &Path) -> PathBuf {
+    dir.join(MANIFEST)
 }
 
 /// The safetensors bytes of `tensors` (1-D f32) with `meta` as JSON in the header.
@@ -155,7 +191,7 @@ pub fn write_rank_file<M: Serialize>(
 /// moves, a resume uses the previous checkpoint.
 pub fn commit(run_dir: &Path, manifest: &Manifest) -> Result<(), CheckpointError> {
     let dir = checkpoint_dir(run_dir, manifest.sequence);
-    let path = dir.join(MANIFEST);
+    let path = manifest_path(&dir);
     let json = serde_json::to_string_pretty(manifest).map_err(|e| CheckpointError::Write {
         path: path.clone(),
         cause: std::io::Error::other(e),
@@ -210,29 +246,89 @@ pub fn open_latest(run_dir: &Path) -> Result<(PathBuf, Manifest), CheckpointErro
         path: run_dir.to_path_buf(),
     })?;
     let dir = checkpoint_dir(run_dir, sequence);
-    let path = dir.join(MANIFEST);
+    let path = manifest_path(&dir);
     let text = std::fs::read_to_string(&path).map_err(|cause| CheckpointError::Read {
         path: path.clone(),
         cause,
     })?;
     let manifest: Manifest =
         serde_json::from_str(&text).map_err(|e| CheckpointError::corrupt(&path, e.to_string()))?;
-    if manifest.format != FORMAT {
-        return Err(CheckpointError::corrupt(
-            &path,
-            format!(
-                "format {} (this gssp reads format {FORMAT})",
-                manifest.format
-            ),
-        ));
-    }
-    if manifest.sequence != sequence {
-        return Err(CheckpointError::corrupt(
-            &path,
-            format!("sequence {} in directory {sequence:06}", manifest.sequence),
-        ));
-    }
+    manifest.check(sequence, &path)?;
     Ok((dir, manifest))
+}
+
+impl Manifest {
+    /// Checks the manifest read from `path` (in the directory of checkpoint `sequence`) on
+    /// its own, before anything uses it: its format and sequence, a training clock and epoch
+    /// that are finite and not negative (the resumed clock starts there), a world of at
+    /// least one rank, and rank files named `rank-R.safetensors`, each rank of that world
+    /// once. What it must agree with in the config and the world it resumes on is checked
+    /// by [`super::fit::fit`].
+    pub fn check(&self, sequence: u64, path: &Path) -> Result<(), CheckpointError> {
+        let field = |name: &str, reason: String| Err(CheckpointError::field(path, name, reason));
+        if self.format != FORMAT {
+            let reason = format!("{} (this gssp reads format {FORMAT})", self.format);
+            return field("format", reason);
+        }
+        if self.sequence != sequence {
+            return field(
+                "sequence",
+                format!("{} in directory {sequence:06}", self.sequence),
+            );
+        }
+        for (name, value) in [("time_s", self.time_s), ("epoch", self.epoch)] {
+            if !(value.is_finite() && value >= 0.0) {
+                return field(name, format!("{value}, must be a finite number >= 0"));
+            }
+        }
+        if self.world_size == 0 {
+            return field("world_size", "0 ranks, must be at least 1".into());
+        }
+        self.check_files(path)
+    }
+
+    /// Every listed file is world rank R's `rank-R.safetensors`, R in the world, each once;
+    /// at least one.
+    fn check_files(&self, path: &Path) -> Result<(), CheckpointError> {
+        if self.files.is_empty() {
+            return Err(CheckpointError::field(path, "files", "lists no rank file"));
+        }
+        // A set, not a flag per rank: the world size is the manifest's word, not yet trusted.
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, f) in self.files.iter().enumerate() {
+            let bad =
+                |reason: String| CheckpointError::field(path, format!("files[{i}].name"), reason);
+            let rank = f
+                .rank()
+                .ok_or_else(|| bad(format!("{:?}, not rank-R.safetensors", f.name)))?;
+            if rank >= self.world_size {
+                let world = self.world_size;
+                return Err(bad(format!("rank {rank} in a world of {world} ranks")));
+            }
+            if !seen.insert(rank) {
+                return Err(bad(format!("rank {rank} listed twice")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The path of world rank `rank`'s file in checkpoint `dir` and its entry in `manifest`,
+/// or an error naming the manifest where it does not list the file.
+fn listed_file<'m>(
+    dir: &Path,
+    manifest: &'m Manifest,
+    rank: usize,
+) -> Result<(PathBuf, &'m FileEntry), CheckpointError> {
+    let name = rank_file_name(rank);
+    let entry = manifest
+        .files
+        .iter()
+        .find(|f| f.name == name)
+        .ok_or_else(|| {
+            CheckpointError::corrupt(&manifest_path(dir), format!("lists no file {name}"))
+        })?;
+    Ok((dir.join(name), entry))
 }
 
 /// Reads world rank `rank`'s file of the checkpoint in `dir`, checking its size and
@@ -242,15 +338,7 @@ pub fn read_rank_file<M: DeserializeOwned>(
     manifest: &Manifest,
     rank: usize,
 ) -> Result<RankFile<M>, CheckpointError> {
-    let name = rank_file_name(rank);
-    let path = dir.join(&name);
-    let entry = manifest
-        .files
-        .iter()
-        .find(|f| f.name == name)
-        .ok_or_else(|| {
-            CheckpointError::corrupt(&dir.join(MANIFEST), format!("lists no file {name}"))
-        })?;
+    let (path, entry) = listed_file(dir, manifest, rank)?;
     let bytes = std::fs::read(&path).map_err(|cause| CheckpointError::Read {
         path: path.clone(),
         cause,
@@ -285,15 +373,7 @@ pub fn read_rank_meta<M: DeserializeOwned>(
     rank: usize,
 ) -> Result<M, CheckpointError> {
     use std::io::Read;
-    let name = rank_file_name(rank);
-    let path = dir.join(&name);
-    let entry = manifest
-        .files
-        .iter()
-        .find(|f| f.name == name)
-        .ok_or_else(|| {
-            CheckpointError::corrupt(&dir.join(MANIFEST), format!("lists no file {name}"))
-        })?;
+    let (path, entry) = listed_file(dir, manifest, rank)?;
     let read = |cause| CheckpointError::Read {
         path: path.clone(),
         cause,
@@ -546,5 +626,65 @@ mod tests {
         .unwrap();
         let err = from_bytes::<Meta>(&plain, path).unwrap_err().to_string();
         assert!(err.contains("gssp.state"), "{err}");
+    }
+    #[test]
+    fn a_manifest_is_checked_on_its_own_naming_the_field() {
+        let path = Path::new("RUN/checkpoints/000003/manifest.json");
+        let entry = |name: &str| FileEntry {
+            name: name.into(),
+            bytes: 8,
+            crc32: 0,
+        };
+        let good = manifest(
+            3,
+            vec![entry("rank-0.safetensors"), entry("rank-1.safetensors")],
+        );
+        assert!(good.check(3, path).is_ok());
+        let refused = |edit: fn(&mut Manifest), says: &str| {
+            let mut m = good.clone();
+            edit(&mut m);
+            let err = m.check(3, path).unwrap_err().to_string();
+            let expected = format!("RUN/checkpoints/000003/manifest.json: {says}");
+            assert!(err.starts_with(&expected), "{err}");
+        };
+        refused(|m| m.format = 2, "format: 2");
+        refused(|m| m.sequence = 4, "sequence: 4 in directory 000003");
+        refused(|m| m.time_s = -1.0, "time_s: -1, must be");
+        refused(|m| m.epoch = f64::NAN, "epoch: NaN, must be");
+        refused(|m| m.world_size = 0, "world_size: 0 ranks");
+        refused(|m| m.files.clear(), "files: lists no rank file");
+        refused(
+            |m| m.files[1].name = "rank-01.safetensors".into(),
+            "files[1].name: \"rank-01.safetensors\", not rank-R.safetensors",
+        );
+        refused(
+            |m| m.files[1].name = "rank-2.safetensors".into(),
+            "files[1].name: rank 2 in a world of 2 ranks",
+        );
+        refused(
+            |m| m.files[1].name = "rank-0.safetensors".into(),
+            "files[1].name: rank 0 listed twice",
+        );
+    }
+
+    #[test]
+    fn only_the_rank_file_names_gssp_writes_name_a_rank() {
+        let rank = |name: &str| {
+            FileEntry {
+                name: name.into(),
+                bytes: 0,
+                crc32: 0,
+            }
+            .rank()
+        };
+        assert_eq!(rank("rank-12.safetensors"), Some(12));
+        for name in [
+            "rank-+1.safetensors",
+            "rank-01.safetensors",
+            "rank-.safetensors",
+            "r-1",
+        ] {
+            assert_eq!(rank(name), None, "{name}");
+        }
     }
 }
