@@ -495,6 +495,43 @@ fn a_damaged_checkpoint_is_an_error_naming_the_file() {
     );
 }
 
+/// A hand-edited manifest whose saved layout lists fewer groups than servers (gssp, 2
+/// groups): every rank finds it before anything indexes the layout, and the job stops before
+/// training with the manifest and the field named, no rank panicking. The message comes
+/// once, without a rank, because every rank failed alike (see `report_fatal` in main.rs).
+#[test]
+fn a_hand_edited_layout_is_refused_naming_the_manifest_and_the_field() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let sets = [
+        "sync.mode=gssp",
+        "sync.gssp.groups=2",
+        "sync.gssp.grouping=static",
+        "sync.gssp.static_groups=[[2,3],[4,5]]",
+        "run.epochs=0.2",
+    ];
+    let run = scratch.train_ok("hand-edited", 6, &sets, HANG_GUARD);
+    let manifest = latest_manifest(&run.dir);
+    let text = std::fs::read_to_string(&manifest).expect("the manifest");
+    let mut json: serde_json::Value = serde_json::from_str(&text).expect("manifest JSON");
+    json["layout"]["groups"]
+        .as_array_mut()
+        .expect("the saved groups")
+        .truncate(1);
+    let edited = serde_json::to_string_pretty(&json).expect("JSON");
+    std::fs::write(&manifest, edited).expect("edit the manifest");
+    let err = resume_fails(&run.dir, 6, &[]);
+    let expected = format!(
+        "error: {}: layout.groups: 1 group for 2 servers",
+        manifest.display()
+    );
+    assert!(
+        err.lines().any(|l| l == expected),
+        "not refused by every rank alike as {expected:?}:\n{err}"
+    );
+    assert!(!err.contains("panicked"), "a rank panicked:\n{err}");
+}
+
 /// A resumed worker reads its server's file for its clock (the run directory must be on a
 /// file system every node sees): where it cannot, each such rank names itself and the
 /// path, and the job ends before training.

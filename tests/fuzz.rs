@@ -1,14 +1,16 @@
 //! Fuzzing on stable Rust: property tests that feed every parser of outside input (IDX and
 //! CIFAR-10 files, text lines, vocabularies and Multi30k splits, the TOML config with its
-//! `--set` overrides, mailbox messages, safetensors model files and checkpoint files, and the
-//! BLEU tokenizers) with arbitrary and with structurally mutated input. The property is the same everywhere:
-//! the function returns `Ok` or a clear `Err`, never panics, and never allocates what a
-//! header merely claims; where it returns `Ok`, the result is consistent with its input.
+//! `--set` overrides, mailbox messages, safetensors model files, checkpoint files and
+//! manifests, and the BLEU tokenizers) with arbitrary and with structurally mutated input.
+//! The property is the same everywhere: the function returns `Ok` or a clear `Err`, never
+//! panics, and never allocates what a header merely claims; where it returns `Ok`, the
+//! result is consistent with its input.
 //!
 //! Structured mutation finds more than random bytes: each target starts from a valid input
-//! (an IDX header, a CIFAR record, a mailbox message, a model file, the example config) and
-//! mutates lengths, dimensions and magic numbers, truncates, inserts and deletes, so the
-//! checks past the first one are reached.
+//! (an IDX header, a CIFAR record, a mailbox message, a model file, the example config, a
+//! manifest of each kind of run) and mutates lengths, dimensions and magic numbers, values
+//! and list entries, truncates, inserts and deletes, so the checks past the first one are
+//! reached.
 //!
 //! The number of cases per property is bounded for CI (see [`cases`]); `GSSP_FUZZ_CASES=N`
 //! sets it for a longer local run. A failure prints the shrunk input; every finding gets a
@@ -26,7 +28,7 @@ use proptest::test_runner::Config as ProptestConfig;
 use toml::{Table, Value};
 
 use gssp::checkpoint::store::{from_bytes as checkpoint_from_bytes, to_bytes as checkpoint_bytes};
-use gssp::checkpoint::RankMeta;
+use gssp::checkpoint::{FileEntry, RankMeta, Resume};
 use gssp::compress::powersgd::{reconstruct, LowRankLayout, TensorShape};
 use gssp::compute::backend::cpu::Cpu;
 use gssp::compute::eval::bleu::{corpus_bleu, BleuStats};
@@ -39,7 +41,9 @@ use gssp::data::lines::{read_lines, split_lines};
 use gssp::data::multi30k::{load_split, Split};
 use gssp::data::text::{detokenize, tokenize, Vocab, SPECIALS};
 use gssp::data::{load_cifar10_files, load_idx_pair};
+use gssp::protocol::layout::{Layout, Role};
 use gssp::protocol::mailbox::{encode, message_words, MailboxLayout};
+use gssp::runtime::setup::saved_layout;
 
 /// `default` cases per property, or `GSSP_FUZZ_CASES` when set. No failure persistence:
 /// a finding becomes a unit test beside its fix instead of a file in the tree.
@@ -932,6 +936,285 @@ proptest! {
                 Ok(file) => prop_assert!(file.tensors.values().all(|t| t.len() < bytes.len())),
                 Err(e) => prop_assert!(e.to_string().contains("fuzz-rank.safetensors"), "{}", e),
             }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// checkpoint manifests
+
+/// The minimal config the manifests' runs start from.
+const MINIMAL: &str = "[data]\ndataset = \"synthetic\"\n[model]\nname = \"mlp\"\n";
+
+/// The runs whose manifests the mutations start from, each as its run lays its `world`
+/// ranks out: gssp with two static groups, gssp with `groups = "auto"` (an idle rank, per
+/// group bounds, a profile), bsp with balanced batches, async-localsgd with local steps,
+/// and allreduce.
+fn saved_runs() -> Vec<(Config, Layout)> {
+    let run = |sets: &[&str], world: usize, lay: &dyn Fn(&mut Layout)| {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        let cfg = Config::from_str_with_overrides(MINIMAL, "fuzz.toml", &sets).unwrap();
+        let mut layout = Layout::from_config(&cfg, world);
+        lay(&mut layout);
+        (cfg, layout)
+    };
+    let static_gssp = [
+        "sync.mode=gssp",
+        "sync.gssp.groups=2",
+        "sync.gssp.grouping=static",
+        "sync.gssp.static_groups=[[2,3],[4,5]]",
+        "sync.gssp.staleness=2",
+    ];
+    let auto_gssp = [
+        "sync.mode=gssp",
+        "sync.gssp.groups=auto",
+        "sync.gssp.max_groups=3",
+        "sync.gssp.staleness=auto",
+    ];
+    let balanced_bsp = [
+        "sync.mode=bsp",
+        "optim.batch_size=16",
+        "sync.balance.batches=static",
+        "sync.balance.static_batches=[8, 24, 16]",
+    ];
+    vec![
+        run(&static_gssp, 6, &|l| {
+            l.groups = vec![vec![2, 3], vec![4, 5]];
+            l.staleness = vec![2, 2];
+        }),
+        run(&auto_gssp, 8, &|l| {
+            l.keep_servers(2);
+            l.groups = vec![vec![3, 5, 7], vec![4, 6]];
+            l.staleness = vec![1, 3];
+            l.profiled_s = Some(vec![0.01, 0.02, 0.01, 0.02, 0.01]);
+            l.profiled_spread_s = Some(vec![0.001; 5]);
+            l.profiled_worst_s = Some(vec![0.03; 5]);
+            l.profile_cost_s = Some(0.4);
+        }),
+        run(&balanced_bsp, 4, &|l| l.batches = vec![0, 8, 24, 16]),
+        run(&["sync.mode=async-localsgd"], 4, &|l| {
+            l.local_steps = vec![4, 2, 1]
+        }),
+        run(&["sync.mode=allreduce"], 3, &|_| {}),
+    ]
+}
+
+/// The manifest of checkpoint 3 of `cfg` laid out as `layout`, as JSON.
+fn manifest_of(cfg: &Config, layout: &Layout) -> serde_json::Value {
+    let files = (0..layout.world_size)
+        .map(|r| FileEntry {
+            name: format!("rank-{r}.safetensors"),
+            bytes: 64,
+            crc32: 0,
+        })
+        .collect();
+    let world = layout.world_size;
+    let layout = serde_json::to_value(layout).ok();
+    let m = gssp::checkpoint::manifest(cfg, 3, (12.5, 0.5), world, layout, files);
+    serde_json::to_value(&m).unwrap()
+}
+
+/// What `gssp train --resume` does with the manifest `bytes` before any rank trains (in
+/// main.rs and runtime::setup, less MPI), on `world` ranks: open the checkpoint, read its
+/// config, fit the run to the world, take up the saved layout. `Err`: what a rank prints.
+fn resume_with_manifest(run: &Path, bytes: &[u8], world: usize) -> Result<Option<Layout>, String> {
+    let dir = run.join("checkpoints").join("000003");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(run.join("checkpoints").join("latest"), "000003\n").unwrap();
+    std::fs::write(dir.join("manifest.json"), bytes).unwrap();
+    let mut resume = Resume::open(run).map_err(|e| e.to_string())?;
+    let name = resume.manifest_path().display().to_string();
+    let mut cfg = Config::from_str_with_overrides(&resume.manifest.config, &name, &[])
+        .map_err(|e| e.to_string())?;
+    resume.fit_to_world(&mut cfg, world)?;
+    saved_layout(Some(&resume), &cfg, world).map_err(|e| e.to_string())
+}
+
+/// Every index the ranks take in a layout they took up is in range: each rank's role, its
+/// group's server, workers and bound, its batch slice.
+fn use_layout(layout: &Layout, world: usize) -> Result<(), TestCaseError> {
+    prop_assert_eq!(layout.world_size, world);
+    prop_assert_eq!(layout.slowdown.len(), world);
+    for rank in 0..world {
+        match layout.role(rank) {
+            Role::Server { group } => {
+                prop_assert_eq!(layout.servers[group], rank);
+                prop_assert!(!layout.groups[group].is_empty());
+                let _ = layout.staleness[group];
+            }
+            Role::Worker { group } => {
+                prop_assert!(layout.groups[group].contains(&rank), "rank {}", rank);
+                prop_assert!(layout.servers[group] < world);
+                let _ = layout.staleness[group];
+            }
+            Role::Collective | Role::Idle => {}
+        }
+        if let Some(slice) = layout.batch_slice(rank) {
+            prop_assert!(slice.end <= layout.batches.iter().sum::<usize>());
+        }
+    }
+    let workers = layout.worker_ranks().len();
+    prop_assert!(layout.local_steps.is_empty() || layout.local_steps.len() == workers);
+    Ok(())
+}
+
+/// Resumes from manifest `bytes` on `world` ranks: a failure names the checkpoint; a layout
+/// taken up is safe to index.
+fn check_manifest(bytes: &[u8], world: usize) -> Result<(), TestCaseError> {
+    let run = tempfile::tempdir().unwrap();
+    let checkpoint = run.path().join("checkpoints").join("000003");
+    match resume_with_manifest(run.path(), bytes, world) {
+        Err(e) => prop_assert!(e.contains(&checkpoint.display().to_string()), "{}", e),
+        Ok(Some(layout)) => use_layout(&layout, world)?,
+        Ok(None) => {}
+    }
+    Ok(())
+}
+
+/// One edit of a manifest's JSON at a node (picked among all of them): set to another value,
+/// removed, repeated beside itself, or emptied.
+#[derive(Debug, Clone)]
+enum JsonEdit {
+    Set(Index, serde_json::Value),
+    Remove(Index),
+    Repeat(Index),
+    Empty(Index),
+}
+
+/// Values a hand edit leaves: small counts and ranks, negatives, the limits, fractions,
+/// other types, empty and nested lists.
+fn json_value() -> impl Strategy<Value = serde_json::Value> {
+    use serde_json::json;
+    prop_oneof![
+        4 => (0u64..10).prop_map(|n| json!(n)),
+        1 => Just(json!(-1)),
+        1 => Just(json!(u64::MAX)),
+        1 => Just(json!(1e300)),
+        1 => Just(json!(0.5)),
+        1 => Just(json!(null)),
+        1 => Just(json!("gssp")),
+        1 => Just(json!("allreduce")),
+        1 => Just(json!([])),
+        1 => Just(json!([0])),
+        1 => Just(json!([[2], [3, 4]])),
+        1 => Just(json!({})),
+    ]
+}
+
+fn json_edits() -> impl Strategy<Value = Vec<JsonEdit>> {
+    let edit = prop_oneof![
+        4 => (any::<Index>(), json_value()).prop_map(|(i, v)| JsonEdit::Set(i, v)),
+        2 => any::<Index>().prop_map(JsonEdit::Remove),
+        2 => any::<Index>().prop_map(JsonEdit::Repeat),
+        1 => any::<Index>().prop_map(JsonEdit::Empty),
+    ];
+    prop::collection::vec(edit, 1..4)
+}
+
+/// The JSON pointers of every node below `v` (at pointer `at`), in document order. The
+/// manifests' keys hold no `~` or `/`, so they need no escaping.
+fn pointers(v: &serde_json::Value, at: &str, out: &mut Vec<String>) {
+    let children: Vec<(String, &serde_json::Value)> = match v {
+        serde_json::Value::Object(m) => m.iter().map(|(k, x)| (k.clone(), x)).collect(),
+        serde_json::Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .map(|(i, x)| (i.to_string(), x))
+            .collect(),
+        _ => Vec::new(),
+    };
+    for (key, child) in children {
+        let p = format!("{at}/{key}");
+        out.push(p.clone());
+        pointers(child, &p, out);
+    }
+}
+
+fn edit_json(mut doc: serde_json::Value, edits: &[JsonEdit]) -> serde_json::Value {
+    use serde_json::Value as J;
+    for edit in edits {
+        let mut all = Vec::new();
+        pointers(&doc, "", &mut all);
+        let (JsonEdit::Set(i, _) | JsonEdit::Remove(i) | JsonEdit::Repeat(i) | JsonEdit::Empty(i)) =
+            edit;
+        let Some(at) = (!all.is_empty()).then(|| all[i.index(all.len())].clone()) else {
+            break;
+        };
+        let (parent, key) = at.rsplit_once('/').unwrap();
+        let parent = parent.to_string();
+        match (edit, doc.pointer_mut(&parent)) {
+            (JsonEdit::Set(_, v), _) => {
+                if let Some(node) = doc.pointer_mut(&at) {
+                    *node = v.clone();
+                }
+            }
+            (JsonEdit::Remove(_), Some(J::Object(m))) => {
+                m.remove(key);
+            }
+            (JsonEdit::Remove(_), Some(J::Array(a))) => {
+                a.remove(key.parse::<usize>().unwrap());
+            }
+            (JsonEdit::Repeat(_), Some(J::Array(a))) => {
+                let i = key.parse::<usize>().unwrap();
+                a.insert(i, a[i].clone());
+            }
+            (JsonEdit::Empty(_), _) => {
+                if let Some(node) = doc.pointer_mut(&at) {
+                    *node = match node {
+                        J::Array(_) => J::Array(Vec::new()),
+                        J::Object(_) => J::Object(Default::default()),
+                        J::String(_) => J::String(String::new()),
+                        _ => J::from(0),
+                    };
+                }
+            }
+            _ => {}
+        }
+    }
+    doc
+}
+
+/// Every manifest the mutations start from resumes, taking up its layout as saved: the
+/// fuzzing below starts from valid input, so its edits reach every check.
+#[test]
+fn every_saved_run_resumes_from_its_own_manifest() {
+    for (cfg, layout) in saved_runs() {
+        let run = tempfile::tempdir().unwrap();
+        let bytes = serde_json::to_vec_pretty(&manifest_of(&cfg, &layout)).unwrap();
+        let taken = resume_with_manifest(run.path(), &bytes, layout.world_size);
+        assert_eq!(taken, Ok(Some(layout.clone())), "{}", cfg.sync.mode);
+    }
+}
+
+proptest! {
+    #![proptest_config(cases(1000))]
+
+    /// A hand-edited manifest (values, lists and fields changed, removed or repeated) resumes
+    /// on its rank count or another, or is refused naming the checkpoint; what is taken up
+    /// is safe to index on every rank.
+    #[test]
+    fn manifest_edits_never_panic(
+        run in 0usize..5,
+        edits in json_edits(),
+        world in prop_oneof![4 => Just(None), 1 => (1usize..10).prop_map(Some)],
+    ) {
+        let (cfg, layout) = saved_runs().swap_remove(run);
+        let doc = edit_json(manifest_of(&cfg, &layout), &edits);
+        let bytes = serde_json::to_vec(&doc).unwrap();
+        check_manifest(&bytes, world.unwrap_or(layout.world_size))?;
+    }
+
+    /// Mutated manifest bytes, and noise: refused naming the checkpoint, never a panic.
+    #[test]
+    fn manifest_byte_mutations_never_panic(
+        run in 0usize..5,
+        edits in mutations(),
+        noise in prop::collection::vec(any::<u8>(), 0..64),
+    ) {
+        let (cfg, layout) = saved_runs().swap_remove(run);
+        let valid = serde_json::to_vec_pretty(&manifest_of(&cfg, &layout)).unwrap();
+        for bytes in [mutate(valid, &edits), noise] {
+            check_manifest(&bytes, layout.world_size)?;
         }
     }
 }

@@ -1,11 +1,14 @@
 //! Who does what in a distributed run: which world ranks serve, which work, in which
 //! group, and how much each worker is slowed down.
 
+use std::collections::BTreeSet;
+
 use serde::{Deserialize, Serialize};
 
 use crate::compute::pace;
-use crate::config::{Config, SyncMode};
+use crate::config::{Config, Groups, Staleness, SyncMode};
 use crate::protocol::costmodel::GroupCountChoice;
+use crate::protocol::grouping::AUTO_STALENESS_MAX;
 
 /// What one rank does in a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,6 +136,316 @@ impl Layout {
     }
 }
 
+/// A saved layout that does not fit the run taking it up: the field (`groups`,
+/// `staleness[1]`) and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct LayoutError {
+    pub field: String,
+    pub reason: String,
+}
+
+/// `Err` of field `field` for `reason`.
+fn wrong<T>(field: impl Into<String>, reason: impl Into<String>) -> Result<T, LayoutError> {
+    Err(LayoutError {
+        field: field.into(),
+        reason: reason.into(),
+    })
+}
+
+/// `n` `thing`s, in words ("1 group", "2 groups", "3 batches").
+fn count(n: usize, thing: &str) -> String {
+    match (n, thing.ends_with("ch")) {
+        (1, _) => format!("1 {thing}"),
+        (_, true) => format!("{n} {thing}es"),
+        (_, false) => format!("{n} {thing}s"),
+    }
+}
+
+impl Layout {
+    /// Checks a layout an earlier run saved (a checkpoint's) against the config and the
+    /// world of the run that takes it up, before anything indexes it: the mode and world
+    /// size; the servers as ranks `0..G` and the ranks reserved beyond them as idle; one
+    /// group per server (one of every rank without servers), each worker rank exactly once
+    /// and every rank in range; one staleness bound per group, the configured one unless it
+    /// is `"auto"`; each rank's slowdown factor as the config gives it; local steps and
+    /// profiled times per worker, batches per rank, each where the config calls for them
+    /// and within their bounds. The
+    /// first problem is named by its field, so a hand-edited file is refused by what is
+    /// wrong with it rather than by a symptom on some rank later.
+    pub fn validate_for(&self, cfg: &Config, world_size: usize) -> Result<(), LayoutError> {
+        self.check_world(cfg, world_size)?;
+        self.check_servers(cfg)?;
+        self.check_groups(cfg)?;
+        self.check_staleness(cfg)?;
+        self.check_slowdown(cfg)?;
+        self.check_batches(cfg)?;
+        self.check_local_steps(cfg)?;
+        self.check_profile()
+    }
+
+    /// The mode and the world size are the run's.
+    fn check_world(&self, cfg: &Config, world_size: usize) -> Result<(), LayoutError> {
+        let mode = cfg.sync.mode;
+        if self.mode != mode {
+            let reason = format!("{}, the config's sync.mode is {mode}", self.mode);
+            return wrong("mode", reason);
+        }
+        if self.world_size != world_size {
+            let reason = format!("{} ranks, the run has {world_size}", self.world_size);
+            return wrong("world_size", reason);
+        }
+        Ok(())
+    }
+
+    /// The servers are ranks `0..G`, G the configured count (with `groups = "auto"`, any
+    /// count from 1 to `max_groups`); the ranks reserved beyond them are idle.
+    fn check_servers(&self, cfg: &Config) -> Result<(), LayoutError> {
+        let reserved = cfg.num_servers();
+        let auto = cfg.sync.mode == SyncMode::Gssp && cfg.sync.gssp.groups == Groups::Auto;
+        let g = self.servers.len();
+        if auto && !(1..=reserved).contains(&g) {
+            let reason = format!("sync.gssp.max_groups = {reserved} allows 1 to {reserved}");
+            return wrong("servers", format!("{}, {reason}", count(g, "server")));
+        }
+        if !auto && g != reserved {
+            let reason = format!("{}, the config has {reserved}", count(g, "server"));
+            return wrong("servers", reason);
+        }
+        if self.servers.iter().copied().ne(0..g) {
+            let reason = format!("{:?}, must be ranks 0..{g} in order", self.servers);
+            return wrong("servers", reason);
+        }
+        let left = reserved - g;
+        if self.idle.len() != left || self.idle.iter().copied().ne(g..reserved) {
+            let reason = format!(
+                "{}, must be the {} reserved as servers that the {} leave over ({g}..{reserved})",
+                count(self.idle.len(), "rank"),
+                count(left, "rank"),
+                count(g, "server")
+            );
+            return wrong("idle", reason);
+        }
+        Ok(())
+    }
+
+    /// One group per server (one without servers), none empty in a server mode, and each
+    /// worker rank (`num_servers..world_size`) in exactly one.
+    fn check_groups(&self, cfg: &Config) -> Result<(), LayoutError> {
+        let servers = self.servers.len();
+        let collective = servers == 0;
+        let expected = if collective { 1 } else { servers };
+        if self.groups.len() != expected {
+            let n = count(self.groups.len(), "group");
+            if collective {
+                return wrong(
+                    "groups",
+                    format!("{n}, {} has one of every rank", self.mode),
+                );
+            }
+            return wrong("groups", format!("{n} for {}", count(servers, "server")));
+        }
+        let workers = cfg.num_servers()..self.world_size;
+        let mut seen = BTreeSet::new();
+        for (i, group) in self.groups.iter().enumerate() {
+            let field = || format!("groups[{i}]");
+            if group.is_empty() {
+                return wrong(field(), "no workers (each group's server needs one)");
+            }
+            for &rank in group {
+                if !workers.contains(&rank) {
+                    let (first, end) = (workers.start, workers.end);
+                    let reason = format!("rank {rank}, the workers are ranks {first}..{end}");
+                    return wrong(field(), reason);
+                }
+                if !seen.insert(rank) {
+                    return wrong(field(), format!("rank {rank} again (each worker once)"));
+                }
+            }
+        }
+        match workers.clone().find(|r| !seen.contains(r)) {
+            Some(missing) => wrong("groups", format!("no group for rank {missing}")),
+            None => Ok(()),
+        }
+    }
+
+    /// One bound per group: the configured one, or with gssp's `staleness = "auto"` any up
+    /// to [`AUTO_STALENESS_MAX`].
+    fn check_staleness(&self, cfg: &Config) -> Result<(), LayoutError> {
+        let groups = self.groups.len();
+        if self.staleness.len() != groups {
+            let n = count(self.staleness.len(), "bound");
+            return wrong("staleness", format!("{n} for {}", count(groups, "group")));
+        }
+        let auto = cfg.sync.mode == SyncMode::Gssp && cfg.sync.gssp.staleness == Staleness::Auto;
+        let configured = cfg.sync.server_bound().unwrap_or(0);
+        for (i, &s) in self.staleness.iter().enumerate() {
+            if auto && s > AUTO_STALENESS_MAX {
+                let reason = format!("{s}, \"auto\" sets at most {AUTO_STALENESS_MAX}");
+                return wrong(format!("staleness[{i}]"), reason);
+            }
+            if !auto && s != configured {
+                let reason = format!("{s}, the config sets {configured}");
+                return wrong(format!("staleness[{i}]"), reason);
+            }
+        }
+        Ok(())
+    }
+
+    /// A factor per rank, the one the config's `[heterogeneity]` gives it (the factors are
+    /// a function of the config, which a resumed run cannot change).
+    fn check_slowdown(&self, cfg: &Config) -> Result<(), LayoutError> {
+        if self.slowdown.len() != self.world_size {
+            let n = count(self.slowdown.len(), "factor");
+            return wrong("slowdown", format!("{n} for {} ranks", self.world_size));
+        }
+        let configured = Layout::from_config(cfg, self.world_size).slowdown;
+        let differs = self
+            .slowdown
+            .iter()
+            .zip(&configured)
+            .position(|(a, b)| a != b);
+        match differs {
+            Some(r) => wrong(
+                format!("slowdown[{r}]"),
+                format!(
+                    "{}, the config's [heterogeneity] gives {}",
+                    self.slowdown[r], configured[r]
+                ),
+            ),
+            None => Ok(()),
+        }
+    }
+
+    /// The server modes with `[sync.balance]`: one batch per rank, 0 for a server or an idle
+    /// rank, each worker's within `min_batch..=max_batch`, all summing to the global batch;
+    /// otherwise none.
+    fn check_batches(&self, cfg: &Config) -> Result<(), LayoutError> {
+        let reserved = cfg.num_servers();
+        let b = &cfg.sync.balance;
+        if !(b.is_balanced() && reserved > 0) {
+            return match self.batches.len() {
+                0 => Ok(()),
+                n => wrong(
+                    "batches",
+                    format!(
+                        "{}, the config cuts none ([sync.balance])",
+                        count(n, "batch")
+                    ),
+                ),
+            };
+        }
+        if self.batches.len() != self.world_size {
+            let n = count(self.batches.len(), "batch");
+            return wrong("batches", format!("{n} for {} ranks", self.world_size));
+        }
+        let mean = cfg.optim.batch_size;
+        let (low, high) = (b.min_batch, b.ceiling(mean));
+        for (rank, &batch) in self.batches.iter().enumerate() {
+            let field = || format!("batches[{rank}]");
+            if rank < reserved && batch != 0 {
+                return wrong(field(), format!("{batch} for a server's rank, must be 0"));
+            }
+            if rank >= reserved && !(low..=high).contains(&batch) {
+                let bounds = "sync.balance.min_batch and max_batch";
+                return wrong(
+                    field(),
+                    format!("{batch}, must be in {low}..={high} ({bounds})"),
+                );
+            }
+        }
+        let workers = self.world_size.saturating_sub(reserved) as u128;
+        let global = workers * mean as u128;
+        let sum: u128 = self.batches.iter().map(|&x| x as u128).sum();
+        if sum != global {
+            let reason = format!("a sum of {sum}, the global batch is {global}");
+            return wrong("batches", reason);
+        }
+        Ok(())
+    }
+
+    /// async-localsgd, and gssp with `sync.gssp.local_steps` > 1: at least one local step
+    /// per worker; otherwise none.
+    fn check_local_steps(&self, cfg: &Config) -> Result<(), LayoutError> {
+        let takes = match cfg.sync.mode {
+            SyncMode::AsyncLocalsgd => true,
+            SyncMode::Gssp => cfg.sync.gssp.takes_local_steps(),
+            _ => false,
+        };
+        let n = self.local_steps.len();
+        if !takes {
+            return match n {
+                0 => Ok(()),
+                _ => wrong(
+                    "local_steps",
+                    format!("{}, the config takes no local steps", count(n, "count")),
+                ),
+            };
+        }
+        let workers = self.worker_count();
+        if n != workers {
+            let reason = format!("{} for {}", count(n, "count"), count(workers, "worker"));
+            return wrong("local_steps", reason);
+        }
+        match self.local_steps.iter().position(|&s| s == 0) {
+            Some(i) => wrong(format!("local_steps[{i}]"), "0, must be at least 1"),
+            None => Ok(()),
+        }
+    }
+
+    /// What profiling measured: a finite, non-negative time per worker, and its cost; the
+    /// group count the cost model chose is the number of servers.
+    fn check_profile(&self) -> Result<(), LayoutError> {
+        let workers = self.worker_count();
+        for (name, times) in [
+            ("profiled_s", &self.profiled_s),
+            ("profiled_spread_s", &self.profiled_spread_s),
+            ("profiled_worst_s", &self.profiled_worst_s),
+        ] {
+            let Some(times) = times else { continue };
+            if times.len() != workers {
+                let reason = format!(
+                    "{} for {}",
+                    count(times.len(), "time"),
+                    count(workers, "worker")
+                );
+                return wrong(name, reason);
+            }
+            if let Some(i) = times.iter().position(|t| !seconds(*t)) {
+                return wrong(format!("{name}[{i}]"), not_seconds(times[i]));
+            }
+        }
+        if let Some(cost) = self.profile_cost_s.filter(|c| !seconds(*c)) {
+            return wrong("profile_cost_s", not_seconds(cost));
+        }
+        match &self.group_count {
+            Some(c) if c.chosen != self.servers.len() => {
+                let servers = count(self.servers.len(), "server");
+                wrong(
+                    "group_count.chosen",
+                    format!("{}, the layout has {servers}", c.chosen),
+                )
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The workers of all groups (each once in a checked layout).
+    fn worker_count(&self) -> usize {
+        self.groups.iter().map(Vec::len).sum()
+    }
+}
+
+/// Whether `t` is a time in seconds: finite and not negative.
+fn seconds(t: f64) -> bool {
+    t.is_finite() && t >= 0.0
+}
+
+/// The reason a time is refused.
+fn not_seconds(t: f64) -> String {
+    format!("{t}, must be a finite number of seconds >= 0")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,5 +520,216 @@ mod tests {
             [1]
         );
         assert_eq!(bound(&["sync.mode=gssp", "sync.gssp.staleness=auto"]), [0]);
+    }
+    /// gssp with 2 static groups of 2 workers on 6 ranks, as a run lays it out.
+    fn two_groups(extra: &[&str]) -> (Config, Layout) {
+        let mut sets = vec![
+            "sync.mode=gssp",
+            "sync.gssp.groups=2",
+            "sync.gssp.grouping=static",
+            "sync.gssp.static_groups=[[2,3],[4,5]]",
+            "sync.gssp.staleness=2",
+        ];
+        sets.extend_from_slice(extra);
+        let cfg = config(&sets);
+        let mut layout = Layout::from_config(&cfg, 6);
+        layout.groups = vec![vec![2, 3], vec![4, 5]];
+        layout.staleness = vec![2, 2];
+        (cfg, layout)
+    }
+
+    /// The error `edit` makes of the two-group layout, as `field: reason`.
+    fn refused(edit: impl FnOnce(&mut Layout)) -> String {
+        let (cfg, mut layout) = two_groups(&[]);
+        edit(&mut layout);
+        layout.validate_for(&cfg, 6).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_layouts_a_run_saves_fit_its_config_and_world() {
+        let (cfg, layout) = two_groups(&[]);
+        assert_eq!(layout.validate_for(&cfg, 6), Ok(()));
+        for mode in ["bsp", "asp", "ssp", "allreduce", "localsgd"] {
+            let cfg = config(&[format!("sync.mode={mode}").as_str()]);
+            assert_eq!(
+                Layout::from_config(&cfg, 4).validate_for(&cfg, 4),
+                Ok(()),
+                "{mode}"
+            );
+        }
+        // groups = "auto": 2 of 3 reserved ranks serve, the third is idle.
+        let cfg = config(&[
+            "sync.mode=gssp",
+            "sync.gssp.groups=auto",
+            "sync.gssp.max_groups=3",
+        ]);
+        let mut layout = Layout::from_config(&cfg, 8);
+        layout.keep_servers(2);
+        layout.groups = vec![vec![3, 5, 7], vec![4, 6]];
+        layout.staleness = vec![layout.staleness[0]; 2];
+        assert_eq!(layout.validate_for(&cfg, 8), Ok(()));
+    }
+
+    #[test]
+    fn fewer_groups_than_servers_or_a_worker_out_of_place_is_named() {
+        assert_eq!(
+            refused(|l| l.groups.truncate(1)),
+            "groups: 1 group for 2 servers"
+        );
+        assert_eq!(
+            refused(|l| l.groups[1] = vec![4]),
+            "groups: no group for rank 5"
+        );
+        assert_eq!(
+            refused(|l| l.groups[1].push(3)),
+            "groups[1]: rank 3 again (each worker once)"
+        );
+        assert_eq!(
+            refused(|l| l.groups[0][0] = 6),
+            "groups[0]: rank 6, the workers are ranks 2..6"
+        );
+        assert_eq!(
+            refused(|l| l.groups[0][0] = 1),
+            "groups[0]: rank 1, the workers are ranks 2..6"
+        );
+        assert!(refused(|l| l.groups[0].clear()).starts_with("groups[0]: no workers"));
+    }
+
+    #[test]
+    fn the_mode_world_and_servers_are_the_runs() {
+        assert_eq!(
+            refused(|l| l.mode = SyncMode::Ssp),
+            "mode: ssp, the config's sync.mode is gssp"
+        );
+        assert_eq!(
+            refused(|l| l.world_size = 7),
+            "world_size: 7 ranks, the run has 6"
+        );
+        assert_eq!(
+            refused(|l| l.servers = vec![0]),
+            "servers: 1 server, the config has 2"
+        );
+        assert_eq!(
+            refused(|l| l.servers = vec![1, 0]),
+            "servers: [1, 0], must be ranks 0..2 in order"
+        );
+        assert!(refused(|l| l.idle = vec![2]).starts_with("idle: 1 rank, must be the 0 ranks"));
+        let cfg = config(&[
+            "sync.mode=gssp",
+            "sync.gssp.groups=auto",
+            "sync.gssp.max_groups=2",
+        ]);
+        let mut layout = Layout::from_config(&cfg, 6);
+        layout.keep_servers(1);
+        layout.idle.clear();
+        let err = layout.validate_for(&cfg, 6).unwrap_err().to_string();
+        assert!(
+            err.starts_with("idle: 0 ranks, must be the 1 rank"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn per_group_and_per_rank_lists_match_their_counts_and_bounds() {
+        assert_eq!(
+            refused(|l| {
+                l.staleness.pop();
+            }),
+            "staleness: 1 bound for 2 groups"
+        );
+        assert_eq!(
+            refused(|l| l.staleness[1] = 5),
+            "staleness[1]: 5, the config sets 2"
+        );
+        assert_eq!(
+            refused(|l| l.slowdown.truncate(5)),
+            "slowdown: 5 factors for 6 ranks"
+        );
+        assert_eq!(
+            refused(|l| l.slowdown[3] = f64::NAN),
+            "slowdown[3]: NaN, the config's [heterogeneity] gives 1"
+        );
+        assert_eq!(
+            refused(|l| l.batches = vec![0, 0, 32, 32, 32, 32]),
+            "batches: 6 batches, the config cuts none ([sync.balance])"
+        );
+        assert_eq!(
+            refused(|l| l.local_steps = vec![1, 1, 1, 1]),
+            "local_steps: 4 counts, the config takes no local steps"
+        );
+        assert_eq!(
+            refused(|l| l.profiled_s = Some(vec![0.1; 3])),
+            "profiled_s: 3 times for 4 workers"
+        );
+        assert!(
+            refused(|l| l.profiled_worst_s = Some(vec![0.1, -1.0, 0.1, 0.1]))
+                .starts_with("profiled_worst_s[1]: -1")
+        );
+        assert!(
+            refused(|l| l.profile_cost_s = Some(f64::INFINITY)).starts_with("profile_cost_s: inf")
+        );
+        let auto = config(&[
+            "sync.mode=gssp",
+            "sync.gssp.groups=2",
+            "sync.gssp.staleness=auto",
+        ]);
+        let mut layout = Layout::from_config(&auto, 6);
+        layout.groups = vec![vec![2, 3], vec![4, 5]];
+        layout.staleness = vec![3, AUTO_STALENESS_MAX];
+        assert_eq!(layout.validate_for(&auto, 6), Ok(()));
+        layout.staleness[0] = AUTO_STALENESS_MAX + 1;
+        let err = layout.validate_for(&auto, 6).unwrap_err().to_string();
+        assert!(err.starts_with("staleness[0]: 9"), "{err}");
+    }
+
+    #[test]
+    fn balanced_batches_and_local_steps_are_checked_where_the_config_takes_them() {
+        let cfg = config(&[
+            "sync.mode=bsp",
+            "optim.batch_size=16",
+            "sync.balance.batches=static",
+            "sync.balance.static_batches=[8, 24, 16]",
+        ]);
+        let mut layout = Layout::from_config(&cfg, 4);
+        layout.batches = vec![0, 8, 24, 16];
+        assert_eq!(layout.validate_for(&cfg, 4), Ok(()));
+        let check = |batches: Vec<usize>| {
+            let mut l = layout.clone();
+            l.batches = batches;
+            l.validate_for(&cfg, 4).unwrap_err().to_string()
+        };
+        assert_eq!(check(vec![0, 8, 24]), "batches: 3 batches for 4 ranks");
+        assert_eq!(
+            check(vec![4, 8, 20, 16]),
+            "batches[0]: 4 for a server's rank, must be 0"
+        );
+        assert!(check(vec![0, 0, 32, 16]).starts_with("batches[1]: 0, must be in 1..=64"));
+        assert_eq!(
+            check(vec![0, 8, 24, 24]),
+            "batches: a sum of 56, the global batch is 48"
+        );
+
+        let cfg = config(&["sync.mode=async-localsgd"]);
+        let mut layout = Layout::from_config(&cfg, 4);
+        layout.local_steps = vec![4, 2, 1];
+        assert_eq!(layout.validate_for(&cfg, 4), Ok(()));
+        layout.local_steps = vec![4, 2];
+        let err = layout.validate_for(&cfg, 4).unwrap_err().to_string();
+        assert_eq!(err, "local_steps: 2 counts for 3 workers");
+        layout.local_steps = vec![4, 0, 1];
+        let err = layout.validate_for(&cfg, 4).unwrap_err().to_string();
+        assert_eq!(err, "local_steps[1]: 0, must be at least 1");
+    }
+
+    #[test]
+    fn a_collective_mode_has_one_group_of_every_rank() {
+        let cfg = config(&["sync.mode=allreduce"]);
+        let mut layout = Layout::from_config(&cfg, 3);
+        layout.groups.push(vec![]);
+        let err = layout.validate_for(&cfg, 3).unwrap_err().to_string();
+        assert_eq!(err, "groups: 2 groups, allreduce has one of every rank");
+        layout.groups = vec![vec![0, 2]];
+        let err = layout.validate_for(&cfg, 3).unwrap_err().to_string();
+        assert_eq!(err, "groups: no group for rank 1");
     }
 }

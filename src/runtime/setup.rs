@@ -9,8 +9,9 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use serde::Deserialize;
 
-use crate::checkpoint::{Resume, Schedule};
+use crate::checkpoint::{CheckpointError, Resume, Schedule};
 use crate::comm::{Collectives, Comm, SubComm};
 use crate::compress::MirrorDevice;
 use crate::compute::backend::{self, Backend};
@@ -92,14 +93,16 @@ pub fn prepare<B: Backend>(
     resume: Option<&Resume>,
 ) -> Result<Setup<B>> {
     let rank = comm.rank();
+    // First, on every rank: nothing below may index a saved layout that does not fit.
+    let saved = comm.fatal_on_all(saved_layout(resume, cfg, comm.size()))?;
+    let fresh = saved.is_none();
     let corpus = load_corpus(comm, cfg, run)?;
     let mut step = build_step(be, comm, cfg, &corpus)?;
     let faults = comm.fatal_on_all(Faults::from_env(rank))?;
     let mut layout = Layout::from_config(cfg, comm.size());
     let mut pacer = pacer_for(cfg, &layout, rank);
-    // A run resumed on another rank count is laid out as a fresh one on its ranks.
-    match resume.filter(|r| r.manifest.layout.is_some() && r.rescale.is_none()) {
-        Some(r) => layout = comm.fatal_on_all(saved_layout(r))?,
+    match saved {
+        Some(s) => layout = s,
         None if cfg.sync.mode == SyncMode::Gssp => {
             let groups = form_groups_by_profile(comm, cfg, &mut step, &corpus, &mut pacer)?;
             apply_groups(cfg, &mut layout, groups, step.net.num_params());
@@ -109,7 +112,6 @@ pub fn prepare<B: Backend>(
         }
         None => {}
     }
-    let fresh = resume.is_none_or(|r| r.manifest.layout.is_none() || r.rescale.is_some());
     if fresh && cfg.sync.balance.is_balanced() && cfg.num_servers() > 0 {
         layout_batches(comm, cfg, &mut layout, (&mut step, &corpus, &mut pacer))?;
     }
@@ -262,11 +264,29 @@ fn pacer_for(cfg: &Config, layout: &Layout, rank: usize) -> Pacer {
     )
 }
 
-/// A resumed run keeps its groups: the replicas it saved belong to them.
-fn saved_layout(resume: &Resume) -> Result<Layout, String> {
-    let saved = resume.manifest.layout.clone().unwrap_or_default();
-    serde_json::from_value::<Layout>(saved)
-        .map_err(|e| format!("{}: layout: {e}", resume.dir.display()))
+/// The layout a resumed run keeps (its groups: the replicas it saved belong to them), read
+/// from the checkpoint's manifest and checked against the config and the `world_size` ranks
+/// of this run ([`Layout::validate_for`]); an error names the manifest and the field.
+/// `None` for a fresh run, and for one resumed on another rank count or laid out again
+/// ([`Resume::rescale`]): that run is laid out as a fresh one on its ranks.
+pub fn saved_layout(
+    resume: Option<&Resume>,
+    cfg: &Config,
+    world_size: usize,
+) -> Result<Option<Layout>, CheckpointError> {
+    let Some((r, saved)) = resume
+        .filter(|r| r.rescale.is_none())
+        .and_then(|r| Some((r, r.manifest.layout.as_ref()?)))
+    else {
+        return Ok(None);
+    };
+    let path = r.manifest_path();
+    let layout = Layout::deserialize(saved)
+        .map_err(|e| CheckpointError::field(&path, "layout", e.to_string()))?;
+    layout
+        .validate_for(cfg, world_size)
+        .map_err(|e| CheckpointError::field(&path, format!("layout.{}", e.field), e.reason))?;
+    Ok(Some(layout))
 }
 
 /// gssp's groups, from the config or by profiling every worker (collective).
@@ -527,7 +547,107 @@ fn start_clock(comm: &Comm, resume: Option<&Resume>, layout: &Layout) -> Result<
         None => (0.0, profiled),
     };
     comm.barrier()?;
-    Instant::now()
-        .checked_sub(std::time::Duration::from_secs_f64(resumed_at + profiling))
+    // `try_`: a clock no `Duration` holds is an error, not a panic (the manifest's time was
+    // checked when it was read; the profile's cost is measured).
+    std::time::Duration::try_from_secs_f64(resumed_at + profiling)
+        .ok()
+        .and_then(|back| Instant::now().checked_sub(back))
         .context("the checkpoint's training clock lies before this machine's boot")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::store::FORMAT;
+    use crate::checkpoint::Manifest;
+    use std::path::PathBuf;
+
+    /// A checkpoint of gssp with 2 static groups on 6 ranks whose saved layout is `layout`.
+    fn resume_with(layout: serde_json::Value) -> (Config, Resume) {
+        let sets: Vec<String> = [
+            "data.dataset=synthetic",
+            "model.name=mlp",
+            "sync.mode=gssp",
+            "sync.gssp.groups=2",
+            "sync.gssp.grouping=static",
+            "sync.gssp.static_groups=[[2,3],[4,5]]",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let minimal = "[data]\ndataset = \"synthetic\"\n[model]\nname = \"mlp\"\n";
+        let cfg = Config::from_str_with_overrides(minimal, "t", &sets).expect("a valid config");
+        let manifest = Manifest {
+            format: FORMAT,
+            sequence: 3,
+            time_s: 1.0,
+            epoch: 0.5,
+            world_size: 6,
+            mode: "gssp".into(),
+            config: cfg.to_toml_string(),
+            layout: Some(layout),
+            files: Vec::new(),
+        };
+        let resume = Resume {
+            run_dir: PathBuf::from("RUN"),
+            dir: PathBuf::from("RUN/checkpoints/000003"),
+            manifest,
+            rescale: None,
+        };
+        (cfg, resume)
+    }
+
+    fn layout_of(cfg: &Config) -> Layout {
+        let mut layout = Layout::from_config(cfg, 6);
+        layout.groups = vec![vec![2, 3], vec![4, 5]];
+        layout.staleness = vec![layout.staleness[0]; 2];
+        layout
+    }
+
+    #[test]
+    fn a_saved_layout_that_does_not_fit_is_named_by_the_manifest_and_its_field() {
+        let (cfg, _) = resume_with(serde_json::Value::Null);
+        let mut layout = layout_of(&cfg);
+        let (cfg, resume) = resume_with(serde_json::to_value(&layout).unwrap());
+        assert_eq!(
+            saved_layout(Some(&resume), &cfg, 6).unwrap(),
+            Some(layout.clone())
+        );
+
+        layout.groups.truncate(1);
+        let (cfg, resume) = resume_with(serde_json::to_value(&layout).unwrap());
+        let err = saved_layout(Some(&resume), &cfg, 6)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "RUN/checkpoints/000003/manifest.json: layout.groups: 1 group for 2 servers"
+        );
+        let (cfg, resume) = resume_with(serde_json::json!({"mode": "gssp"}));
+        let err = saved_layout(Some(&resume), &cfg, 6)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("RUN/checkpoints/000003/manifest.json: layout: missing field"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_run_laid_out_anew_takes_no_saved_layout() {
+        let (cfg, mut resume) = resume_with(serde_json::json!({"not": "read"}));
+        assert_eq!(saved_layout(None, &cfg, 6).unwrap(), None);
+        resume.rescale = Some(crate::checkpoint::Rescale {
+            from_world: 6,
+            to_world: 8,
+            work: 0,
+            workers: 6,
+            per_worker: 0,
+            saved_ranks: vec![0, 1],
+        });
+        assert_eq!(saved_layout(Some(&resume), &cfg, 8).unwrap(), None);
+        resume.rescale = None;
+        resume.manifest.layout = None;
+        assert_eq!(saved_layout(Some(&resume), &cfg, 6).unwrap(), None);
+    }
 }
