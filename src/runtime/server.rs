@@ -246,6 +246,14 @@ impl Server<'_, '_, '_, '_, '_> {
             r.pushed(w, time_s);
         }
         let rank = self.ctx.worker_ranks.get(w).copied().unwrap_or(w);
+        let params = self.ps.weights().len();
+        if push.payload.len() != params {
+            anyhow::bail!(
+                "worker {w} (rank {rank}) pushed {} values at its iteration {}; the model has {params}",
+                push.payload.len(),
+                push.clock
+            );
+        }
         check_push(&push, rank, self.stats.pushes, cfg.optim.lr)?;
         let progress = cfg.run.progress(self.epoch, time_s);
         let lr = optim::lr_at(&cfg.optim, self.epoch, progress);

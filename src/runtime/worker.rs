@@ -165,5 +165,13 @@ pub(crate) fn recv_weights<B: Backend>(
             .net
             .write_params_on_host(stage, |w| link.recv_weights(w))?;
     }
+    let params = step.net.num_params();
+    if !header.stop && header.len != params {
+        anyhow::bail!(
+            "the server sent {} weights at version {}; the model has {params}",
+            header.len,
+            header.version
+        );
+    }
     Ok(header)
 }
