@@ -1,5 +1,6 @@
 //! Multi-rank checks of gssp's communication layer (`gssp::comm`): collectives and split
-//! communicators, the parameter-server links, a group's links moved to a communicator of
+//! communicators, the parameter-server links (with the runtime's messages on them,
+//! `gssp::runtime::messages`), a group's links moved to a communicator of
 //! new members (`create_group`, a Regroup message, `rebind`), RMA windows and
 //! `fatal_on_all`, on the ranks
 //! of the current job (any number >= 2). Prints `comm_selftest: ok` on rank 0 and exits 0
@@ -16,9 +17,11 @@
 
 use std::process::ExitCode;
 
-use gssp::comm::p2p::{PushRef, ServerLink, WorkerLink, HEADER_WORDS};
+use gssp::comm::p2p::{ServerLink, WorkerLink};
 use gssp::comm::rma::{LockKind, SharedWindow, Window};
 use gssp::comm::{Collectives, Comm, CommError};
+use gssp::protocol::wire::HEADER_WORDS;
+use gssp::runtime::messages::{PushRef, ServerMessages, WorkerMessages};
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -70,7 +73,7 @@ fn run(comm: &Comm) -> Result<(), String> {
 }
 
 /// Unwraps an MPI result or aborts the job with a message naming the step.
-fn or_abort<T>(comm: &Comm, step: &str, r: Result<T, CommError>) -> T {
+fn or_abort<T, E: std::fmt::Display>(comm: &Comm, step: &str, r: Result<T, E>) -> T {
     match r {
         Ok(v) => v,
         Err(e) => {
@@ -229,7 +232,7 @@ fn p2p(comm: &Comm) -> Result<(), String> {
         let mut link = or_abort(
             comm,
             "ServerLink::new",
-            ServerLink::new(comm, &slots, P2P_N),
+            ServerLink::new(comm, &slots, HEADER_WORDS, P2P_N),
         );
         // The initial weights: one payload shared by every worker, each with its own header.
         let everyone: Vec<usize> = (0..workers.len()).collect();
@@ -292,7 +295,11 @@ fn p2p(comm: &Comm) -> Result<(), String> {
         let _ = polled; // either path may serve a push, depending on timing
         (0, 0)
     } else {
-        let mut link = or_abort(comm, "WorkerLink::new", WorkerLink::new(comm, 0, P2P_N));
+        let mut link = or_abort(
+            comm,
+            "WorkerLink::new",
+            WorkerLink::new(comm, 0, HEADER_WORDS, P2P_N),
+        );
         let mut w = vec![0.0f32; P2P_N];
         let h = or_abort(comm, "recv_weights", link.recv_weights(&mut w));
         f.expect(
@@ -379,7 +386,11 @@ fn groups(comm: &Comm) -> Result<(), String> {
         // Slot w is world rank w (its rank in `a` is size - 1 - w); the server itself has no
         // slot used (world rank size - 1).
         let on_a: Vec<Option<usize>> = (0..size - 1).map(|w| Some(size - 1 - w)).collect();
-        let mut link = or_abort(comm, "ServerLink::new", ServerLink::new(&a, &on_a, GROUP_N));
+        let mut link = or_abort(
+            comm,
+            "ServerLink::new",
+            ServerLink::new(&a, &on_a, HEADER_WORDS, GROUP_N),
+        );
         let everyone: Vec<usize> = (0..size - 1).collect();
         or_abort(
             comm,
@@ -398,7 +409,11 @@ fn groups(comm: &Comm) -> Result<(), String> {
         worker_on(comm, &b, &mut f, &weights);
         (a.p2p_messages(), b.p2p_messages())
     } else {
-        let mut link = or_abort(comm, "WorkerLink::new", WorkerLink::new(&a, 0, GROUP_N));
+        let mut link = or_abort(
+            comm,
+            "WorkerLink::new",
+            WorkerLink::new(&a, 0, HEADER_WORDS, GROUP_N),
+        );
         let mut w = vec![0.0f32; GROUP_N];
         let h = or_abort(comm, "recv_weights", link.recv_weights(&mut w));
         f.expect(same_bits(&w, &weights) && h.regroup.is_none(), || {
@@ -447,7 +462,11 @@ fn groups(comm: &Comm) -> Result<(), String> {
 fn server_on(comm: &Comm, b: &gssp::comm::SubComm, f: &mut Findings, weights: &[f32]) {
     let size = comm.size();
     let slots: Vec<Option<usize>> = (1..size).map(Some).collect();
-    let mut link = or_abort(comm, "ServerLink::new", ServerLink::new(b, &slots, GROUP_N));
+    let mut link = or_abort(
+        comm,
+        "ServerLink::new",
+        ServerLink::new(b, &slots, HEADER_WORDS, GROUP_N),
+    );
     let everyone: Vec<usize> = (0..size - 1).collect();
     or_abort(
         comm,
@@ -467,7 +486,11 @@ fn server_on(comm: &Comm, b: &gssp::comm::SubComm, f: &mut Findings, weights: &[
 
 /// A worker of the second group, fresh (the first group's server): weights, a push, stop.
 fn worker_on(comm: &Comm, b: &gssp::comm::SubComm, f: &mut Findings, weights: &[f32]) {
-    let mut link = or_abort(comm, "WorkerLink::new", WorkerLink::new(b, 0, GROUP_N));
+    let mut link = or_abort(
+        comm,
+        "WorkerLink::new",
+        WorkerLink::new(b, 0, HEADER_WORDS, GROUP_N),
+    );
     worker_after_rebind(comm, &mut link, f, weights);
 }
 

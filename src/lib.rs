@@ -9,8 +9,8 @@
 //! 2. [`runtime`]: a run's set-up and the roles' loops (worker, parameter or group server,
 //!    collective worker, single process).
 //! 3. [`protocol`] and [`compress`]: pure logic. The update rule, SSP clocks, mailbox
-//!    format, layout, grouping, regroup decisions and cost model; top-k, PowerSGD, error
-//!    feedback and ratio control.
+//!    format, the messages between a worker and its server, layout, grouping, regroup
+//!    decisions and cost model; top-k, PowerSGD, error feedback and ratio control.
 //! 4. [`comm`] (the only MPI code, with the emulated network link) and [`compute`]
 //!    (backends, modules and models, optimizers, the workload of a step, compute pacing).
 //! 5. Ground: [`config`], [`data`], [`checkpoint`] files, and [`telemetry`] (clocks, logs,

@@ -1,10 +1,10 @@
 //! Fuzzing on stable Rust: property tests that feed every parser of outside input (IDX and
 //! CIFAR-10 files, text lines, vocabularies and Multi30k splits, the TOML config with its
-//! `--set` overrides, mailbox messages, safetensors model files, checkpoint files and
-//! manifests, and the BLEU tokenizers) with arbitrary and with structurally mutated input.
-//! The property is the same everywhere: the function returns `Ok` or a clear `Err`, never
-//! panics, and never allocates what a header merely claims; where it returns `Ok`, the
-//! result is consistent with its input.
+//! `--set` overrides, mailbox messages, the parameter-server messages, safetensors model
+//! files, checkpoint files and manifests, and the BLEU tokenizers) with arbitrary and with
+//! structurally mutated input. The property is the same everywhere: the function returns
+//! `Ok` or a clear `Err`, never panics, and never allocates what a header merely claims;
+//! where it returns `Ok`, the result is consistent with its input.
 //!
 //! Structured mutation finds more than random bytes: each target starts from a valid input
 //! (an IDX header, a CIFAR record, a mailbox message, a model file, the example config, a
@@ -43,6 +43,9 @@ use gssp::data::text::{detokenize, tokenize, Vocab, SPECIALS};
 use gssp::data::{load_cifar10_files, load_idx_pair};
 use gssp::protocol::layout::{Layout, Role};
 use gssp::protocol::mailbox::{encode, message_words, MailboxLayout};
+use gssp::protocol::wire::{
+    decode_members, encode_members, Push, Reply, WireError, HEADER_WORDS, MAX_STALENESS,
+};
 use gssp::runtime::setup::saved_layout;
 
 /// `default` cases per property, or `GSSP_FUZZ_CASES` when set. No failure persistence:
@@ -764,6 +767,101 @@ proptest! {
         overrides in prop::collection::vec(any::<String>(), 0..3),
     ) {
         check_config(&text, &overrides, 4)?;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Parameter-server messages
+
+/// Words as a message carries them: bit patterns at the edges, NaNs and infinities among
+/// them (integer words travel as `f32` bits).
+fn wire_word() -> impl Strategy<Value = f32> {
+    prop_oneof![
+        interesting_u32(),
+        Just(0x7f80_0001),
+        Just(0xffc0_0000),
+        Just(2),
+        Just(3)
+    ]
+    .prop_map(f32::from_bits)
+}
+
+fn wire_bits(words: &[f32]) -> Vec<u32> {
+    words.iter().map(|w| w.to_bits()).collect()
+}
+
+/// Every kind of reply, at edge versions and staleness.
+fn reply() -> impl Strategy<Value = Reply> {
+    prop_oneof![
+        (interesting_u64(), interesting_u64())
+            .prop_map(|(version, staleness)| Reply::Weights { version, staleness }),
+        (interesting_u64(), interesting_u64())
+            .prop_map(|(version, staleness)| Reply::Stop { version, staleness }),
+        any::<u16>().prop_map(|tag| Reply::Regroup { tag }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(cases(2000))]
+
+    /// Arbitrary words of any length around the header's decode or are refused, never
+    /// panic; what decodes has the rest of the message as its payload, within the bound, and
+    /// encodes back to the same header words.
+    #[test]
+    fn wire_arbitrary_messages_never_panic(
+        words in prop::collection::vec(wire_word(), 0..8),
+        max in 0usize..6,
+    ) {
+        match Push::decode(&words) {
+            Ok((push, payload)) => {
+                prop_assert_eq!(payload.len(), words.len() - HEADER_WORDS);
+                prop_assert_eq!(wire_bits(&push.encode()), wire_bits(&words[..HEADER_WORDS]));
+            }
+            Err(e) => prop_assert_eq!(e, WireError::Short { words: words.len() }),
+        }
+        if let Ok((reply, payload)) = Reply::decode(&words, max) {
+            prop_assert_eq!(payload.len(), words.len() - HEADER_WORDS);
+            prop_assert!(payload.len() <= max);
+            prop_assert_eq!(wire_bits(&reply.encode()), wire_bits(&words[..HEADER_WORDS]));
+        }
+    }
+
+    /// Every push and reply comes back as it was sent (a staleness past the bound as the
+    /// bound), its payload bit for bit.
+    #[test]
+    fn wire_messages_round_trip(
+        clock in interesting_u64(),
+        loss in wire_word(),
+        sent in reply(),
+        members in prop::collection::vec(any::<u32>(), 1..5),
+        payload in prop::collection::vec(wire_word(), 0..5),
+    ) {
+        let mut m = Push { clock, loss }.encode().to_vec();
+        m.extend_from_slice(&payload);
+        let (push, got) = Push::decode(&m).unwrap();
+        prop_assert_eq!((push.clock, push.loss.to_bits()), (clock, loss.to_bits()));
+        prop_assert_eq!(wire_bits(got), wire_bits(&payload));
+
+        let members: Vec<usize> = members.iter().map(|&r| r as usize).collect();
+        let body = match sent {
+            Reply::Weights { .. } => payload.clone(),
+            Reply::Stop { .. } => Vec::new(),
+            Reply::Regroup { .. } => encode_members(&members).unwrap(),
+        };
+        let mut m = sent.encode().to_vec();
+        m.extend_from_slice(&body);
+        let (reply, got) = Reply::decode(&m, body.len().max(1)).unwrap();
+        let capped = |s: u64| s.min(MAX_STALENESS);
+        let expected = match sent {
+            Reply::Weights { version, staleness } => Reply::Weights { version, staleness: capped(staleness) },
+            Reply::Stop { version, staleness } => Reply::Stop { version, staleness: capped(staleness) },
+            regroup => regroup,
+        };
+        prop_assert_eq!(reply, expected);
+        prop_assert_eq!(wire_bits(got), wire_bits(&body));
+        if let Reply::Regroup { .. } = reply {
+            prop_assert_eq!(decode_members(got), members);
+        }
     }
 }
 

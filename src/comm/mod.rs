@@ -8,7 +8,8 @@
 //! * [`Comm`]: the MPI environment and the world communicator.
 //! * [`SubComm`]: a communicator from [`Collectives::split`].
 //! * [`Collectives`]: collectives shared by both (import the trait to call them).
-//! * [`p2p`]: parameter-server messaging (nonblocking, reused buffers).
+//! * [`p2p`]: the links between a server and its workers (nonblocking, reused buffers),
+//!   moving words whose meaning is the runtime's.
 //! * [`rma`]: one-sided windows (passive target, indexed accumulate).
 //! * [`emulate_link`]: every message above charged to an emulated network link.
 //!

@@ -1,40 +1,33 @@
-//! Parameter-server messaging over nonblocking point-to-point MPI.
+//! Point-to-point links between a server and its workers over nonblocking MPI. They move
+//! messages of `f32` words and know nothing of what the words mean.
 //!
 //! rsmpi's safe requests are tied to scopes, which does not fit receives that stay posted for the
 //! whole run, so the requests here are raw `MPI_Request`s owned by the link together with their
 //! buffers. A buffer is allocated once (capacity fixed at construction), never resized, and only
 //! touched by Rust after its request has completed.
 //!
-//! # Wire layout
-//! Every message is an array of `f32` sent as `MPI_FLOAT` on the link's communicator:
+//! # Messages
+//! A message is a header of the link's header words (their number fixed at construction)
+//! followed by a payload of at most the link's capacity, sent as one array of `MPI_FLOAT` on
+//! the link's communicator: from a worker with tag [`TAG_TO_SERVER`], from the server with tag
+//! [`TAG_TO_WORKER`]. A receiver gets the whole message; its length is the received element
+//! count (`MPI_Get_count`). The words are copied bit for bit. What they mean (gssp's pushes,
+//! weights, stops and regroups) is [`crate::protocol::wire`]'s, encoded and decoded by the
+//! runtime ([`crate::runtime::messages`]).
 //!
-//! | word | Push (tag [`TAG_PUSH`], worker -> server) | Weights (tag [`TAG_WEIGHTS`], server -> worker) |
-//! |------|-------------------------------------------|-------------------------------------------------|
-//! | 0    | clock, low 32 bits (bit pattern)          | version, low 32 bits (bit pattern)              |
-//! | 1    | clock, high 32 bits (bit pattern)         | version, high 32 bits (bit pattern)             |
-//! | 2    | loss (`f32`)                              | flags (bit 0 = stop, bit 1 = regroup, bits 2..32 = staleness) |
-//! | 3..  | payload, `len <= capacity` values         | payload, `len <= capacity` values               |
-//!
-//! The payload length is the received element count minus [`HEADER_WORDS`] (`MPI_Get_count`),
-//! so variable-length (e.g. sparse index/value) payloads need no extra field. Integer fields
-//! travel as `f32` bit patterns: MPI copies `MPI_FLOAT` bit-exactly between hosts of the same
-//! architecture (no conversion), which is the deployment this program targets.
-//!
-//! # Protocol rules (the caller's side of the contract)
-//! * A worker alternates [`WorkerLink::push`] and [`WorkerLink::recv_weights`]; the server may also
-//!   send weights first (e.g. the initial model).
-//! * The server sends `stop = true` to a worker only in answer to that worker's push (the worker
-//!   is then waiting, with nothing in flight). The worker sends nothing afterwards
-//!   ([`WorkerLink::push`] refuses). The server then retires the worker: a later push from it
-//!   is an error, and [`ServerLink::wait_push`] returns `None` once every worker is retired.
-//! * Regrouping: the server may answer a push (or a worker already waiting) with Regroup
-//!   instead of weights ([`ServerLink::send_regroup`]): the regroup flag, a tag in the
-//!   version words, and as payload the world ranks of the worker's group from now on, its
-//!   server first. Every member of that group then forms the group's new communicator
-//!   ([`super::Collectives::create_group`] with that tag), and the worker's link moves to it
-//!   ([`WorkerLink::rebind`]), where its weights come from the server at rank 0. The server
-//!   moves its link the same way ([`ServerLink::rebind`]) once it has told every worker it
-//!   had.
+//! # The links' rules (the caller's side of the contract)
+//! * A worker alternates [`WorkerLink::send`] and [`WorkerLink::recv`] (a send also posts the
+//!   receive for the answer); the server may also send first (e.g. the initial model).
+//! * The server sends a worker either a payload shared with other workers behind that
+//!   worker's header ([`ServerLink::send_shared`]) or a message of its own
+//!   ([`ServerLink::send_to`]).
+//! * A worker whose server sends nothing more closes its link ([`WorkerLink::close`]): later
+//!   sends and receives are refused. A worker the server expects nothing more from leaves the
+//!   server's link ([`ServerLink::leave`]): a later message from it is an error, and
+//!   [`ServerLink::wait_message`] returns `None` once every worker has left.
+//! * Moving to another communicator (regrouping): a worker's link moves there
+//!   ([`WorkerLink::rebind`]) once nothing more is in flight from its old server, and the
+//!   server's ([`ServerLink::rebind`]) once it has sent its last message on the old one.
 
 use super::sealed::CommHandle;
 use super::Collectives;
@@ -44,16 +37,10 @@ use mpi::ffi;
 use std::os::raw::c_int;
 use std::rc::Rc;
 
-/// MPI tag of Push messages.
-pub const TAG_PUSH: i32 = 0x5055;
-/// MPI tag of Weights messages.
-pub const TAG_WEIGHTS: i32 = 0x5745;
-/// Number of leading `f32` words holding the header.
-pub const HEADER_WORDS: usize = 3;
-
-const STOP_FLAG: u32 = 1;
-const REGROUP_FLAG: u32 = 2;
-const FLAG_BITS: u32 = 2;
+/// MPI tag of messages from a worker to its server.
+pub const TAG_TO_SERVER: i32 = 0x5055;
+/// MPI tag of messages from the server to a worker.
+pub const TAG_TO_WORKER: i32 = 0x5745;
 
 /// Traffic and waiting counters of one link (header words included in the bytes).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -71,44 +58,18 @@ pub struct LinkStats {
     pub wait_seconds: f64,
 }
 
-/// A worker's new group (a Regroup message): the world ranks of its members, the server
-/// first, and the tag their new communicator is created with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Regroup {
-    pub tag: u16,
-    pub members: Vec<usize>,
-}
-
-/// Header of a received Weights message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WeightsHeader {
-    /// Model version chosen by the server.
-    pub version: u64,
-    /// The server asks the worker to stop.
-    pub stop: bool,
-    /// Staleness of the worker's last push (server steps between the weights it used and
-    /// its arrival), saturating at 2^30 - 1.
-    pub staleness: u64,
-    /// Number of payload values copied into the caller's buffer.
-    pub len: usize,
-    /// Regrouping: the worker's group from now on (a Regroup message; nothing was copied
-    /// into the caller's buffer).
-    pub regroup: Option<Regroup>,
-}
-
-/// A push handed out by [`ServerLink::poll_push`]/[`ServerLink::wait_push`]; borrows the
-/// worker's receive buffer until the next poll/wait.
+/// A worker's message handed out by [`ServerLink::poll_message`] and
+/// [`ServerLink::wait_message`]; borrows the worker's receive buffer until the next poll or
+/// wait.
 #[derive(Debug)]
-pub struct PushRef<'a> {
-    /// Index of the worker in the `workers` slice given to [`ServerLink::new`].
+pub struct Arrival<'a> {
+    /// Index of the worker's slot (see [`ServerLink::new`]).
     pub worker: usize,
-    /// The worker's clock.
-    pub clock: u64,
-    /// The worker's loss.
-    pub loss: f32,
-    /// The payload (gradient), `len <= capacity`.
-    pub payload: &'a [f32],
-    /// Wall seconds of copying the push into the server's buffer (`MPI_Mrecv`); see
+    /// The worker's rank in the link's communicator.
+    pub rank: usize,
+    /// The whole message, header and payload.
+    pub message: &'a [f32],
+    /// Wall seconds of copying the message into the server's buffer (`MPI_Mrecv`); see
     /// [`ServerLink`].
     pub receive_s: f64,
     /// Thread CPU seconds of the same copy.
@@ -124,15 +85,6 @@ fn is_active(req: ffi::MPI_Request) -> bool {
     req != null_request()
 }
 
-fn put_u64(words: &mut [f32], v: u64) {
-    words[0] = f32::from_bits(v as u32);
-    words[1] = f32::from_bits((v >> 32) as u32);
-}
-
-fn get_u64(words: &[f32]) -> u64 {
-    u64::from(words[0].to_bits()) | (u64::from(words[1].to_bits()) << 32)
-}
-
 fn bytes_of(words: usize) -> u64 {
     (words * std::mem::size_of::<f32>()) as u64
 }
@@ -140,6 +92,53 @@ fn bytes_of(words: usize) -> u64 {
 /// Counts one message sent or received on `comm` ([`super::Collectives::p2p_messages`]).
 fn count_message(comm: &CommHandle) {
     comm.p2p_messages.set(comm.p2p_messages.get() + 1);
+}
+
+/// Counts a sent message of `words` words in `stats` and on `comm`.
+fn count_sent(stats: &mut LinkStats, comm: &CommHandle, words: usize) {
+    stats.bytes_sent += bytes_of(words);
+    stats.messages_sent += 1;
+    count_message(comm);
+}
+
+/// Counts a received message of `words` words in `stats` and on `comm`.
+fn count_received(stats: &mut LinkStats, comm: &CommHandle, words: usize) {
+    stats.bytes_received += bytes_of(words);
+    stats.messages_received += 1;
+    count_message(comm);
+}
+
+/// Words of a message of `header_words` and `n` payload values, checked to fit MPI's count.
+fn message_words(what: &'static str, header_words: usize, n: usize) -> Result<usize, CommError> {
+    let words = header_words.checked_add(n).ok_or(CommError::Invalid {
+        what,
+        detail: format!("{header_words} + {n} words overflow"),
+    })?;
+    c_count(what, words)?;
+    Ok(words)
+}
+
+/// Checks a message to send: a header of exactly `header_words` words, a payload of at most
+/// `capacity` values.
+fn check_message(
+    what: &'static str,
+    (header_words, capacity): (usize, usize),
+    (header, payload): (usize, usize),
+) -> Result<(), CommError> {
+    if header != header_words {
+        return Err(CommError::Invalid {
+            what,
+            detail: format!("a header of {header} words on a link of {header_words}"),
+        });
+    }
+    if payload > capacity {
+        return Err(CommError::TooLong {
+            what,
+            len: payload,
+            capacity,
+        });
+    }
+    Ok(())
 }
 
 /// Starts a send of `buf[..words]`.
@@ -291,7 +290,7 @@ unsafe fn isend_typed(
 ) -> Result<(), CommError> {
     check(
         "MPI_Isend",
-        ffi::MPI_Isend(base.cast(), 1, dt, dest, TAG_WEIGHTS, comm.raw, req),
+        ffi::MPI_Isend(base.cast(), 1, dt, dest, TAG_TO_WORKER, comm.raw, req),
     )
 }
 
@@ -308,30 +307,30 @@ fn received_words(status: &ffi::MPI_Status) -> Result<usize, CommError> {
     })
 }
 
-/// Payload length of a received message of `words` elements.
-fn payload_len(words: usize, from: c_int) -> Result<usize, CommError> {
-    words.checked_sub(HEADER_WORDS).ok_or(CommError::Invalid {
-        what: "p2p receive",
-        detail: format!("message of {words} words from rank {from} is shorter than its header"),
-    })
-}
-
 /// The worker's end of a link to its server.
 pub struct WorkerLink {
     comm: Rc<CommHandle>,
     server: c_int,
+    header_words: usize,
     capacity: usize,
     send_buf: Vec<f32>,
     send_req: ffi::MPI_Request,
     recv_buf: Vec<f32>,
     recv_req: ffi::MPI_Request,
-    stopped: bool,
+    /// The server sends nothing more ([`WorkerLink::close`]).
+    closed: bool,
     stats: LinkStats,
 }
 
 impl WorkerLink {
-    /// Link to `server_rank` of `comm` for payloads of at most `n` values. Not collective.
-    pub fn new<C: Collectives>(comm: &C, server_rank: usize, n: usize) -> Result<Self, CommError> {
+    /// Link to `server_rank` of `comm` for messages of `header_words` header words and
+    /// payloads of at most `n` values, either way. Not collective.
+    pub fn new<C: Collectives>(
+        comm: &C,
+        server_rank: usize,
+        header_words: usize,
+        n: usize,
+    ) -> Result<Self, CommError> {
         let comm = Rc::clone(comm.handle());
         let server = c_rank("WorkerLink server", server_rank, comm.size)?;
         if server_rank == comm.rank {
@@ -340,67 +339,61 @@ impl WorkerLink {
                 detail: format!("rank {server_rank} cannot be its own server"),
             });
         }
-        c_count("WorkerLink capacity", n + HEADER_WORDS)?;
+        let words = message_words("WorkerLink capacity", header_words, n)?;
         Ok(WorkerLink {
             comm,
             server,
+            header_words,
             capacity: n,
-            send_buf: vec![0.0; n + HEADER_WORDS],
+            send_buf: vec![0.0; words],
             send_req: null_request(),
-            recv_buf: vec![0.0; n + HEADER_WORDS],
+            recv_buf: vec![0.0; words],
             recv_req: null_request(),
-            stopped: false,
+            closed: false,
             stats: LinkStats::default(),
         })
     }
 
-    /// Sends Push{clock, loss, grad}: waits for the previous push to leave the send buffer,
-    /// copies `grad` into it and starts the send; also posts the receive for the answer.
-    pub fn push(&mut self, clock: u64, loss: f32, grad: &[f32]) -> Result<(), CommError> {
-        if self.stopped {
-            return Err(CommError::Invalid {
-                what: "WorkerLink::push",
-                detail: "the server already sent stop".to_string(),
-            });
-        }
-        if grad.len() > self.capacity {
-            return Err(CommError::TooLong {
-                what: "WorkerLink::push gradient",
-                len: grad.len(),
-                capacity: self.capacity,
-            });
-        }
+    /// Sends `header` then `payload` as one message: waits for the previous message to
+    /// leave the send buffer, copies both into it and starts the send; also posts the
+    /// receive for the answer.
+    pub fn send(&mut self, header: &[f32], payload: &[f32]) -> Result<(), CommError> {
+        self.check_open("WorkerLink::send")?;
+        let frame = (self.header_words, self.capacity);
+        check_message("WorkerLink::send", frame, (header.len(), payload.len()))?;
         wait(&mut self.send_req, &mut self.stats.wait_seconds)?;
-        put_u64(&mut self.send_buf[0..2], clock);
-        self.send_buf[2] = loss;
-        self.send_buf[HEADER_WORDS..HEADER_WORDS + grad.len()].copy_from_slice(grad);
-        let words = HEADER_WORDS + grad.len();
+        let words = header.len() + payload.len();
+        self.send_buf[..header.len()].copy_from_slice(header);
+        self.send_buf[header.len()..words].copy_from_slice(payload);
         super::emulation::hold_send(bytes_of(words));
         // SAFETY: send_buf is owned by self, never resized, and not written again before
-        // send_req completes (push waits first; Drop leaks it if still pending).
+        // send_req completes (send waits first; Drop leaks it if still pending).
         unsafe {
             isend(
                 &self.comm,
                 &self.send_buf,
                 words,
                 self.server,
-                TAG_PUSH,
+                TAG_TO_SERVER,
                 &mut self.send_req,
             )?;
         }
-        self.stats.bytes_sent += bytes_of(words);
-        self.stats.messages_sent += 1;
-        count_message(&self.comm);
+        count_sent(&mut self.stats, &self.comm, words);
         self.post_recv()
     }
 
-    fn post_recv(&mut self) -> Result<(), CommError> {
-        if self.stopped {
+    fn check_open(&self, what: &'static str) -> Result<(), CommError> {
+        if self.closed {
             return Err(CommError::Invalid {
-                what: "WorkerLink receive",
-                detail: "the server already sent stop; nothing more will come".to_string(),
+                what,
+                detail: "the link is closed: the server sends nothing more".to_string(),
             });
         }
+        Ok(())
+    }
+
+    fn post_recv(&mut self) -> Result<(), CommError> {
+        self.check_open("WorkerLink receive")?;
         if !is_active(self.recv_req) {
             // SAFETY: recv_buf is owned by self, never resized, and read only after completion.
             unsafe {
@@ -408,7 +401,7 @@ impl WorkerLink {
                     &self.comm,
                     &mut self.recv_buf,
                     self.server,
-                    TAG_WEIGHTS,
+                    TAG_TO_WORKER,
                     &mut self.recv_req,
                 )?;
             }
@@ -416,55 +409,26 @@ impl WorkerLink {
         Ok(())
     }
 
-    /// Blocks until Weights arrive; copies the payload into `out[..len]`.
-    pub fn recv_weights(&mut self, out: &mut [f32]) -> Result<WeightsHeader, CommError> {
+    /// Blocks until the server's next message arrives; returns it whole (header and
+    /// payload), borrowing the receive buffer until the next call.
+    pub fn recv(&mut self) -> Result<&[f32], CommError> {
         self.post_recv()?;
         let status = wait(&mut self.recv_req, &mut self.stats.wait_seconds)?;
-        self.decode(&status, out)
-    }
-
-    fn decode(
-        &mut self,
-        status: &ffi::MPI_Status,
-        out: &mut [f32],
-    ) -> Result<WeightsHeader, CommError> {
-        let words = received_words(status)?;
-        let len = payload_len(words, self.server)?;
-        if len > out.len() {
-            return Err(CommError::TooLong {
-                what: "WorkerLink::recv_weights output",
-                len,
-                capacity: out.len(),
-            });
-        }
+        let words = received_words(&status)?;
         super::emulation::hold_receive(bytes_of(words));
-        self.stats.bytes_received += bytes_of(words);
-        self.stats.messages_received += 1;
-        count_message(&self.comm);
-        let version = get_u64(&self.recv_buf[0..2]);
-        let flags = self.recv_buf[2].to_bits();
-        let stop = flags & STOP_FLAG != 0;
-        let staleness = u64::from(flags >> FLAG_BITS);
-        let payload = &self.recv_buf[HEADER_WORDS..words];
-        let regroup = (flags & REGROUP_FLAG != 0).then(|| Regroup {
-            tag: version as u16,
-            members: payload.iter().map(|w| w.to_bits() as usize).collect(),
-        });
-        let len = if regroup.is_some() { 0 } else { len };
-        out[..len].copy_from_slice(&payload[..len]);
-        self.stopped |= stop;
-        Ok(WeightsHeader {
-            version,
-            stop,
-            staleness,
-            len,
-            regroup,
-        })
+        count_received(&mut self.stats, &self.comm, words);
+        Ok(&self.recv_buf[..words])
     }
 
-    /// Talks to `server_rank` of `comm` from now on, after a Regroup message from the old
-    /// server (nothing is then in flight from it); waits for the last push to leave first.
-    /// Buffers and counters carry over.
+    /// The server sends nothing more (it said so in the message last received, nothing is
+    /// in flight from it): later sends and receives are refused.
+    pub fn close(&mut self) {
+        self.closed = true;
+    }
+
+    /// Talks to `server_rank` of `comm` from now on, once nothing more is in flight from
+    /// the old server; waits for the last message sent to leave first. Buffers and counters
+    /// carry over.
     pub fn rebind<C: Collectives>(
         &mut self,
         comm: &C,
@@ -492,7 +456,7 @@ impl WorkerLink {
         self.stats
     }
 
-    /// Waits for the last push to be delivered and withdraws the posted receive.
+    /// Waits for the last message sent to be delivered and withdraws the posted receive.
     pub fn finish(&mut self) -> Result<(), CommError> {
         wait(&mut self.send_req, &mut self.stats.wait_seconds)?;
         cancel_recv(&mut self.recv_req)
@@ -509,30 +473,33 @@ impl Drop for WorkerLink {
     }
 }
 
-/// The server's end of the links to its workers: pushes are taken with matched probes
-/// (`MPI_Mprobe`/`MPI_Improbe`, then `MPI_Mrecv`) into one reusable receive buffer per
-/// worker; weights go out from shared copies ([`ServerLink::send_weights`]).
+/// The server's end of the links to its workers: their messages are taken with matched
+/// probes (`MPI_Mprobe`/`MPI_Improbe`, then `MPI_Mrecv`) into one reusable receive buffer
+/// per worker; a payload for several workers goes out from one shared copy
+/// ([`ServerLink::send_shared`]).
 ///
-/// Why matched probes rather than a receive posted per worker: a large push travels by
-/// rendezvous, and with shared memory the receiver itself copies it (OpenMPI's CMA
-/// single copy). With posted receives that copy happens somewhere inside `MPI_Waitany`'s
-/// polling, indistinguishable from idle waiting. With a matched probe the wait ends when the
-/// push's header is there, and the copy is the `MPI_Mrecv` that follows, timed on its own
-/// ([`PushRef::receive_s`]) and counted as server work.
+/// Why matched probes rather than a receive posted per worker: a large message (a push)
+/// travels by rendezvous, and with shared memory the receiver itself copies it (OpenMPI's
+/// CMA single copy). With posted receives that copy happens somewhere inside
+/// `MPI_Waitany`'s polling, indistinguishable from idle waiting. With a matched probe the
+/// wait ends when the message's header is there, and the copy is the `MPI_Mrecv` that
+/// follows, timed on its own ([`Arrival::receive_s`]) and counted as server work.
 pub struct ServerLink {
     comm: Rc<CommHandle>,
+    header_words: usize,
     capacity: usize,
     /// Each worker slot's rank in the communicator (`None`: not a member there).
     workers: Vec<Option<c_int>>,
     /// Worker index of each rank of the communicator (`None`: not a worker of this server).
     worker_of_rank: Vec<Option<usize>>,
     recv_bufs: Vec<Vec<f32>>,
-    /// Header words of each worker's last Weights message (sent from here).
-    headers: Vec<[f32; HEADER_WORDS]>,
-    /// Each worker's last Regroup message, header and members (kept until it is sent).
-    notices: Vec<Vec<f32>>,
-    /// Copies of the weights, each shared by every worker released together; a copy is
-    /// reused once no pending send reads it (at most one per worker plus one exist).
+    /// Header words of each worker's last shared-payload message (sent from here; each
+    /// `header_words` long, never resized).
+    headers: Vec<Vec<f32>>,
+    /// Each worker's last message of its own, header and payload (kept until it is sent).
+    own: Vec<Vec<f32>>,
+    /// Copies of shared payloads, each read by every worker it was sent to together; a
+    /// copy is reused once no pending send reads it (at most one per worker plus one exist).
     payloads: Vec<Vec<f32>>,
     /// Pending sends reading each payload.
     readers: Vec<usize>,
@@ -542,11 +509,12 @@ pub struct ServerLink {
     /// on first use: `types[w][p] = (len, datatype)`.
     types: Vec<Vec<Option<(usize, ffi::MPI_Datatype)>>>,
     send_reqs: Vec<ffi::MPI_Request>,
-    retired: Vec<bool>,
-    /// Workers not yet sent `stop`.
+    /// Workers that left ([`ServerLink::leave`]).
+    left: Vec<bool>,
+    /// Workers that have not left.
     active: usize,
     stats: LinkStats,
-    /// Copies the weights into a payload ([`ServerLink::with_copy`]).
+    /// Copies a shared payload ([`ServerLink::with_copy`]).
     copy: fn(&mut [f32], &[f32]),
 }
 
@@ -558,29 +526,32 @@ fn copy_here(dst: &mut [f32], src: &[f32]) {
 impl ServerLink {
     /// This rank, the server at rank 0 of `comm`, serving worker slots `slots` (each the
     /// worker's rank in `comm`, distinct and not 0; `None` for a worker that is not a member
-    /// there, as if it had left) with payloads of at most `n` values. Not collective.
-    /// Workers are referred to by their slot index.
+    /// there, as if it had left) with messages of `header_words` header words and payloads of
+    /// at most `n` values, either way. Not collective. Workers are referred to by their slot
+    /// index.
     pub fn new<C: Collectives>(
         comm: &C,
         slots: &[Option<usize>],
+        header_words: usize,
         n: usize,
     ) -> Result<Self, CommError> {
-        c_count("ServerLink capacity", n + HEADER_WORDS)?;
+        let words = message_words("ServerLink capacity", header_words, n)?;
         let k = slots.len();
         let mut link = ServerLink {
             comm: Rc::clone(comm.handle()),
+            header_words,
             capacity: n,
             workers: vec![None; k],
             worker_of_rank: Vec::new(),
-            recv_bufs: (0..k).map(|_| vec![0.0; n + HEADER_WORDS]).collect(),
-            headers: vec![[0.0; HEADER_WORDS]; k],
-            notices: vec![Vec::new(); k],
+            recv_bufs: (0..k).map(|_| vec![0.0; words]).collect(),
+            headers: vec![vec![0.0; header_words]; k],
+            own: vec![Vec::new(); k],
             payloads: Vec::new(),
             readers: Vec::new(),
             payload_of: vec![None; k],
             types: vec![Vec::new(); k],
             send_reqs: vec![null_request(); k],
-            retired: vec![true; k],
+            left: vec![true; k],
             active: 0,
             stats: LinkStats::default(),
             copy: copy_here,
@@ -589,8 +560,8 @@ impl ServerLink {
         Ok(link)
     }
 
-    /// Copies the weights into each reply's payload with `copy` (of two equal-length slices,
-    /// `dst` first), e.g. one that splits the copy over the caller's threads.
+    /// Copies each shared payload with `copy` (of two equal-length slices, `dst` first),
+    /// e.g. one that splits the copy over the caller's threads.
     pub fn with_copy(mut self, copy: fn(&mut [f32], &[f32])) -> Self {
         self.copy = copy;
         self
@@ -660,21 +631,26 @@ impl ServerLink {
         })
     }
 
-    /// Receives the probed push `message` from the rank in `status` into that worker's buffer.
+    /// The slot and rank of the active worker at rank `source`.
+    fn worker_at(&self, source: c_int) -> Result<(usize, usize), CommError> {
+        let rank = usize::try_from(source).ok();
+        let worker = rank.and_then(|r| self.worker_of_rank.get(r).copied().flatten());
+        match (worker, rank) {
+            (Some(w), Some(r)) if !self.left[w] => Ok((w, r)),
+            _ => Err(CommError::Invalid {
+                what: "ServerLink receive",
+                detail: format!("a message from rank {source}, which is not an active worker"),
+            }),
+        }
+    }
+
+    /// Receives the probed `message` from the rank in `status` into that worker's buffer.
     fn receive(
         &mut self,
         mut message: ffi::MPI_Message,
         status: &ffi::MPI_Status,
-    ) -> Result<PushRef<'_>, CommError> {
-        let source = status.MPI_SOURCE;
-        let w = usize::try_from(source)
-            .ok()
-            .and_then(|r| self.worker_of_rank.get(r).copied().flatten())
-            .filter(|&w| !self.retired[w])
-            .ok_or(CommError::Invalid {
-                what: "ServerLink receive",
-                detail: format!("a push from rank {source}, which is not an active worker"),
-            })?;
+    ) -> Result<Arrival<'_>, CommError> {
+        let (w, rank) = self.worker_at(status.MPI_SOURCE)?;
         let buf = &mut self.recv_bufs[w];
         let count = c_count("MPI_Mrecv", buf.len())?;
         let mut received = empty_status();
@@ -695,44 +671,39 @@ impl ServerLink {
         super::emulation::hold_receive(bytes_of(words));
         let receive_s = mpi::time() - t0;
         let receive_cpu_s = thread_cpu_s() - cpu0;
-        let _ = payload_len(words, source)?;
-        self.stats.bytes_received += bytes_of(words);
-        self.stats.messages_received += 1;
-        count_message(&self.comm);
-        let buf = &self.recv_bufs[w];
-        Ok(PushRef {
+        count_received(&mut self.stats, &self.comm, words);
+        Ok(Arrival {
             worker: w,
-            clock: get_u64(&buf[0..2]),
-            loss: buf[2],
-            payload: &buf[HEADER_WORDS..words],
+            rank,
+            message: &self.recv_bufs[w][..words],
             receive_s,
             receive_cpu_s,
         })
     }
 
-    /// Returns a push that has arrived, without blocking (`MPI_Improbe`); `None` if none has
-    /// or every worker is retired.
-    pub fn poll_push(&mut self) -> Result<Option<PushRef<'_>>, CommError> {
+    /// Returns a worker's message that has arrived, without blocking (`MPI_Improbe`); `None`
+    /// if none has or every worker has left.
+    pub fn poll_message(&mut self) -> Result<Option<Arrival<'_>>, CommError> {
         if self.active == 0 {
             return Ok(None);
         }
-        match self.probe_push()? {
+        match self.probe()? {
             Some((message, status)) => self.receive(message, &status).map(Some),
             None => Ok(None),
         }
     }
 
-    /// Blocks until a push arrives (`MPI_Mprobe`, or polls of `MPI_Improbe` where waits
-    /// sleep, `super::idle`; the time counted as waiting) and receives it; `None` when every
-    /// worker is retired.
-    pub fn wait_push(&mut self) -> Result<Option<PushRef<'_>>, CommError> {
+    /// Blocks until a worker's message arrives (`MPI_Mprobe`, or polls of `MPI_Improbe`
+    /// where waits sleep, `super::idle`; the time counted as waiting) and receives it; `None`
+    /// when every worker has left.
+    pub fn wait_message(&mut self) -> Result<Option<Arrival<'_>>, CommError> {
         if self.active == 0 {
             return Ok(None);
         }
         let t0 = mpi::time();
         let probed = if super::idle::sleeping() {
             loop {
-                match self.probe_push() {
+                match self.probe() {
                     Ok(None) => super::idle::pause(),
                     done => break done,
                 }
@@ -745,7 +716,7 @@ impl ServerLink {
             let rc = unsafe {
                 ffi::MPI_Mprobe(
                     ffi::RSMPI_ANY_SOURCE,
-                    TAG_PUSH,
+                    TAG_TO_SERVER,
                     self.comm.raw,
                     &mut message,
                     &mut status,
@@ -760,8 +731,9 @@ impl ServerLink {
         }
     }
 
-    /// The next push that has arrived, matched but not yet received (`MPI_Improbe`).
-    fn probe_push(&self) -> Result<Option<(ffi::MPI_Message, ffi::MPI_Status)>, CommError> {
+    /// The next worker's message that has arrived, matched but not yet received
+    /// (`MPI_Improbe`).
+    fn probe(&self) -> Result<Option<(ffi::MPI_Message, ffi::MPI_Status)>, CommError> {
         let mut flag: c_int = 0;
         // SAFETY: reading an extern constant.
         let mut message = unsafe { ffi::RSMPI_MESSAGE_NULL };
@@ -770,7 +742,7 @@ impl ServerLink {
         check("MPI_Improbe", unsafe {
             ffi::MPI_Improbe(
                 ffi::RSMPI_ANY_SOURCE,
-                TAG_PUSH,
+                TAG_TO_SERVER,
                 self.comm.raw,
                 &mut flag,
                 &mut message,
@@ -780,28 +752,21 @@ impl ServerLink {
         Ok((flag != 0).then_some((message, status)))
     }
 
-    /// Sends Weights{version, staleness, weights} to every worker index in `workers`, with
-    /// `staleness(w)` in worker w's header. The weights are copied once (with the link's
-    /// copy, [`ServerLink::with_copy`]), into a payload all
-    /// these sends read; each message is that worker's header followed by the payload (one
-    /// derived datatype, so the wire layout is the same as a contiguous message). First waits
-    /// for each worker's previous Weights to be delivered.
-    pub fn send_weights(
+    /// Sends `payload` to every worker index in `workers`, each message that worker's
+    /// `header(w)` (the link's header words) followed by the payload. The payload is copied
+    /// once (with the link's copy, [`ServerLink::with_copy`]), into a copy all these sends
+    /// read; each message is one derived datatype, so the wire layout is the same as a
+    /// contiguous message's. First waits for each worker's previous message to be delivered.
+    pub fn send_shared<const H: usize>(
         &mut self,
         workers: &[usize],
-        version: u64,
-        weights: &[f32],
-        staleness: impl Fn(usize) -> u64,
+        payload: &[f32],
+        header: impl Fn(usize) -> [f32; H],
     ) -> Result<(), CommError> {
-        if weights.len() > self.capacity {
-            return Err(CommError::TooLong {
-                what: "ServerLink::send_weights weights",
-                len: weights.len(),
-                capacity: self.capacity,
-            });
-        }
+        let frame = (self.header_words, self.capacity);
+        check_message("ServerLink::send_shared", frame, (H, payload.len()))?;
         for &w in workers {
-            self.check_worker("ServerLink::send_weights", w)?;
+            self.check_worker("ServerLink::send_shared", w)?;
             wait(&mut self.send_reqs[w], &mut self.stats.wait_seconds)?;
             self.settle(w);
         }
@@ -809,129 +774,82 @@ impl ServerLink {
             return Ok(());
         }
         let p = self.free_payload()?;
-        (self.copy)(&mut self.payloads[p][..weights.len()], weights);
+        (self.copy)(&mut self.payloads[p][..payload.len()], payload);
         for &w in workers {
-            let rank = self.rank_of("ServerLink::send_weights", w)?;
-            self.write_header(w, version, false, staleness(w));
-            let dt = self.message_type(w, p, weights.len())?;
-            super::emulation::hold_send(bytes_of(HEADER_WORDS + weights.len()));
-            // SAFETY: the header and payload p are owned by self, never resized or moved
-            // (their heap buffers stay put), and not written while a send reads them: a
-            // worker's header is rewritten only after its send completed (waited above),
-            // and a payload only once its readers count is zero.
-            unsafe {
-                isend_typed(
-                    &self.comm,
-                    self.headers[w].as_ptr(),
-                    dt,
-                    rank,
-                    &mut self.send_reqs[w],
-                )?;
-            }
-            self.payload_of[w] = Some(p);
-            self.readers[p] += 1;
-            self.stats.bytes_sent += bytes_of(HEADER_WORDS + weights.len());
-            self.stats.messages_sent += 1;
-            count_message(&self.comm);
+            self.headers[w].copy_from_slice(&header(w));
+            self.start_shared(w, p, payload.len())?;
         }
         Ok(())
     }
 
-    /// Tells worker index `worker` to stop (a Weights message with the stop flag and no
-    /// payload) and retires it (see the protocol rules in the module docs).
-    pub fn send_stop(
-        &mut self,
-        worker: usize,
-        version: u64,
-        staleness: u64,
-    ) -> Result<(), CommError> {
-        self.check_worker("ServerLink::send_stop", worker)?;
-        wait(&mut self.send_reqs[worker], &mut self.stats.wait_seconds)?;
-        self.settle(worker);
-        self.write_header(worker, version, true, staleness);
-        self.send_header(worker)?;
-        if !self.retired[worker] {
-            self.retired[worker] = true;
-            self.active -= 1;
-        }
-        Ok(())
-    }
-
-    /// Regrouping: answers worker index `worker` (waiting, its push applied) with Regroup:
-    /// its group from now on is `members` (world ranks, the server first), whose new
-    /// communicator is created with `tag` (see the module docs' protocol rules). The
-    /// worker stays a member of this link until [`ServerLink::leave`] or a
-    /// [`ServerLink::rebind`] without it.
-    pub fn send_regroup(
-        &mut self,
-        worker: usize,
-        tag: u16,
-        members: &[usize],
-    ) -> Result<(), CommError> {
-        let rank = self.rank_of("ServerLink::send_regroup", worker)?;
-        if members.len() > self.capacity {
-            return Err(CommError::TooLong {
-                what: "ServerLink::send_regroup members",
-                len: members.len(),
-                capacity: self.capacity,
-            });
-        }
-        wait(&mut self.send_reqs[worker], &mut self.stats.wait_seconds)?;
-        self.settle(worker);
-        self.write_header(worker, u64::from(tag), false, 0);
-        let h = &mut self.headers[worker];
-        h[2] = f32::from_bits(h[2].to_bits() | REGROUP_FLAG);
-        let notice = &mut self.notices[worker];
-        notice.clear();
-        notice.extend_from_slice(&self.headers[worker]);
-        notice.extend(members.iter().map(|&r| f32::from_bits(r as u32)));
-        let words = notice.len();
+    /// Starts the send of worker `w`'s header and the first `len` values of payload `p`;
+    /// its previous send has completed.
+    fn start_shared(&mut self, w: usize, p: usize, len: usize) -> Result<(), CommError> {
+        let rank = self.rank_of("ServerLink::send_shared", w)?;
+        let dt = self.message_type(w, p, len)?;
+        let words = self.header_words + len;
         super::emulation::hold_send(bytes_of(words));
-        // SAFETY: the notice is owned by self and not written again before
+        // SAFETY: the header and payload p are owned by self, never resized or moved
+        // (their heap buffers stay put), and not written while a send reads them: a
+        // worker's header is rewritten only after its send completed (waited for first),
+        // and a payload only once its readers count is zero.
+        unsafe {
+            isend_typed(
+                &self.comm,
+                self.headers[w].as_ptr(),
+                dt,
+                rank,
+                &mut self.send_reqs[w],
+            )?;
+        }
+        self.payload_of[w] = Some(p);
+        self.readers[p] += 1;
+        count_sent(&mut self.stats, &self.comm, words);
+        Ok(())
+    }
+
+    /// Sends worker index `worker` a message of its own, `header` then `payload` (copied,
+    /// and kept until it is delivered), once its previous message has been delivered.
+    pub fn send_to(
+        &mut self,
+        worker: usize,
+        header: &[f32],
+        payload: &[f32],
+    ) -> Result<(), CommError> {
+        let rank = self.rank_of("ServerLink::send_to", worker)?;
+        let frame = (self.header_words, self.capacity);
+        check_message("ServerLink::send_to", frame, (header.len(), payload.len()))?;
+        wait(&mut self.send_reqs[worker], &mut self.stats.wait_seconds)?;
+        self.settle(worker);
+        let own = &mut self.own[worker];
+        own.clear();
+        own.extend_from_slice(header);
+        own.extend_from_slice(payload);
+        let words = own.len();
+        super::emulation::hold_send(bytes_of(words));
+        // SAFETY: the message is owned by self and not written again before
         // send_reqs[worker] completes (every writer waits for it first).
         unsafe {
             isend(
                 &self.comm,
-                &self.notices[worker],
+                &self.own[worker],
                 words,
                 rank,
-                TAG_WEIGHTS,
+                TAG_TO_WORKER,
                 &mut self.send_reqs[worker],
             )?;
         }
-        self.stats.bytes_sent += bytes_of(words);
-        self.stats.messages_sent += 1;
-        count_message(&self.comm);
+        count_sent(&mut self.stats, &self.comm, words);
         Ok(())
     }
 
-    /// Sends worker `worker`'s header alone (stop); its previous send has completed.
-    fn send_header(&mut self, worker: usize) -> Result<(), CommError> {
-        let rank = self.rank_of("ServerLink::send_header", worker)?;
-        // SAFETY: headers[worker] is owned by self, never moved, and not written again
-        // before send_reqs[worker] completes (every writer waits for it first).
-        unsafe {
-            isend(
-                &self.comm,
-                &self.headers[worker],
-                HEADER_WORDS,
-                rank,
-                TAG_WEIGHTS,
-                &mut self.send_reqs[worker],
-            )?;
-        }
-        self.stats.bytes_sent += bytes_of(HEADER_WORDS);
-        self.stats.messages_sent += 1;
-        count_message(&self.comm);
-        Ok(())
-    }
-
-    /// Worker index `worker` belongs to another server: a push from it is an error, and
-    /// [`ServerLink::wait_push`] no longer waits for it.
+    /// Worker index `worker` sends this server nothing more (it was told to stop, or
+    /// belongs to another server now): a message from it is an error, and
+    /// [`ServerLink::wait_message`] no longer waits for it.
     pub fn leave(&mut self, worker: usize) -> Result<(), CommError> {
         self.check_worker("ServerLink::leave", worker)?;
-        if !self.retired[worker] {
-            self.retired[worker] = true;
+        if !self.left[worker] {
+            self.left[worker] = true;
             self.active -= 1;
         }
         Ok(())
@@ -940,8 +858,8 @@ impl ServerLink {
     /// Worker index `worker` (left before, or never here) is this server's again.
     pub fn join(&mut self, worker: usize) -> Result<(), CommError> {
         self.check_worker("ServerLink::join", worker)?;
-        if self.retired[worker] {
-            self.retired[worker] = false;
+        if self.left[worker] {
+            self.left[worker] = false;
             self.active += 1;
         }
         Ok(())
@@ -956,13 +874,6 @@ impl ServerLink {
                 detail: format!("worker index {worker} >= {}", self.workers.len()),
             })
         }
-    }
-
-    fn write_header(&mut self, worker: usize, version: u64, stop: bool, staleness: u64) {
-        let h = &mut self.headers[worker];
-        put_u64(&mut h[0..2], version);
-        let staleness = staleness.min(u64::from(u32::MAX >> FLAG_BITS)) as u32;
-        h[2] = f32::from_bits((staleness << FLAG_BITS) | if stop { STOP_FLAG } else { 0 });
     }
 
     /// Releases the payload of worker `worker`'s send once that send has completed.
@@ -1016,7 +927,10 @@ impl ServerLink {
         }
         let header = address(self.headers[worker].as_ptr())?;
         let payload = address(self.payloads[p].as_ptr())?;
-        let lengths = [HEADER_WORDS as c_int, c_count("ServerLink payload", len)?];
+        let lengths = [
+            c_count("ServerLink header", self.header_words)?,
+            c_count("ServerLink payload", len)?,
+        ];
         let displacements = [0, payload - header];
         // SAFETY: reading an extern constant.
         let mut dt = unsafe { ffi::RSMPI_DATATYPE_NULL };
@@ -1041,9 +955,9 @@ impl ServerLink {
         self.workers.len()
     }
 
-    /// Whether worker index `worker` was sent `stop`.
-    pub fn is_retired(&self, worker: usize) -> bool {
-        self.retired.get(worker).copied().unwrap_or(false)
+    /// Whether worker index `worker` has left ([`ServerLink::leave`]).
+    pub fn has_left(&self, worker: usize) -> bool {
+        self.left.get(worker).copied().unwrap_or(false)
     }
 
     /// Counters so far.
@@ -1051,7 +965,7 @@ impl ServerLink {
         self.stats
     }
 
-    /// Waits until every Weights message has been delivered.
+    /// Waits until every message sent has been delivered.
     pub fn finish(&mut self) -> Result<(), CommError> {
         for req in &mut self.send_reqs {
             wait(req, &mut self.stats.wait_seconds)?;
@@ -1072,12 +986,46 @@ impl Drop for ServerLink {
         if pending {
             // MPI still reads headers and payloads: leak them instead of freeing.
             std::mem::forget(std::mem::take(&mut self.headers));
-            std::mem::forget(std::mem::take(&mut self.notices));
+            std::mem::forget(std::mem::take(&mut self.own));
             std::mem::forget(std::mem::take(&mut self.payloads));
         }
         for dt in self.types.iter_mut().flatten().flatten() {
             // SAFETY: datatypes created here, each freed once; pending sends keep theirs alive.
             unsafe { ffi::MPI_Type_free(&mut dt.1) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_must_have_the_links_header_and_fit_its_capacity() {
+        let frame = (3, 10);
+        assert!(check_message("t", frame, (3, 0)).is_ok());
+        assert!(check_message("t", frame, (3, 10)).is_ok());
+        let err = check_message("t", frame, (2, 0)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("a header of 2 words on a link of 3"),
+            "{err}"
+        );
+        assert!(matches!(
+            check_message("t", frame, (3, 11)),
+            Err(CommError::TooLong {
+                len: 11,
+                capacity: 10,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn message_sizes_that_overflow_or_exceed_a_c_int_are_errors() {
+        assert_eq!(message_words("t", 3, 7).unwrap(), 10);
+        assert!(message_words("t", 3, usize::MAX).is_err());
+        assert!(message_words("t", 3, c_int::MAX as usize).is_err());
+        assert_eq!(bytes_of(3), 12);
     }
 }

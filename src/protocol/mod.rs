@@ -2,7 +2,8 @@
 //! ([`param_server`]) and its SSP clocks ([`ssp_clock`]), the inter-group mailboxes' format
 //! ([`mailbox`]), which rank does what ([`layout`]), grouping workers by speed
 //! ([`grouping`]), regroup decisions ([`regroup`]), the timing cost model both predict
-//! with ([`costmodel`]) and batches in proportion to speed ([`balance`]).
+//! with ([`costmodel`]), batches in proportion to speed ([`balance`]), and the messages
+//! between a worker and its server ([`wire`]).
 
 pub mod balance;
 pub mod costmodel;
@@ -12,3 +13,4 @@ pub mod mailbox;
 pub mod param_server;
 pub mod regroup;
 pub mod ssp_clock;
+pub mod wire;

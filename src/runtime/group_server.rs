@@ -18,6 +18,7 @@ use crate::config::{Config, GsspConfig, Scheme, SyncMode};
 use crate::protocol::costmodel::CostModel;
 use crate::protocol::layout::Layout;
 use crate::protocol::param_server::{Apply, ParamServer, UpdateRule};
+use crate::protocol::wire::HEADER_WORDS;
 use crate::runtime::exchange::GroupExchange;
 use crate::runtime::finish::RoleOutcome;
 use crate::runtime::peers::{Exchange, NoPeers, SavedPeers};
@@ -75,7 +76,7 @@ pub fn serve_group(
         .group
         .as_ref()
         .context("server without its group's communicator")?;
-    let mut link = ServerLink::new(group_comm, &slots, n)?.with_copy(parallel::copy);
+    let mut link = ServerLink::new(group_comm, &slots, HEADER_WORDS, n)?.with_copy(parallel::copy);
     let mut ps = param_server(cfg, layout, group, model.weights, slots.len());
     let resumed = restore(ctx, group, &mut ps, snapshots)?;
     // After the restore, which sets every slot's clock.

@@ -33,6 +33,7 @@ use crate::compute::backend::Backend;
 use crate::compute::model::Trainable;
 use crate::compute::optim::{self, NetworkOptimizer};
 use crate::config::Config;
+use crate::runtime::messages::WorkerMessages;
 use crate::runtime::worker::{finish_link, recv_weights, WorkerContext, WorkerStats};
 use crate::telemetry::WorkerRow;
 

@@ -2,7 +2,8 @@
 //! rank to its role: [`worker`] (or, in async-localsgd, [`local_worker`]); [`group_server`] (the single-server baselines and every
 //! gssp group server: the [`server`] loop, the inter-group [`exchange`] and the
 //! [`regrouper`], through [`peers`]); the [`collective`] modes; or, in one process,
-//! [`single`] ([`balancer`] cuts the collective modes' batches by speed). [`finish`] evaluates and writes the summary; [`saver`] writes and restores
+//! [`single`] ([`balancer`] cuts the collective modes' batches by speed). A worker and its
+//! server talk in [`messages`]. [`finish`] evaluates and writes the summary; [`saver`] writes and restores
 //! the roles' checkpoints; [`faults`] are what tests inject.
 
 pub mod balancer;
@@ -12,6 +13,7 @@ pub mod faults;
 pub mod finish;
 pub mod group_server;
 pub mod local_worker;
+pub mod messages;
 pub mod peers;
 pub mod profiling;
 pub mod regrouper;

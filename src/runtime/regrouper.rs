@@ -24,6 +24,7 @@ use crate::protocol::costmodel::CostModel;
 use crate::protocol::layout::Layout;
 use crate::protocol::param_server::ParamServer;
 use crate::protocol::regroup::{decide, Confirmation, Move, RegroupEvent, SpeedWindow};
+use crate::runtime::messages::ServerMessages;
 use crate::runtime::peers::Meetings;
 
 /// Values each server contributes per worker slot at a meeting: median seconds per

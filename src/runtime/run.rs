@@ -12,6 +12,7 @@ use crate::compute::backend::Backend;
 use crate::compute::model::Trainable;
 use crate::config::{Config, SyncMode};
 use crate::protocol::layout::Role;
+use crate::protocol::wire::HEADER_WORDS;
 use crate::runtime::collective::{self, Averaging};
 use crate::runtime::faults::Faults;
 use crate::runtime::finish::{finish, RoleOutcome};
@@ -166,7 +167,7 @@ fn play_worker<B: Backend>(
         .group
         .as_ref()
         .context("worker without its group's communicator")?;
-    let mut link = WorkerLink::new(group, 0, trainer.step.net.num_params())?;
+    let mut link = WorkerLink::new(group, 0, HEADER_WORDS, trainer.step.net.num_params())?;
     let mut log = ctx.run.worker_log(ctx.comm.rank(), ctx.cfg.run.log_every)?;
     let work = trainer.context(ctx, &mut log);
     let stats = match local_steps(ctx)? {

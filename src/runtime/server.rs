@@ -2,7 +2,7 @@
 //! single-server baselines (bsp, asp, ssp) and by every gssp group server.
 //!
 //! The loop takes whichever worker's push arrives first (a matched probe from any source,
-//! `MPI_Mprobe` then `MPI_Mrecv`, in [`ServerLink::wait_push`]), never waiting for a
+//! `MPI_Mprobe` then `MPI_Mrecv`, in [`ServerLink::wait_message`]), never waiting for a
 //! particular worker; applies it through [`ParamServer`]; lets its [`Peers`] (the exchange) talk to
 //! other groups; and answers every worker the SSP rule allows.
 
@@ -11,11 +11,12 @@ use std::time::Instant;
 use anyhow::Result;
 
 use crate::checkpoint::{RankMeta, WEIGHTS};
-use crate::comm::p2p::{PushRef, ServerLink};
+use crate::comm::p2p::ServerLink;
 use crate::comm::SubComm;
 use crate::compute::optim;
 use crate::config::Config;
 use crate::protocol::param_server::ParamServer;
+use crate::runtime::messages::{PushRef, ServerMessages};
 use crate::runtime::peers::{Exchanged, Meet, Peers, SavedPeers};
 use crate::runtime::regrouper::Regrouper;
 use crate::runtime::saver::{self, Saver};
@@ -215,7 +216,7 @@ impl Server<'_, '_, '_, '_, '_> {
         }
         // A regrouping server has slots for the other groups' workers too.
         let workers = link.workers();
-        let everyone: Vec<usize> = (0..workers).filter(|&w| !link.is_retired(w)).collect();
+        let everyone: Vec<usize> = (0..workers).filter(|&w| !link.has_left(w)).collect();
         link.send_weights(&everyone, ps.version(), ps.weights(), |_| 0)?;
         let time_s = self.time_s();
         for &w in &everyone {
@@ -245,6 +246,14 @@ impl Server<'_, '_, '_, '_, '_> {
             r.pushed(w, time_s);
         }
         let rank = self.ctx.worker_ranks.get(w).copied().unwrap_or(w);
+        let params = self.ps.weights().len();
+        if push.payload.len() != params {
+            anyhow::bail!(
+                "worker {w} (rank {rank}) pushed {} values at its iteration {}; the model has {params}",
+                push.payload.len(),
+                push.clock
+            );
+        }
         check_push(&push, rank, self.stats.pushes, cfg.optim.lr)?;
         let progress = cfg.run.progress(self.epoch, time_s);
         let lr = optim::lr_at(&cfg.optim, self.epoch, progress);
@@ -389,7 +398,7 @@ impl Server<'_, '_, '_, '_, '_> {
         let (link, ps) = (&mut *self.link, &mut *self.ps);
         if self.stopping {
             for v in 0..link.workers() {
-                if ps.clock().is_waiting(v) && !link.is_retired(v) {
+                if ps.clock().is_waiting(v) && !link.has_left(v) {
                     link.send_stop(v, ps.version(), ps.last_staleness(v))?;
                     ps.retire(v);
                 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-use crate::comm::p2p::{WeightsHeader, WorkerLink};
+use crate::comm::p2p::WorkerLink;
 use crate::comm::{Collectives, Comm};
 use crate::compute::backend::cpu::Cpu;
 use crate::compute::backend::Backend;
@@ -15,6 +15,7 @@ use crate::compute::model::Trainable;
 use crate::compute::pace::Pacer;
 use crate::compute::workload::{ComputeStep, Corpus};
 use crate::runtime::faults::Faults;
+use crate::runtime::messages::{WeightsHeader, WorkerMessages};
 use crate::telemetry::{WorkerLog, WorkerRow};
 
 /// What a worker computes with: its model (on its backend: the CPU, or its GPU) and data
@@ -163,6 +164,14 @@ pub(crate) fn recv_weights<B: Backend>(
         header = step
             .net
             .write_params_on_host(stage, |w| link.recv_weights(w))?;
+    }
+    let params = step.net.num_params();
+    if !header.stop && header.len != params {
+        anyhow::bail!(
+            "the server sent {} weights at version {}; the model has {params}",
+            header.len,
+            header.version
+        );
     }
     Ok(header)
 }

@@ -21,13 +21,13 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use crate::comm::p2p::PushRef;
 use crate::compute::backend::cpu::{self, threads, Cpu};
 use crate::compute::backend::SgdStep;
 use crate::compute::model::{zoo, Trainable};
 use crate::compute::optim::parallel;
 use crate::config::StalenessLr;
 use crate::protocol::param_server::{Apply, ParamServer, UpdateRule};
+use crate::runtime::messages::PushRef;
 use crate::runtime::server::check_push;
 use crate::telemetry::stats::median;
 

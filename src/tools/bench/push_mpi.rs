@@ -1,7 +1,7 @@
 //! `mpirun -n 2 gssp bench push --mpi`: a whole push between two ranks through the
-//! parameter-server link ([`crate::comm::p2p`]): rank 1 pushes a model-sized gradient and waits
-//! for the weights, rank 0 receives it, checks and applies it as the server loop does and
-//! replies. Rank 0 times its work per push (receive, apply, reply; not the wait for the
+//! parameter-server link ([`crate::comm::p2p`], its messages [`crate::runtime::messages`]):
+//! rank 1 pushes a model-sized gradient and waits for the weights, rank 0 receives it,
+//! checks and applies it as the server loop does and replies. Rank 0 times its work per push (receive, apply, reply; not the wait for the
 //! push), rank 1 the round trip (its copy into the send buffer, the server's work, the
 //! reply's copy and its own copy out of the receive buffer).
 
@@ -13,6 +13,8 @@ use crate::comm::p2p::{ServerLink, WorkerLink};
 use crate::comm::{Collectives, Comm};
 use crate::compute::backend::cpu;
 use crate::compute::optim::parallel;
+use crate::protocol::wire::HEADER_WORDS;
+use crate::runtime::messages::{ServerMessages, WorkerMessages};
 use crate::runtime::server::check_push;
 use crate::telemetry::stats::median;
 
@@ -58,7 +60,8 @@ pub fn two_ranks(
 /// The server's loop for `seconds`: median busy seconds per push, median receive seconds,
 /// pushes.
 fn server(comm: &Comm, params: usize, seconds: f64) -> Result<(f64, f64, usize)> {
-    let mut link = ServerLink::new(comm, &[Some(1)], params)?.with_copy(parallel::copy);
+    let mut link =
+        ServerLink::new(comm, &[Some(1)], HEADER_WORDS, params)?.with_copy(parallel::copy);
     let mut ps = resnet_server(gradient(params), 1);
     link.send_weights(&[0], ps.version(), ps.weights(), |_| 0)?;
     let (mut busy, mut receive) = (Vec::new(), Vec::new());
@@ -89,7 +92,7 @@ fn server(comm: &Comm, params: usize, seconds: f64) -> Result<(f64, f64, usize)>
 
 /// The worker's loop until told to stop: median seconds from a push to its answer.
 fn worker(comm: &Comm, params: usize) -> Result<f64> {
-    let mut link = WorkerLink::new(comm, 0, params)?;
+    let mut link = WorkerLink::new(comm, 0, HEADER_WORDS, params)?;
     let grad = gradient(params);
     let mut weights = vec![0.0f32; params];
     link.recv_weights(&mut weights)?;
