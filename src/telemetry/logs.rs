@@ -1,10 +1,11 @@
 //! The run directory and its CSV logs: one `rank-<r>.csv` per rank and `eval.csv`.
 //!
 //! CSV files have a header row and plain numbers (pandas' `read_csv` reads them as is);
-//! rows are formatted straight into a buffered file, so logging allocates nothing.
+//! rows are formatted into a buffer that reaches the file in whole lines only, so a rank
+//! killed mid-run leaves a file whose every line is a complete row.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -60,7 +61,7 @@ impl RunDir {
             .append(true)
             .open(&p)
             .with_context(|| format!("cannot open {}", p.display()))?;
-        Ok(CsvLog::over(BufWriter::new(f), p))
+        Ok(CsvLog::over(f, p))
     }
 
     pub fn file(&self, name: &str) -> PathBuf {
@@ -88,22 +89,28 @@ impl RunDir {
     pub fn csv<R: CsvRow>(&self, name: &str) -> Result<CsvLog<R>> {
         let p = self.file(name);
         let f = File::create(&p).with_context(|| format!("cannot create {}", p.display()))?;
-        let mut w = BufWriter::new(f);
-        writeln!(w, "{}", R::HEADER).with_context(|| format!("cannot write {}", p.display()))?;
-        Ok(CsvLog::over(w, p))
+        let mut log = CsvLog::over(f, p);
+        writeln!(log.pending, "{}", R::HEADER)
+            .and_then(|()| log.write_pending())
+            .with_context(|| format!("cannot write {}", log.path.display()))?;
+        Ok(log)
     }
 }
 
 /// The lines of a CSV log `text` with header `header` whose `time_s` is at most `until`
-/// (the header, and every row of a file without a `time_s` column, kept).
+/// (the header, and every row of a file without a `time_s` column, kept). A line without
+/// its newline or with another field count than the header is the torn tail of a killed
+/// run (a file written by an older gssp may end in one) and is dropped.
 fn rows_until(text: &str, header: &str, until: f64) -> Result<String> {
-    let mut lines = text.lines();
+    let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+    let mut lines = complete.lines();
     let first = lines.next().unwrap_or_default();
     anyhow::ensure!(
         first == header,
         "its header is not this gssp's ({first:?}); move the file away to start it anew"
     );
     let column = header.split(',').position(|c| c == "time_s");
+    let fields = header.split(',').count();
     // The rows print time with 6 decimals: a row at the checkpoint's time may read up to
     // half a microsecond later.
     let until = until + 1e-6;
@@ -112,7 +119,8 @@ fn rows_until(text: &str, header: &str, until: f64) -> Result<String> {
     out.push('\n');
     for line in lines {
         let time = column.and_then(|c| line.split(',').nth(c)?.parse::<f64>().ok());
-        if time.is_none_or(|t| t <= until) && !line.is_empty() {
+        let whole = line.split(',').count() == fields;
+        if whole && time.is_none_or(|t| t <= until) {
             out.push_str(line);
             out.push('\n');
         }
@@ -129,8 +137,13 @@ pub trait CsvRow {
 /// How often a CSV log reaches the file.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
+/// A buffer this large goes to the file before its second is up.
+const PENDING_BYTES: usize = 64 * 1024;
+
 pub struct CsvLog<R> {
-    w: BufWriter<File>,
+    file: File,
+    /// Whole rows not yet in the file.
+    pending: Vec<u8>,
     path: PathBuf,
     flushed: Instant,
     _row: std::marker::PhantomData<R>,
@@ -138,9 +151,10 @@ pub struct CsvLog<R> {
 
 impl<R: CsvRow> CsvLog<R> {
     /// Rows go to `w`, the file at `path` (named in errors).
-    fn over(w: BufWriter<File>, path: PathBuf) -> Self {
+    fn over(file: File, path: PathBuf) -> Self {
         CsvLog {
-            w,
+            file,
+            pending: Vec::with_capacity(PENDING_BYTES),
             path,
             flushed: Instant::now(),
             _row: std::marker::PhantomData,
@@ -150,18 +164,31 @@ impl<R: CsvRow> CsvLog<R> {
     /// Appends `row`; the file is flushed at most a second after a row, so a job that dies
     /// loses at most its last second of rows.
     pub fn push(&mut self, row: &R) -> Result<()> {
-        row.write(&mut self.w)
+        row.write(&mut self.pending)
             .with_context(|| format!("cannot write {}", self.path.display()))?;
-        if self.flushed.elapsed() >= FLUSH_EVERY {
+        if self.pending.len() >= PENDING_BYTES || self.flushed.elapsed() >= FLUSH_EVERY {
             self.flush()?;
         }
         Ok(())
     }
     pub fn flush(&mut self) -> Result<()> {
         self.flushed = Instant::now();
-        self.w
-            .flush()
+        self.write_pending()
             .with_context(|| format!("cannot write {}", self.path.display()))
+    }
+
+    /// The pending rows, whole, to the file in one write.
+    fn write_pending(&mut self) -> std::io::Result<()> {
+        self.file.write_all(&self.pending)?;
+        self.pending.clear();
+        Ok(())
+    }
+}
+
+impl<R> Drop for CsvLog<R> {
+    /// The last rows reach the file also when a run ends on an error.
+    fn drop(&mut self) {
+        let _ = self.file.write_all(&self.pending);
     }
 }
 
@@ -309,6 +336,16 @@ mod tests {
         assert!(super::rows_until("a,b\n", "time_s,loss", 1.0).is_err());
         let no_time = super::rows_until("x\n1\n2\n", "x", 0.0).unwrap();
         assert_eq!(no_time, "x\n1\n2\n");
+    }
+
+    #[test]
+    fn a_torn_last_line_of_a_killed_run_is_dropped() {
+        let text = "time_s,loss\n0.500000,1\n0.9";
+        let kept = super::rows_until(text, "time_s,loss", 2.0).unwrap();
+        assert_eq!(kept, "time_s,loss\n0.500000,1\n");
+        let short = "time_s,loss\n0.500000,1\n0.9\n0.700000,2\n";
+        let kept = super::rows_until(short, "time_s,loss", 2.0).unwrap();
+        assert_eq!(kept, "time_s,loss\n0.500000,1\n0.700000,2\n");
     }
 
     use super::*;

@@ -6,12 +6,14 @@
 //! - `modes` / `paper`: whole training runs, one `mpirun` job per mode, compared in one
 //!   table (and `bench.json`) and a `gssp report` of their runs (`report/`),
 //! - `scale`: `paper` at several cluster sizes (one config each), one table over them,
+//! - `plot`: a figure of the docs drawn again from the tables `paper` and `scale` left,
 //! - `configs`: every shipped config run as it is, checked against its own target accuracy.
 
 pub mod configs;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod jobs;
+pub mod plot;
 pub mod push;
 pub mod push_mpi;
 pub mod scale;

@@ -174,36 +174,13 @@ pub fn markdown_table(sizes: &[SizeResult]) -> String {
 }
 
 /// `out/accuracy.png` (and `.svg`): test accuracy against time per mode, one panel per
-/// size; with several seeds, each mode's median curve over them ([`median_curve`]).
+/// size ([`accuracy_panel`]).
 fn plot_accuracy(sizes: &[SizeResult], out: &Path) -> Result<[PathBuf; 2]> {
-    use crate::tools::report::plots::{save_sized, AccuracyFigure, PanelsFigure};
-    let mut panels = Vec::new();
-    for size in sizes {
-        let mut runs = Vec::new();
-        let mut target = None;
-        let mut seeds = 1;
-        for r in &size.rows {
-            let mut curves = Vec::new();
-            for dir in r.run_dir.split(',').filter(|d| !d.is_empty()) {
-                let run = crate::tools::report::read::read_run(Path::new(dir), &r.mode)?;
-                target = target
-                    .or((run.summary.target_accuracy > 0.0).then_some(run.summary.target_accuracy));
-                let points = run.evals.iter().map(|e| (e.time_s, e.test_accuracy));
-                curves.push(points.collect());
-            }
-            seeds = seeds.max(curves.len());
-            runs.push((r.mode.clone(), median_curve(&curves)));
-        }
-        let caption = match seeds {
-            1 => format!("{} workers", size.workers),
-            n => format!("{} workers, median of {n} seeds", size.workers),
-        };
-        panels.push(AccuracyFigure {
-            runs,
-            target,
-            caption,
-        });
-    }
+    use crate::tools::report::plots::{save_sized, PanelsFigure};
+    let panels = sizes
+        .iter()
+        .map(|size| accuracy_panel(Some(size.workers), &size.rows))
+        .collect::<Result<Vec<_>>>()?;
     let columns = if panels.len() > 2 { 2 } else { panels.len() };
     let rows = panels.len().div_ceil(columns.max(1)) as u32;
     let fig = PanelsFigure { panels, columns };
@@ -213,6 +190,39 @@ fn plot_accuracy(sizes: &[SizeResult], out: &Path) -> Result<[PathBuf; 2]> {
         "accuracy",
         (1280 * columns.max(1) as u32, 800 * rows.max(1)),
     )
+}
+
+/// One size's panel: test accuracy against time per mode (each row's runs read from its
+/// `run_dir`s); with several seeds, each mode's median curve over them ([`median_curve`]).
+pub(super) fn accuracy_panel(
+    workers: Option<usize>,
+    rows: &[BenchRow],
+) -> Result<crate::tools::report::plots::AccuracyFigure> {
+    let mut runs = Vec::new();
+    let mut target = None;
+    let mut seeds = 1;
+    for r in rows {
+        let mut curves = Vec::new();
+        for dir in r.run_dir.split(',').filter(|d| !d.is_empty()) {
+            let run = crate::tools::report::read::read_run(Path::new(dir), &r.mode)?;
+            target = target
+                .or((run.summary.target_accuracy > 0.0).then_some(run.summary.target_accuracy));
+            let points = run.evals.iter().map(|e| (e.time_s, e.test_accuracy));
+            curves.push(points.collect());
+        }
+        seeds = seeds.max(curves.len());
+        runs.push((r.mode.clone(), median_curve(&curves)));
+    }
+    let size = workers.map_or_else(|| "every mode".to_string(), |w| format!("{w} workers"));
+    let caption = match seeds {
+        1 => size,
+        n => format!("{size}, median of {n} seeds"),
+    };
+    Ok(crate::tools::report::plots::AccuracyFigure {
+        runs,
+        target,
+        caption,
+    })
 }
 
 #[cfg(test)]

@@ -206,6 +206,8 @@ mod tests {
             ("asp-dc", 9),
             ("async-localsgd", 9),
             ("gssp-gdtopk-outer", 12),
+            ("allreduce", 8),
+            ("allreduce-balanced", 8),
         ];
         assert_eq!(ranks, want);
         let dc = Config::load(config, &variants[0].overrides).unwrap().optim;
@@ -268,6 +270,8 @@ mod tests {
             (64, "gssp-gdtopk", 1.4),
             (64, "async-localsgd-h2", 1.6),
             (64, "asp-dc", 1.4),
+            (32, "allreduce-balanced", 1.2),
+            (64, "allreduce-balanced-lr08", 1.4),
         ] {
             assert_eq!(decay(workers, name), [at], "{workers} {name}");
         }

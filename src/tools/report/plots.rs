@@ -86,6 +86,28 @@ pub fn save_sized<F: Figure>(
     Ok([png, svg])
 }
 
+/// Draws `fig` into the one file `path` at `size` pixels: a PNG where its name ends in
+/// `.png`, else an SVG (a figure of the docs, where a second format beside it would be
+/// clutter).
+pub fn save_as<F: Figure>(fig: &F, path: &Path, size: (u32, u32)) -> Result<()> {
+    register_font();
+    let png = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("png"));
+    let drawn = if png {
+        let area = BitMapBackend::new(path, size).into_drawing_area();
+        fig.draw(&area)
+            .and_then(|_| area.present())
+            .map_err(|e| format!("{e:?}"))
+    } else {
+        let area = SVGBackend::new(path, size).into_drawing_area();
+        fig.draw(&area)
+            .and_then(|_| area.present())
+            .map_err(|e| format!("{e:?}"))
+    };
+    drawn.map_err(|e| anyhow!("cannot draw {}: {e}", path.display()))
+}
+
 /// White background, the caption, and the common axis styling.
 type Chart<'a, DB, X, Y> = ChartContext<
     'a,
@@ -400,6 +422,120 @@ impl Figure for BarFigure {
                 .legend(move |(x, y)| Rectangle::new([(x, y - 8), (x + 18, y + 8)], col.filled()));
         }
         legend(&mut c, SeriesLabelPosition::UpperRight)
+    }
+}
+
+/// One bar of a [`TimeBarsFigure`]: a mode's time to target, or none when it never got there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimeBar {
+    pub label: String,
+    /// Seconds to the target; `None`: never within the budget.
+    pub seconds: Option<f64>,
+    /// Drawn in the highlight colour (the gssp variants).
+    pub highlight: bool,
+    /// The text at the bar's end (`21 s`, `never in 60 s`).
+    pub text: String,
+}
+
+/// Horizontal bars, one per mode, of the time each took to the target accuracy, fastest at
+/// the top; a mode that never got there is an outlined bar across the budget.
+pub struct TimeBarsFigure {
+    pub title: String,
+    /// A second line under the title (what was run, when); none when empty.
+    pub note: String,
+    pub x_title: String,
+    pub bars: Vec<TimeBar>,
+    /// The training budget, seconds: the axis reaches at least this far.
+    pub budget_s: Option<f64>,
+}
+
+impl TimeBarsFigure {
+    /// Pixel size for its bars: 1280 wide, 64 px a bar plus the title and the axis.
+    pub fn size(&self) -> (u32, u32) {
+        (1280, 230 + 64 * self.bars.len().max(1) as u32)
+    }
+}
+
+impl Figure for TimeBarsFigure {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Drawn<DB> {
+        area.fill(&WHITE)?;
+        let head = if self.note.is_empty() { 70 } else { 110 };
+        let (top, body) = area.split_vertically(head);
+        top.draw(&Text::new(
+            self.title.as_str(),
+            (24, 20),
+            (FONT, CAPTION).into_font().style(FontStyle::Bold),
+        ))?;
+        if !self.note.is_empty() {
+            let grey = RGBColor(70, 70, 70);
+            top.draw(&Text::new(
+                self.note.as_str(),
+                (24, 66),
+                (FONT, TICKS).into_font().color(&grey),
+            ))?;
+        }
+        let n = self.bars.len().max(1) as u32;
+        let longest = self.bars.iter().map(|b| b.seconds.unwrap_or(0.0));
+        let reach = longest.fold(self.budget_s.unwrap_or(1.0), f64::max);
+        let x_max = reach * 1.12;
+        let mut c = ChartBuilder::on(&body)
+            .margin(24)
+            .x_label_area_size(80)
+            .y_label_area_size(320)
+            .build_cartesian_2d(0.0..x_max, slots(n))?;
+        // Bar 0 at the top.
+        let row = |i: usize| n - 1 - i as u32;
+        mesh!(c, self.x_title.as_str(), "")
+            .light_line_style(WHITE)
+            .x_label_formatter(&tick)
+            .y_labels(n as usize)
+            .y_label_formatter(&|v| match v {
+                SegmentValue::CenterOf(i) => (n - 1)
+                    .checked_sub(*i)
+                    .and_then(|k| self.bars.get(k as usize))
+                    .map(|b| b.label.clone())
+                    .unwrap_or_default(),
+                _ => String::new(),
+            })
+            .disable_y_mesh()
+            .draw()?;
+        let strong = RGBColor(43, 123, 186);
+        let pale = RGBColor(159, 184, 204);
+        let empty = RGBColor(242, 242, 242);
+        let edge = RGBColor(170, 170, 170);
+        for (i, b) in self.bars.iter().enumerate() {
+            let y = row(i);
+            let end = b.seconds.unwrap_or(reach);
+            let corners = [
+                (0.0, SegmentValue::Exact(y)),
+                (end, SegmentValue::Exact(y + 1)),
+            ];
+            let mut fill = Rectangle::new(
+                corners.clone(),
+                match (b.seconds, b.highlight) {
+                    (None, _) => empty.filled(),
+                    (Some(_), true) => strong.filled(),
+                    (Some(_), false) => pale.filled(),
+                },
+            );
+            fill.set_margin(10, 10, 0, 0);
+            c.draw_series(std::iter::once(fill))?;
+            if b.seconds.is_none() {
+                let mut outline = Rectangle::new(corners, edge.stroke_width(2));
+                outline.set_margin(10, 10, 0, 0);
+                c.draw_series(std::iter::once(outline))?;
+            }
+            // The text after the bar, or inside the outline of one that never got there.
+            let at = match b.seconds {
+                Some(s) => s + x_max * 0.01,
+                None => x_max * 0.01,
+            };
+            c.draw_series(std::iter::once(
+                EmptyElement::at((at, SegmentValue::CenterOf(y)))
+                    + Text::new(b.text.clone(), (0, -5), (FONT, LEGEND)),
+            ))?;
+        }
+        Ok(())
     }
 }
 

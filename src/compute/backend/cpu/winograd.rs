@@ -17,7 +17,7 @@
 //! but its filter transforms are 2.25x larger (`U` and `dU` are read and written whole at
 //! every call) and its rounding is larger. On a CIFAR network's deep layers (few pixels, many
 //! channels) the filter transforms cost as much as the GEMMs, so there F(2x2, 3x3) is faster;
-//! on the wide planes of the first layers F(4x4, 3x3) is (docs/results.md (g)). Either tiling
+//! on the wide planes of the first layers F(4x4, 3x3) is (docs/history.md, 2026-12-05). Either tiling
 //! can be held for every layer ([`set_tilings`]) to compare them; F(4x4, 3x3) is taken only
 //! where it multiplies less ([`choose`]: not on a plane of 2 or 6 pixels, where it pads more
 //! than it saves).
@@ -54,13 +54,13 @@ use crate::compute::backend::{Conv2dDims, GemmDims, Window2d};
 /// [`CHUNK_CHANNELS`] input channels: small enough that the transformed chunk (1 MB a
 /// thread at 64 channels, 2 MB at 128, whose GEMMs read their share of it) is still in
 /// cache when the GEMMs read it; measured against 512 and 1024 on ResNet-18 and VGG-19
-/// (docs/results.md (g)).
+/// (docs/history.md, 2026-12-04 afternoon and 2026-12-05 night).
 pub const TILE_COLUMNS: usize = 256;
 
 /// Above this many input channels a chunk has proportionally fewer tiles (down to
 /// [`MIN_TILE_COLUMNS`]), so that its transformed input stays about the same size and in
 /// the cache the pool's threads share (measured against a fixed chunk at every width, and
-/// against 64: docs/results.md (g)).
+/// against 64: docs/history.md, 2026-12-04 evening).
 const CHUNK_CHANNELS: usize = 128;
 
 /// The fewest tiles a thread's chunk is cut down to, so the GEMMs keep a useful `n`.
@@ -78,7 +78,8 @@ static ENABLED: AtomicBool = AtomicBool::new(true);
 static TILINGS: AtomicU8 = AtomicU8::new(Tilings::Mixed as u8);
 
 /// The smallest plane height that takes F(4x4, 3x3) under [`Tilings::Mixed`]: 8x8 and wider
-/// planes gained over F(2x2, 3x3), 4x4 and smaller lost (docs/results.md (g)).
+/// planes gained over F(2x2, 3x3), 4x4 and smaller lost (docs/history.md, 2026-12-05
+/// morning).
 pub const LARGE_TILE_MIN_HEIGHT: usize = 8;
 
 /// Which tilings the process's Winograd layers may use.
@@ -215,7 +216,7 @@ fn chunk<T: Tiling<XI>, const XI: usize>(g: &Window2d, batch: usize) -> usize {
 /// [`TILE_COLUMNS`] up to [`CHUNK_CHANNELS`] input channels, proportionally fewer above, for
 /// tiles of 16 points; tiles of `points` points proportionally fewer again, so that a
 /// chunk's transformed input has the same size in either tiling (F(4x4, 3x3)'s chunks of as
-/// many tiles as F(2x2, 3x3)'s measured slower: docs/results.md (g)).
+/// many tiles as F(2x2, 3x3)'s measured slower: docs/history.md, 2026-12-05 morning).
 fn tiles_per_thread(channels: usize, points: usize) -> usize {
     (TILE_COLUMNS * CHUNK_CHANNELS / channels.max(1) * 16 / points.max(1))
         .clamp(MIN_TILE_COLUMNS, TILE_COLUMNS)
@@ -377,7 +378,7 @@ impl Cut<'_, '_> {
     /// so that a unit of consecutive planes writes whole rows of each point's matrix, one
     /// after the other: on small planes a row's cache line holds several images' tiles, and
     /// a unit that took its planes image by image shared it with the units of the next
-    /// images, on the other core (docs/results.md (g)).
+    /// images, on the other core (docs/history.md, 2026-12-05 late night).
     fn tile_planes<T: Tiling<XI>, const XI: usize, F>(
         &self,
         src: &[f32],
@@ -477,7 +478,8 @@ fn plane_block(planes: usize, unit: usize) -> Range<usize> {
 /// stages are shared among the threads. A piece's GEMMs have its tiles as their columns,
 /// and OpenBLAS packs all of a point's `U` at every call, so on few columns each piece's
 /// packing costs about as much as its multiplying; sharing the whole chunk's GEMMs by points
-/// packs `U` once. Measured against 0, 32, 65 and 129 (docs/results.md (g)).
+/// packs `U` once. Measured against 0, 32, 65 and 129 (docs/history.md, 2026-12-05 late
+/// night).
 const MIN_PIECE_TILES: usize = 64;
 
 /// How each chunk of images is cut among the pool's threads: into `count` pieces of
@@ -501,7 +503,7 @@ impl Pieces {
     /// Each piece reads the filters' `U` whole, so on the deep layers (many channels, few
     /// tiles) the threads read it twice where sharing the points read it once; that still
     /// measured faster than moving the transformed tiles between cores, except on pieces of
-    /// fewer tiles (docs/results.md (g)).
+    /// fewer tiles (docs/history.md, 2026-12-05 late morning and late night).
     fn of<T: Tiling<XI>, const XI: usize>(
         dims: &Conv2dDims,
         step: usize,
