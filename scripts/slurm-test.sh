@@ -4,7 +4,7 @@
 # and slurmd from it, and submits jobs/gssp.sbatch with `sbatch --wait`:
 #
 #   1. the main job, configs/fashion_mnist_gssp.toml on its 6 ranks (1 epoch);
-#   2. the same config on 10 ranks (2 servers + 8 workers in two speed tiers, 0.2 epochs):
+#   2. the same config on 10 ranks (2 servers + 8 workers in two speed tiers, 0.5 epochs):
 #      more ranks than this machine has cores (`sbatch --overcommit`),
 #   3. the main job requeued (`scontrol requeue`) after its first checkpoint: it resumes
 #      from the checkpoint under the same job id and completes.
@@ -354,9 +354,10 @@ run_job() {
 }
 
 # 1. The main job: its 6 ranks (2 group servers + 4 workers in tiers 1x, 2x), one epoch.
-run_job "main job" 0.70 "$declared" run.epochs=1
+# Accuracy bounds: a few points under what a correct run reaches (chance is 10%).
+run_job "main job" 0.80 "$declared" run.epochs=1
 # 2. More ranks than cores: 2 group servers + 8 workers (4 at 1x, 4 at 2x) on 10 ranks.
-run_job "10 ranks" 0.30 10 run.epochs=0.2 \
+run_job "10 ranks" 0.70 10 run.epochs=0.5 \
     "heterogeneity.tiers=[{factor=1.0, workers=4}, {factor=2.0, workers=4}]"
 
 # 3. Requeue: a job killed by `scontrol requeue` after its first checkpoint keeps its job id

@@ -1,7 +1,7 @@
 //! ResNet-18 and VGG-19 (narrow: width 1/8) on real CIFAR-10 under every sync mode and
-//! `mpirun`: each worker's loss falls over a short run, the evaluation (with batch-norm
-//! statistics re-estimated on the evaluating rank) is finite, and the parameter count in
-//! the summary is the narrow model's.
+//! `mpirun`: each worker's loss falls over a short run, the evaluated model (batch-norm
+//! statistics re-estimated on the evaluating rank) is well above chance on the test set,
+//! and the summary names the model.
 
 mod common;
 
@@ -12,8 +12,25 @@ use common::{cifar10_dir, job_lock, mean, num, Run, Scratch};
 /// Hang guard of every job: minutes, against the tens of seconds a CNN job takes on 2 cores.
 const DEADLINE: Duration = Duration::from_secs(600);
 
+/// Lowest final test accuracy (200 test images) a run must reach: chance is 0.10, and a
+/// correct run of every model and mode reaches well above 0.20.
+const MIN_ACCURACY: f64 = 0.20;
+
+/// Highest final test loss: below ln 10 = 2.303, the loss of a uniform guess.
+const MAX_TEST_LOSS: f64 = 2.2;
+
+/// Learning rate: VGG-19 (no skip connections) under ASP stalls at chance in some runs
+/// at 0.05, so it trains at 0.02.
+fn lr(model: &str) -> f64 {
+    if model == "vgg19" {
+        0.02
+    } else {
+        0.05
+    }
+}
+
 /// 1,024 training images in batches of 16, 3 epochs (for 2 workers: 96 iterations
-/// each); momentum 0.5 at lr 0.05, so that the asynchronous modes stay stable.
+/// each); momentum 0.5 at [`lr`], so that the asynchronous modes stay stable.
 fn cnn_toml(model: &str) -> String {
     format!(
         r#"[run]
@@ -30,13 +47,14 @@ augment = "crop-flip"
 name = "{model}"
 width = 0.125
 [optim]
-lr = 0.05
+lr = {lr}
 momentum = 0.5
 batch_size = 16
 [device]
 kind = "cpu"
 "#,
-        cifar10_dir().display()
+        cifar10_dir().display(),
+        lr = lr(model)
     )
 }
 
@@ -71,11 +89,14 @@ fn trains(model: &str, mode: &str, ranks: usize, workers: &[usize], sets: &[&str
     let s = run.summary();
     assert_eq!(s["model"], model, "summary: {s}");
     let accuracy = num(&s, "final_test_accuracy");
-    assert!((0.0..=1.0).contains(&accuracy), "summary: {s}");
+    assert!(
+        accuracy >= MIN_ACCURACY,
+        "{model} {mode}: test accuracy {accuracy} below {MIN_ACCURACY} (chance 0.10)"
+    );
     let loss = run.eval().last("test_loss");
     assert!(
-        loss.is_finite() && loss < 10.0,
-        "{model} {mode}: test loss {loss}"
+        loss.is_finite() && loss < MAX_TEST_LOSS,
+        "{model} {mode}: test loss {loss}, not below {MAX_TEST_LOSS}"
     );
 }
 

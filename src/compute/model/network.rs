@@ -161,12 +161,32 @@ impl<B: Backend> Network<B> {
     /// buffer with the gradient of the batch-mean cross-entropy and returns the batch's
     /// stats.
     pub fn forward_backward(&mut self, x: &[f32], labels: &[u8], n: usize) -> BatchStats {
+        self.train_step(x, labels, n, false)
+    }
+
+    /// [`Network::forward_backward`], and also the gradient of the loss with respect to the
+    /// input batch, into `dx` (`n * input_len()` values), which training never needs: the
+    /// first layer's input gradient, for tests that compare whole backward passes.
+    pub fn forward_backward_input_grad(
+        &mut self,
+        x: &[f32],
+        labels: &[u8],
+        n: usize,
+        dx: &mut [f32],
+    ) -> BatchStats {
+        assert_eq!(dx.len(), n * self.input_len(), "input gradient length");
+        let stats = self.train_step(x, labels, n, true);
+        self.model.backend().download(dx, self.body.input_grad());
+        stats
+    }
+
+    fn train_step(&mut self, x: &[f32], labels: &[u8], n: usize, need_dinp: bool) -> BatchStats {
         self.forward(x, n, Mode::Train);
         let stats = self.loss(labels, n);
         self.model.zero_grads();
         let (be, flat) = self.model.parts_mut();
         self.body
-            .backward(be, flat, &self.x, &self.dlogits, n, false);
+            .backward(be, flat, &self.x, &self.dlogits, n, need_dinp);
         stats
     }
 
