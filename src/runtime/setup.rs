@@ -540,19 +540,27 @@ fn resumed_iterations(
 /// clock already counts the first run's profiling. On another rank count it profiles again,
 /// after its saved clock.
 fn start_clock(comm: &Comm, resume: Option<&Resume>, layout: &Layout) -> Result<Instant> {
-    let profiled = layout.profile_cost_s.unwrap_or(0.0);
-    let (resumed_at, profiling) = match resume {
-        Some(r) if r.rescale.is_some() => (r.manifest.time_s, profiled),
-        Some(r) => (r.manifest.time_s, 0.0),
-        None => (0.0, profiled),
-    };
+    let elapsed = clock_at_start_s(resume, layout.profile_cost_s);
     comm.barrier()?;
     // `try_`: a clock no `Duration` holds is an error, not a panic (the manifest's time was
     // checked when it was read; the profile's cost is measured).
-    std::time::Duration::try_from_secs_f64(resumed_at + profiling)
+    std::time::Duration::try_from_secs_f64(elapsed)
         .ok()
         .and_then(|back| Instant::now().checked_sub(back))
         .context("the checkpoint's training clock lies before this machine's boot")
+}
+
+/// The training clock's reading when this run's training starts, in seconds: the
+/// checkpoint's clock for a resumed run, plus the profiling just done (`profile_cost_s`)
+/// where it counts (a fresh run, or a resumed one that profiled again on another rank
+/// count; the same ranks resumed do not profile).
+fn clock_at_start_s(resume: Option<&Resume>, profile_cost_s: Option<f64>) -> f64 {
+    let profiled = profile_cost_s.unwrap_or(0.0);
+    match resume {
+        Some(r) if r.rescale.is_some() => r.manifest.time_s + profiled,
+        Some(r) => r.manifest.time_s,
+        None => profiled,
+    }
 }
 
 #[cfg(test)]
@@ -649,5 +657,89 @@ mod tests {
         resume.rescale = None;
         resume.manifest.layout = None;
         assert_eq!(saved_layout(Some(&resume), &cfg, 6).unwrap(), None);
+    }
+
+    fn rescaled() -> crate::checkpoint::Rescale {
+        crate::checkpoint::Rescale {
+            from_world: 6,
+            to_world: 8,
+            work: 0,
+            workers: 6,
+            per_worker: 0,
+            saved_ranks: vec![0, 1],
+        }
+    }
+
+    #[test]
+    fn the_clock_counts_profiling_unless_the_same_ranks_resume() {
+        assert_eq!(clock_at_start_s(None, None), 0.0);
+        assert_eq!(clock_at_start_s(None, Some(1.5)), 1.5);
+        let (_, mut resume) = resume_with(serde_json::Value::Null);
+        // The checkpoint's clock (1.0 s) already holds the first run's profiling.
+        assert_eq!(clock_at_start_s(Some(&resume), Some(1.5)), 1.0);
+        resume.rescale = Some(rescaled());
+        assert_eq!(clock_at_start_s(Some(&resume), Some(1.5)), 2.5);
+        assert_eq!(clock_at_start_s(Some(&resume), None), 1.0);
+    }
+
+    fn formed(groups: Vec<Vec<usize>>, profile: Option<(Vec<f64>, Vec<f64>)>) -> WorkerGroups {
+        let (times, worst) = profile.unzip();
+        WorkerGroups {
+            groups,
+            profiled_spread_s: times.as_ref().map(|t: &Vec<f64>| vec![0.0; t.len()]),
+            profiled_s: times,
+            profiled_worst_s: worst,
+            profile_cost_s: Some(0.5),
+            group_count: None,
+        }
+    }
+
+    #[test]
+    fn formed_groups_take_their_servers_and_the_configured_bound() {
+        let (cfg, _) = resume_with(serde_json::Value::Null);
+        let mut layout = Layout::from_config(&cfg, 6);
+        let bound = cfg.sync.gssp.staleness.bound().unwrap_or(0);
+        apply_groups(
+            &cfg,
+            &mut layout,
+            formed(vec![vec![2, 3], vec![4, 5]], None),
+            100,
+        );
+        assert_eq!(layout.groups, [vec![2, 3], vec![4, 5]]);
+        assert_eq!(layout.staleness, [bound, bound]);
+        assert_eq!(layout.profile_cost_s, Some(0.5));
+        assert!(layout.idle.is_empty());
+
+        // One group formed of four workers: the second server has no group and idles.
+        let mut layout = Layout::from_config(&cfg, 6);
+        apply_groups(&cfg, &mut layout, formed(vec![vec![2, 3, 4, 5]], None), 100);
+        assert_eq!(layout.servers, [0]);
+        assert_eq!(layout.idle, [1]);
+        assert_eq!(layout.role(1), Role::Idle);
+        assert_eq!(layout.role(4), Role::Worker { group: 0 });
+        assert_eq!(layout.staleness, [bound]);
+    }
+
+    #[test]
+    fn an_automatic_bound_follows_each_groups_slow_spells() {
+        let (mut cfg, _) = resume_with(serde_json::Value::Null);
+        cfg.sync.gssp.staleness = Staleness::Auto;
+        let mut layout = Layout::from_config(&cfg, 6);
+        // Workers 2 and 3 never stall; worker 5 once took ten of its iterations.
+        let times = vec![0.1, 0.1, 0.2, 0.2];
+        let worst = vec![0.1, 0.1, 0.2, 2.0];
+        let groups = vec![vec![2, 3], vec![4, 5]];
+        let want = grouping::auto_staleness(
+            &times,
+            &worst,
+            &[vec![0, 1], vec![2, 3]],
+            CostModel::new(&cfg, 100).weights_s(),
+        );
+        apply_groups(&cfg, &mut layout, formed(groups, Some((times, worst))), 100);
+        assert_eq!(layout.staleness, want);
+        assert!(
+            want[1] > want[0],
+            "the group with a slow spell gets the larger bound"
+        );
     }
 }
