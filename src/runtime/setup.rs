@@ -645,20 +645,14 @@ mod tests {
     fn a_run_laid_out_anew_takes_no_saved_layout() {
         let (cfg, mut resume) = resume_with(serde_json::json!({"not": "read"}));
         assert_eq!(saved_layout(None, &cfg, 6).unwrap(), None);
-        resume.rescale = Some(crate::checkpoint::Rescale {
-            from_world: 6,
-            to_world: 8,
-            work: 0,
-            workers: 6,
-            per_worker: 0,
-            saved_ranks: vec![0, 1],
-        });
+        resume.rescale = Some(rescaled());
         assert_eq!(saved_layout(Some(&resume), &cfg, 8).unwrap(), None);
         resume.rescale = None;
         resume.manifest.layout = None;
         assert_eq!(saved_layout(Some(&resume), &cfg, 6).unwrap(), None);
     }
 
+    /// A resume from the 6 ranks of [`resume_with`]'s checkpoint on 8.
     fn rescaled() -> crate::checkpoint::Rescale {
         crate::checkpoint::Rescale {
             from_world: 6,
