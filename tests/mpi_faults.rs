@@ -8,7 +8,7 @@
 mod common;
 mod skipped;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{
@@ -306,6 +306,89 @@ fn stopped_worker_holds_back_only_its_own_group() {
     eprintln!(
         "stopped rank 4 for {stopped_for:.1} s while ranks 2-3 logged {OTHER_GROUP_ROWS}+ rows: group 1's clock spread at most {max}; job {:.1} s",
         result.elapsed.as_secs_f64()
+    );
+}
+
+/// The meeting timeout of the tests below: seconds, against the hang guard's minutes.
+const MEETING_TIMEOUT: &str = "run.meeting_timeout_s=3";
+
+/// A worker stopped for good (SIGSTOP, never continued) while the group servers meet now
+/// and then (`extra`: checkpoints or regrouping): its group's server, held by the SSP bound,
+/// never comes to the next meeting, and the servers that came end the job within
+/// `run.meeting_timeout_s`, naming the group by its ranks, instead of waiting for it for good.
+/// Returns the run directory, the scratch space that holds it, and the job's stderr.
+fn stopped_worker_at_a_meeting_ends_the_job(
+    name: &str,
+    extra: &str,
+    occasion: &str,
+) -> (PathBuf, Scratch, String) {
+    let _lock = job_lock();
+    let mut sets = LONG_GSSP.to_vec();
+    sets.extend(["sync.gssp.staleness=2", MEETING_TIMEOUT, extra]);
+    let (job, scratch, marker) = start_training(name, 6, &sets);
+    let dir = Path::new(&marker).to_path_buf();
+    if extra.starts_with("run.checkpoint_every_s") {
+        poll_until(&format!("{name}: a first checkpoint"), HANG_GUARD, || {
+            dir.join("checkpoints").join("latest").exists()
+        });
+    }
+    signal(pid_of_rank(&marker, 4), "STOP");
+    let stopped_at = job.elapsed();
+    let result = job.wait(stopped_at + HANG_GUARD);
+    assert!(
+        matches!(result.code, Some(c) if c != 0),
+        "{name}: mpirun exited {:?} with rank 4 stopped\nstderr:\n{}",
+        result.code,
+        result.stderr
+    );
+    let named = format!(
+        "group 1 (server rank 1, workers{} 4, 5) did not come to the group servers' {occasion} meeting within 3 s (run.meeting_timeout_s)",
+        if occasion == "regroup" { " at the start" } else { "" }
+    );
+    assert!(
+        result.stderr.contains(&named),
+        "{name}: stderr does not say {named:?}:\n{}",
+        result.stderr
+    );
+    eprintln!(
+        "{name}: rank 4 stopped; the job ended {:.1} s later naming its group:\n{}",
+        (result.elapsed - stopped_at).as_secs_f64(),
+        result.stderr
+    );
+    (dir, scratch, result.stderr)
+}
+
+/// With checkpoints on, a stopped worker ends the job at the next checkpoint meeting, and
+/// the checkpoint before the stop stays whole to resume from (its manifest committed and
+/// readable).
+#[test]
+fn stopped_worker_ends_the_job_at_a_checkpoint_meeting_naming_its_group() {
+    let (dir, _scratch, stderr) = stopped_worker_at_a_meeting_ends_the_job(
+        "stopped-checkpoint",
+        "run.checkpoint_every_s=1",
+        "checkpoint",
+    );
+    let checkpoints = dir.join("checkpoints");
+    let latest = std::fs::read_to_string(checkpoints.join("latest")).expect("checkpoints/latest");
+    let hint = format!("stays the newest: `gssp train --resume {}`", dir.display());
+    assert!(stderr.contains(&hint), "no resume hint {hint:?}:\n{stderr}");
+    let manifest = checkpoints.join(latest.trim()).join("manifest.json");
+    let text = std::fs::read_to_string(&manifest).expect("the latest checkpoint's manifest");
+    let parsed: serde_json::Value = serde_json::from_str(&text).expect("a whole manifest");
+    assert!(
+        parsed.get("time_s").is_some(),
+        "{}: {text}",
+        manifest.display()
+    );
+}
+
+/// With regrouping on, a stopped worker ends the job at the next regroup meeting.
+#[test]
+fn stopped_worker_ends_the_job_at_a_regroup_meeting_naming_its_group() {
+    stopped_worker_at_a_meeting_ends_the_job(
+        "stopped-regroup",
+        "sync.gssp.regroup_every_s=1",
+        "regroup",
     );
 }
 

@@ -6,7 +6,8 @@
 //! as a [`CommError`] naming the call instead of killing the job behind our back.
 //!
 //! * [`Comm`]: the MPI environment and the world communicator.
-//! * [`SubComm`]: a communicator from [`Collectives::split`].
+//! * [`SubComm`]: a communicator from [`Collectives::split`]; [`SubComm::arrive`] comes to a
+//!   meeting of its ranks with a deadline (`arrival`).
 //! * [`Collectives`]: collectives shared by both (import the trait to call them).
 //! * [`p2p`]: the links between a server and its workers (nonblocking, reused buffers),
 //!   moving words whose meaning is the runtime's.
@@ -16,6 +17,7 @@
 //! Handles are reference counted: a [`SubComm`] stays valid while a link made from it lives.
 //! Objects that outlive the [`Comm`] skip their MPI clean-up (MPI is finalized by then).
 
+mod arrival;
 mod emulation;
 mod idle;
 pub mod link;

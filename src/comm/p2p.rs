@@ -76,12 +76,12 @@ pub struct Arrival<'a> {
     pub receive_cpu_s: f64,
 }
 
-fn null_request() -> ffi::MPI_Request {
+pub(super) fn null_request() -> ffi::MPI_Request {
     // SAFETY: reading an extern constant.
     unsafe { ffi::RSMPI_REQUEST_NULL }
 }
 
-fn is_active(req: ffi::MPI_Request) -> bool {
+pub(super) fn is_active(req: ffi::MPI_Request) -> bool {
     req != null_request()
 }
 
@@ -219,7 +219,7 @@ fn wait(req: &mut ffi::MPI_Request, waited: &mut f64) -> Result<ffi::MPI_Status,
 }
 
 /// Completes `req` if it is done; `None` while it is still pending.
-fn test(req: &mut ffi::MPI_Request) -> Result<Option<ffi::MPI_Status>, CommError> {
+pub(super) fn test(req: &mut ffi::MPI_Request) -> Result<Option<ffi::MPI_Status>, CommError> {
     let mut status = empty_status();
     let mut flag: c_int = 0;
     // SAFETY: req is a request handle owned by the caller; out-pointers are valid.
@@ -231,7 +231,7 @@ fn test(req: &mut ffi::MPI_Request) -> Result<Option<ffi::MPI_Status>, CommError
 
 /// Cancels a posted receive and completes it (a receive that already matched completes
 /// normally and its message is discarded).
-fn cancel_recv(req: &mut ffi::MPI_Request) -> Result<(), CommError> {
+pub(super) fn cancel_recv(req: &mut ffi::MPI_Request) -> Result<(), CommError> {
     if is_active(*req) {
         // SAFETY: req is an active receive owned by the caller.
         check("MPI_Cancel", unsafe { ffi::MPI_Cancel(req) })?;
@@ -252,7 +252,7 @@ fn release_send(req: &mut ffi::MPI_Request, buf: &mut Vec<f32>) {
 
 /// Completes a send if it is done, otherwise frees the request; returns whether MPI may still
 /// read its buffer (which the caller must then leak).
-fn abandon_send(req: &mut ffi::MPI_Request) -> bool {
+pub(super) fn abandon_send(req: &mut ffi::MPI_Request) -> bool {
     if !is_active(*req) {
         return false;
     }

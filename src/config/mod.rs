@@ -68,6 +68,10 @@ pub struct RunConfig {
     /// Write a checkpoint every this many seconds of training (and always at the end);
     /// `gssp train --resume RUN_DIR` continues from the newest. 0 = at the end only.
     pub checkpoint_every_s: f64,
+    /// gssp: how long a group server waits at a meeting of the group servers (a checkpoint,
+    /// a regroup, the end of training) for the others to come; then the job stops, naming
+    /// the groups that did not (a server held by a stopped worker, or stopped itself).
+    pub meeting_timeout_s: f64,
     /// Accuracy (fraction in 0..1) for `time_to_target_s` in the summary.
     pub target_accuracy: f64,
     /// Write one CSV row every this many iterations.
@@ -761,6 +765,7 @@ impl Default for RunConfig {
             eval_every_epochs: 1.0,
             snapshot_every_s: 0.0,
             checkpoint_every_s: 0.0,
+            meeting_timeout_s: 300.0,
             target_accuracy: 0.98,
             log_every: 1,
             progress_every_s: 10.0,

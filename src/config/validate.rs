@@ -174,6 +174,7 @@ impl Config {
         at_least("run.eval_every_epochs", r.eval_every_epochs, 0.0)?;
         at_least("run.snapshot_every_s", r.snapshot_every_s, 0.0)?;
         at_least("run.checkpoint_every_s", r.checkpoint_every_s, 0.0)?;
+        positive("run.meeting_timeout_s", r.meeting_timeout_s)?;
         in_unit_interval("run.target_accuracy", r.target_accuracy)?;
         ensure(r.log_every >= 1, "run.log_every", ">= 1", r.log_every)?;
         ensure(
@@ -620,6 +621,7 @@ mod tests {
             (&["run.eval_every_epochs=-1"], "run.eval_every_epochs: must be >= 0, got -1"),
             (&["run.snapshot_every_s=-1"], "run.snapshot_every_s: must be >= 0, got -1"),
             (&["run.checkpoint_every_s=-2"], "run.checkpoint_every_s: must be >= 0, got -2"),
+            (&["run.meeting_timeout_s=0"], "run.meeting_timeout_s: must be > 0, got 0"),
             (&["run.target_accuracy=0"], "run.target_accuracy: must be in (0, 1], got 0"),
             (&["run.target_accuracy=1.5"], "run.target_accuracy: must be in (0, 1], got 1.5"),
             (&["run.log_every=0"], "run.log_every: must be >= 1, got 0"),

@@ -19,6 +19,7 @@ use crate::protocol::costmodel::CostModel;
 use crate::protocol::layout::Layout;
 use crate::protocol::param_server::{Apply, ParamServer, UpdateRule};
 use crate::protocol::wire::HEADER_WORDS;
+use crate::runtime::exchange::roll::Roll;
 use crate::runtime::exchange::GroupExchange;
 use crate::runtime::finish::RoleOutcome;
 use crate::runtime::peers::{Exchange, NoPeers, SavedPeers};
@@ -102,6 +103,12 @@ pub fn serve_group(
             let what = (&model.tensors[..], mirror, resumed);
             let mut ex = exchange_for(ctx, rank, served.1.weights(), what)?;
             ex.count_batches(batches_per_group_push(layout));
+            let roll = Roll::new(
+                layout.servers.clone(),
+                layout.groups.clone(),
+                regroup.is_some(),
+            );
+            ex.name_groups(roll);
             let outside = Outside {
                 peers: &mut ex,
                 regroup: regroup.as_mut(),

@@ -34,6 +34,17 @@ impl<C: Collectives> Saver<'_, C> {
         self.schedule.due(time_s)
     }
 
+    /// What a run that stops early can be resumed from: the newest checkpoint, if this run
+    /// took one or was resumed from one.
+    pub fn resume_hint(&self) -> Option<String> {
+        let newest = self.schedule.sequence.checked_sub(1).filter(|&s| s > 0)?;
+        Some(format!(
+            "checkpoint {} stays the newest: `gssp train --resume {}` continues from it",
+            store::checkpoint_dir(self.run.path(), newest).display(),
+            self.run.path().display()
+        ))
+    }
+
     /// Writes this rank's file of the next checkpoint and, on the committing rank, the
     /// manifest and `latest` (collective over `comm`). A rank that cannot write its file
     /// fails with the file named; the committing rank then fails too, naming the rank, and

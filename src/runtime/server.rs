@@ -359,7 +359,14 @@ impl Server<'_, '_, '_, '_, '_> {
         if !checkpoint_due && !regroup_due {
             return Ok(false);
         }
-        let Meet::Together { time_s } = self.peers.meet(time_s)? else {
+        let met = self
+            .peers
+            .meet(time_s)
+            .map_err(|e| match self.saver.resume_hint() {
+                Some(hint) => anyhow::anyhow!("{e:#}; {hint}"),
+                None => e,
+            })?;
+        let Meet::Together { time_s } = met else {
             self.stopping = true;
             return Ok(false);
         };

@@ -28,7 +28,7 @@
 //! because it costs one contiguous put per peer and k writes at the receiver, where the
 //! accumulate costs MPI a datatype walk per value and the receiver a dense drain.
 //!
-//! No server waits for another group. At the end every server flushes its unsent change
+//! No server waits for another group between meetings. At the end every server flushes its unsent change
 //! densely, the servers meet at a barrier, drain, and the replicas (now equal up to float
 //! rounding) are averaged.
 //!
@@ -37,10 +37,17 @@
 //! and save together; if one is already finishing, the server stops training instead. A
 //! finishing server keeps meeting until every server is finishing, so the meetings always
 //! pair up, whichever comes first.
+//!
+//! A meeting is bounded: each server comes to it through [`SubComm::arrive`] and waits at
+//! most `run.meeting_timeout_s` for the others; a group whose server does not come (held by
+//! a stopped worker, or stopped itself) ends the job with an error naming its ranks
+//! ([`roll`]), on the servers that came, instead of holding every group for good. The
+//! checkpoint before it stays whole, to resume from.
 
 use anyhow::{Context, Result};
 
 use std::path::Path;
+use std::time::Duration;
 
 use crate::checkpoint::{RankFile, RankMeta};
 use crate::comm::{Collectives, SubComm};
@@ -57,10 +64,12 @@ use crate::telemetry::{EvalRow, Snapshots};
 
 pub mod encoder;
 pub mod ledger;
+pub mod roll;
 pub mod transport;
 
 use encoder::{Encoder, Taken};
 use ledger::Ledger;
+use roll::{Occasion, Roll};
 use transport::{peers_of, Telemetry, Transport};
 
 /// The model to evaluate: the snapshots (with their evaluation rows to fill) and the
@@ -148,6 +157,14 @@ pub struct GroupExchange<'c> {
     /// The batches a push of each group stands for (empty: one each), so that the
     /// peers' pushes count their batches towards the run's epochs.
     batches_per_push: Vec<f64>,
+    /// The meetings this server came to so far (each arrival carries its number).
+    meetings: u64,
+    /// How long it waits at one for the others (`run.meeting_timeout_s`).
+    meeting_timeout: Duration,
+    /// What its meetings during training are for: regroups or checkpoints.
+    occasion: Occasion,
+    /// Who each group is, to name one that does not come.
+    roll: Roll,
 }
 
 impl<'c> GroupExchange<'c> {
@@ -213,7 +230,20 @@ impl<'c> GroupExchange<'c> {
             phases: ExchangePhases::default(),
             known: Vec::with_capacity(groups),
             batches_per_push: Vec::new(),
+            meetings: 0,
+            meeting_timeout: Duration::from_secs_f64(cfg.run.meeting_timeout_s),
+            occasion: if g.regroup_every_s > 0.0 {
+                Occasion::Regroup
+            } else {
+                Occasion::Checkpoint
+            },
+            roll: Roll::default(),
         })
+    }
+
+    /// Names each group by its ranks in the error of a meeting it does not come to.
+    pub fn name_groups(&mut self, roll: Roll) {
+        self.roll = roll;
     }
 
     /// Counts a push of group g as `per_group[g]` batches in [`Exchange::global_pushes`]
@@ -420,9 +450,21 @@ impl<'c> GroupExchange<'c> {
     }
 
     /// One meeting of the servers (collective): whether all of them, and whether any of
-    /// them, are stopping, and the latest of their clocks.
-    fn meet_all(&self, stopping: bool, time_s: f64) -> Result<(bool, bool, f64)> {
+    /// them, are stopping, and the latest of their clocks. A server that does not come
+    /// within the meeting timeout is an error naming its group.
+    fn meet_all(&mut self, stopping: bool, time_s: f64) -> Result<(bool, bool, f64)> {
         let comm = self.transport.comm();
+        self.meetings += 1;
+        let absent = comm.arrive(self.meetings, self.meeting_timeout)?;
+        if !absent.is_empty() {
+            let occasion = if stopping {
+                Occasion::End
+            } else {
+                self.occasion
+            };
+            let timeout_s = self.meeting_timeout.as_secs_f64();
+            anyhow::bail!(self.roll.absent(&absent, occasion, timeout_s));
+        }
         let vote = f64::from(u8::from(stopping));
         let all = comm.allreduce_min_f64(vote)? > 0.0;
         let any = comm.allreduce_max_f64(vote)? > 0.0;
