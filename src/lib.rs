@@ -13,8 +13,8 @@
 //!    decisions and cost model; top-k, PowerSGD, error feedback and ratio control.
 //! 4. [`comm`] (the only MPI code, with the emulated network link) and [`compute`]
 //!    (backends, modules and models, optimizers, the workload of a step, compute pacing).
-//! 5. Ground: [`config`], [`data`], [`checkpoint`] files, and [`telemetry`] (clocks, logs,
-//!    the summary, progress).
+//! 5. Ground: [`config`] (with each sync mode's strategy, [`config::modes`]), [`data`],
+//!    [`checkpoint`] files, and [`telemetry`] (clocks, logs, the summary, progress).
 
 pub mod tools;
 

@@ -7,7 +7,8 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use gssp::checkpoint::{check_resume_overrides, Resume};
 use gssp::comm::{Collectives, Comm, FatalOnAll};
-use gssp::config::{Config, SyncMode};
+use gssp::config::modes::Roles;
+use gssp::config::Config;
 use gssp::telemetry::{stderr_line, RunDir};
 
 #[derive(Parser)]
@@ -481,7 +482,7 @@ fn train(
         if rank == 0 {
             run.write_text("config.toml", &cfg.to_toml_string())?;
         }
-        let summary = if cfg.sync.mode == SyncMode::Single {
+        let summary = if cfg.sync.strategy().roles() == Roles::Single {
             Some(gssp::runtime::single::run_single(
                 &cfg,
                 &run,

@@ -7,18 +7,25 @@
 //!   rank for the single process, and a saved layout for every distributed mode (the
 //!   layout's own fields are checked against the config and the world where the run takes
 //!   it up, in `runtime::setup`, since the layout's type lives above this layer).
-//! - gssp with local steps is refused: a checkpoint does not record its workers' replicas.
-//! - On another rank count, gssp's `grouping = "static"` names the old world's ranks, so the
-//!   run groups by profile instead (and its resolved config says so).
+//! - A mode may refuse its settings' resume ([`Mode::resume_refusal`]): gssp with local
+//!   steps, since a checkpoint does not record its workers' replicas.
+//! - On another rank count a mode changes the settings that name the old world's ranks
+//!   ([`Mode::refit_to_world`]): gssp's `grouping = "static"` becomes grouping by profile
+//!   (and the resolved config says so).
 //! - Whatever else cannot follow the new count (a list of one slowdown factor per worker,
 //!   too few ranks for the mode or the groups) is an error naming the key and both counts.
-//! - A gssp run that regrouped saved its workers where they ended, not where its layout put
-//!   them: it is laid out again, as on another rank count.
+//! - A run that regrouped (gssp, [`Mode::regrouping`]) saved its workers where they ended,
+//!   not where its layout put them: it is laid out again, as on another rank count.
+//!
+//! [`Mode::resume_refusal`]: crate::config::modes::Mode::resume_refusal
+//! [`Mode::refit_to_world`]: crate::config::modes::Mode::refit_to_world
+//! [`Mode::regrouping`]: crate::config::modes::Mode::regrouping
 
 use std::path::Path;
 
 use super::store::{self, CheckpointError, Manifest};
-use crate::config::{Config, Grouping, SyncMode};
+use crate::config::modes::Roles;
+use crate::config::Config;
 
 /// What fitting a resumed run to its world decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,10 +47,16 @@ pub fn fit(
     world_size: usize,
 ) -> Result<Fit, String> {
     agrees_with_config(manifest, cfg, &store::manifest_path(dir)).map_err(|e| e.to_string())?;
-    refuse_local_steps(cfg, dir)?;
+    let mode = cfg.sync.strategy();
+    if let Some(reason) = mode.resume_refusal(&cfg.sync) {
+        return Err(format!(
+            "--resume: {} {reason}; it cannot be resumed",
+            dir.display()
+        ));
+    }
     let saved = manifest.world_size;
     if world_size != saved {
-        group_by_profile_if_static(cfg);
+        mode.refit_to_world(&mut cfg.sync);
     }
     cfg.validate_for_world(world_size).map_err(|e| {
         format!(
@@ -53,7 +66,7 @@ pub fn fit(
     })?;
     Ok(Fit {
         workers: cfg.num_workers(world_size),
-        relayout: cfg.sync.mode == SyncMode::Gssp && cfg.sync.gssp.regroup_every_s > 0.0,
+        relayout: mode.regrouping(&cfg.sync).is_some(),
     })
 }
 
@@ -72,44 +85,22 @@ fn agrees_with_config(
         );
         return Err(CheckpointError::field(path, "mode", reason));
     }
-    if mode == SyncMode::Single && manifest.world_size != 1 {
+    let single = mode.strategy().roles() == Roles::Single;
+    if single && manifest.world_size != 1 {
         let reason = format!("{} ranks for a single-process run", manifest.world_size);
         return Err(CheckpointError::field(path, "world_size", reason));
     }
-    if mode != SyncMode::Single && manifest.layout.is_none() {
+    if !single && manifest.layout.is_none() {
         let reason = format!("missing: a {mode} run's checkpoint records who did what");
         return Err(CheckpointError::field(path, "layout", reason));
     }
     Ok(())
 }
 
-/// gssp with local steps: a checkpoint does not record its workers' replicas yet, so such a
-/// run cannot be resumed.
-fn refuse_local_steps(cfg: &Config, dir: &Path) -> Result<(), String> {
-    let g = &cfg.sync.gssp;
-    if cfg.sync.mode == SyncMode::Gssp && g.takes_local_steps() {
-        return Err(format!(
-            "--resume: {} took local steps (sync.gssp.local_steps = {}), and a checkpoint does not record its workers' replicas yet; it cannot be resumed",
-            dir.display(),
-            g.local_steps
-        ));
-    }
-    Ok(())
-}
-
-/// On another rank count, gssp's static groups name ranks of the old world: the run groups
-/// by profile instead.
-fn group_by_profile_if_static(cfg: &mut Config) {
-    let g = &mut cfg.sync.gssp;
-    if cfg.sync.mode == SyncMode::Gssp && g.grouping == Grouping::Static {
-        g.grouping = Grouping::Profile;
-        g.static_groups.clear();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{Grouping, SyncMode};
 
     /// The config of `sets`, and a manifest of it taken on `world` ranks.
     fn saved(sets: &[&str], world: usize) -> (Config, Manifest) {

@@ -6,6 +6,8 @@
 //! * `validate.rs`: [`Config::validate`] and [`Config::validate_for_world`]. Validation runs
 //!   on the fully resolved config (file + overrides) before any work starts and reports the
 //!   first problem as `section.key: must be ..., got VALUE`.
+//! * `modes/`: each sync mode's strategy ([`modes::Mode`]), which every layer asks about
+//!   the mode instead of matching on [`SyncMode`].
 //!
 //! Unknown keys are errors. One check over the parsed TOML tree rejects them (see
 //! `overrides.rs`), naming the key by its full dotted path and where it came from (the file or
@@ -13,6 +15,7 @@
 //! [`Config`] from TOML only through [`Config::load`] or [`Config::from_str_with_overrides`].
 
 mod balance;
+pub mod modes;
 mod overrides;
 mod validate;
 
@@ -232,6 +235,8 @@ pub enum OptimizerKind {
     Adam,
 }
 
+/// `sync.mode`. What each mode is (its roles, update rule, set-up, summary, simulation)
+/// is its strategy's to say ([`modes::of`]); code asks that rather than matching here.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum SyncMode {
@@ -371,7 +376,8 @@ pub enum SparseTransport {
 /// `[sync]`: the mode, and one section of settings per mode that has any. A file may hold
 /// the sections of several modes (a scenario file that every mode of a comparison runs,
 /// switching `sync.mode`); a run reads its own mode's section only, and every section is
-/// validated on its own. Code reaches a mode's settings through [`SyncConfig::scheme`].
+/// validated on its own. Code asks the mode's strategy ([`SyncConfig::strategy`]), which
+/// reads its mode's section.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct SyncConfig {
@@ -390,45 +396,11 @@ pub struct SyncConfig {
     pub balance: BalanceConfig,
 }
 
-/// The mode of a run with its own settings: what [`SyncConfig::scheme`] hands the code
-/// that runs it, so that a mode reaches only its own section.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Scheme<'a> {
-    Single,
-    Bsp,
-    Asp,
-    Ssp(&'a SspConfig),
-    Gssp(&'a GsspConfig),
-    Allreduce,
-    Localsgd(&'a LocalSgdConfig),
-    AsyncLocalsgd(&'a AsyncLocalSgdConfig),
-}
-
 impl SyncConfig {
-    /// The mode with its section.
-    pub fn scheme(&self) -> Scheme<'_> {
-        match self.mode {
-            SyncMode::Single => Scheme::Single,
-            SyncMode::Bsp => Scheme::Bsp,
-            SyncMode::Asp => Scheme::Asp,
-            SyncMode::Ssp => Scheme::Ssp(&self.ssp),
-            SyncMode::Gssp => Scheme::Gssp(&self.gssp),
-            SyncMode::Allreduce => Scheme::Allreduce,
-            SyncMode::Localsgd => Scheme::Localsgd(&self.localsgd),
-            SyncMode::AsyncLocalsgd => Scheme::AsyncLocalsgd(&self.async_localsgd),
-        }
-    }
-
-    /// The SSP bound of the mode's server(s): 0 for bsp, `sync.ssp.staleness`, gssp's fixed
-    /// `sync.gssp.staleness` (0 where it is "auto": each group's comes from the profile);
-    /// `None` for asp (no bound) and the modes without servers.
-    pub fn server_bound(&self) -> Option<usize> {
-        match self.scheme() {
-            Scheme::Bsp => Some(0),
-            Scheme::Ssp(s) => Some(s.staleness),
-            Scheme::Gssp(g) => Some(g.staleness.bound().unwrap_or(0)),
-            _ => None,
-        }
+    /// The strategy of this section's mode ([`modes::of`]); its methods that take the
+    /// section read the mode's own part of it.
+    pub fn strategy(&self) -> &'static dyn modes::Mode {
+        modes::of(self.mode)
     }
 }
 
@@ -998,16 +970,10 @@ impl Config {
         toml::to_string_pretty(self).expect("Config fields are all representable in TOML")
     }
 
-    /// Number of server ranks the sync mode uses (ranks `0..num_servers()`).
+    /// Number of server ranks the sync mode reserves (ranks `0..num_servers()`; gssp's
+    /// `groups = "auto"` may leave some of them idle).
     pub fn num_servers(&self) -> usize {
-        match self.sync.mode {
-            SyncMode::Single | SyncMode::Allreduce | SyncMode::Localsgd => 0,
-            SyncMode::Bsp | SyncMode::Asp | SyncMode::Ssp | SyncMode::AsyncLocalsgd => 1,
-            SyncMode::Gssp => {
-                let g = &self.sync.gssp;
-                g.groups.count().unwrap_or(g.max_groups)
-            }
-        }
+        self.sync.strategy().servers(&self.sync).reserved()
     }
 
     /// Number of worker ranks in a world of `world_size` ranks (all ranks that are not servers).

@@ -26,7 +26,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{ClusterConfig, CompressionKind, Config, SyncMode};
+use crate::config::{ClusterConfig, CompressionKind, Config};
 use crate::protocol::grouping::{
     balance_equal_speeds, dynamic_local_steps, partition_by_speed, GroupingError,
 };
@@ -48,8 +48,9 @@ pub struct CostModel {
     pub exchange_bytes: f64,
     /// Pushes between two exchanges of a group server.
     pub exchange_every: usize,
-    /// gssp's local steps per push of the fastest worker (1: one batch per push), and
-    /// whether the others' follow its speed (`sync.gssp.dynamic_local_steps`).
+    /// The workers' local steps per push of the fastest worker (1: one batch per push;
+    /// gssp's `sync.gssp.local_steps`, which the group count and regrouping weigh), and
+    /// whether the others' follow its speed (`dynamic_local_steps`).
     pub local_steps: (usize, bool),
 }
 
@@ -68,7 +69,7 @@ impl CostModel {
         } else {
             bandwidth_gbps
         };
-        let (c, g) = (&cfg.compression, &cfg.sync.gssp);
+        let c = &cfg.compression;
         let exchange_bytes = match c.kind {
             CompressionKind::Dense => 4.0 * params as f64,
             CompressionKind::Topk => 8.0 * c.ratio * params as f64,
@@ -81,10 +82,11 @@ impl CostModel {
             apply_s_per_param: apply_ns_per_param * 1e-9,
             exchange_bytes,
             exchange_every: cfg.sync.gssp.inter_group_every.max(1),
-            local_steps: match cfg.sync.mode == SyncMode::Gssp && g.takes_local_steps() {
-                true => (g.local_steps, g.dynamic_local_steps),
-                false => (1, false),
-            },
+            local_steps: cfg
+                .sync
+                .strategy()
+                .local_steps(&cfg.sync)
+                .map_or((1, false), |l| (l.per_push, l.dynamic)),
         }
     }
 

@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use crate::compute::pace;
-use crate::config::{Config, Groups, Staleness, SyncMode};
+use crate::config::modes::{Roles, ServerCount};
+use crate::config::{Config, Staleness, SyncMode};
 use crate::protocol::costmodel::GroupCountChoice;
 use crate::protocol::grouping::AUTO_STALENESS_MAX;
 
@@ -82,7 +83,7 @@ impl Layout {
             world_size,
             servers,
             groups: vec![workers],
-            staleness: vec![cfg.sync.server_bound().unwrap_or(0)],
+            staleness: vec![configured_bound(cfg)],
             slowdown,
             profiled_s: None,
             profiled_spread_s: None,
@@ -113,7 +114,7 @@ impl Layout {
 
     /// The role of world rank `rank`.
     pub fn role(&self, rank: usize) -> Role {
-        if matches!(self.mode, SyncMode::Allreduce | SyncMode::Localsgd) {
+        if self.mode.strategy().roles() == Roles::Collective {
             return Role::Collective;
         }
         if self.idle.contains(&rank) {
@@ -151,6 +152,16 @@ fn wrong<T>(field: impl Into<String>, reason: impl Into<String>) -> Result<T, La
         field: field.into(),
         reason: reason.into(),
     })
+}
+
+/// The SSP bound a fresh layout records for each group: the mode's configured one (0
+/// without one, and for gssp's `"auto"`, whose groups get theirs from the profile).
+fn configured_bound(cfg: &Config) -> usize {
+    cfg.sync
+        .strategy()
+        .staleness(&cfg.sync)
+        .bound()
+        .unwrap_or(0)
 }
 
 /// `n` `thing`s, in words ("1 group", "2 groups", "3 batches").
@@ -201,8 +212,8 @@ impl Layout {
     /// The servers are ranks `0..G`, G the configured count (with `groups = "auto"`, any
     /// count from 1 to `max_groups`); the ranks reserved beyond them are idle.
     fn check_servers(&self, cfg: &Config) -> Result<(), LayoutError> {
-        let reserved = cfg.num_servers();
-        let auto = cfg.sync.mode == SyncMode::Gssp && cfg.sync.gssp.groups == Groups::Auto;
+        let servers = cfg.sync.strategy().servers(&cfg.sync);
+        let (reserved, auto) = (servers.reserved(), matches!(servers, ServerCount::UpTo(_)));
         let g = self.servers.len();
         if auto && !(1..=reserved).contains(&g) {
             let reason = format!("sync.gssp.max_groups = {reserved} allows 1 to {reserved}");
@@ -277,8 +288,8 @@ impl Layout {
             let n = count(self.staleness.len(), "bound");
             return wrong("staleness", format!("{n} for {}", count(groups, "group")));
         }
-        let auto = cfg.sync.mode == SyncMode::Gssp && cfg.sync.gssp.staleness == Staleness::Auto;
-        let configured = cfg.sync.server_bound().unwrap_or(0);
+        let auto = cfg.sync.strategy().staleness(&cfg.sync) == Staleness::Auto;
+        let configured = configured_bound(cfg);
         for (i, &s) in self.staleness.iter().enumerate() {
             if auto && s > AUTO_STALENESS_MAX {
                 let reason = format!("{s}, \"auto\" sets at most {AUTO_STALENESS_MAX}");
@@ -364,14 +375,10 @@ impl Layout {
         Ok(())
     }
 
-    /// async-localsgd, and gssp with `sync.gssp.local_steps` > 1: at least one local step
-    /// per worker; otherwise none.
+    /// Where the mode's workers take local steps (async-localsgd, gssp with
+    /// `sync.gssp.local_steps` > 1): at least one per worker; otherwise none.
     fn check_local_steps(&self, cfg: &Config) -> Result<(), LayoutError> {
-        let takes = match cfg.sync.mode {
-            SyncMode::AsyncLocalsgd => true,
-            SyncMode::Gssp => cfg.sync.gssp.takes_local_steps(),
-            _ => false,
-        };
+        let takes = cfg.sync.strategy().local_steps(&cfg.sync).is_some();
         let n = self.local_steps.len();
         if !takes {
             return match n {

@@ -27,12 +27,9 @@ use crate::compute::optim::{clip_grad_norm, ClipError, HostOptimizer, Outer, Sgd
 use crate::config::StalenessLr;
 use crate::protocol::ssp_clock::SspClock;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Apply {
-    Immediate,
-    Round,
-    Delta,
-}
+/// How a push is applied: each mode's strategy says which
+/// ([`crate::config::modes::Mode::apply`]).
+pub use crate::config::modes::Apply;
 
 /// How a server applies pushes.
 #[derive(Debug, Clone, Copy, PartialEq)]

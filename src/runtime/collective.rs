@@ -37,14 +37,9 @@ use crate::runtime::worker::{WorkerContext, WorkerStats};
 use crate::telemetry::progress::Progress;
 use crate::telemetry::{Snapshots, WorkerRow};
 
-/// What the reduction of a collective mode averages, and how often.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Averaging {
-    /// allreduce: the gradients, every step.
-    Gradients,
-    /// localsgd: the parameters, every `every` local steps.
-    Parameters { every: u64 },
-}
+/// What the reduction of a collective mode averages, and how often: each mode's strategy
+/// says ([`crate::config::modes::Mode::averaging`]).
+pub use crate::config::modes::Averaging;
 
 /// What a collective rank ends with.
 pub struct CollectiveOutcome {

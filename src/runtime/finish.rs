@@ -8,7 +8,6 @@ use crate::comm::Collectives;
 use crate::compute::backend::Backend;
 use crate::compute::model::Trainable;
 use crate::compute::workload::{ComputeStep, Evaluator};
-use crate::config::SyncMode;
 use crate::protocol::regroup::RegroupEvent;
 use crate::runtime::exchange::{self, Replicas};
 use crate::runtime::server::ServeStats;
@@ -113,7 +112,7 @@ fn models_to_evaluate(
 fn run_totals(ctx: &RunContext<'_>, ranks: &[RankTotals]) -> RunTotals {
     let cfg = ctx.cfg;
     let iterations: f64 = ranks.iter().map(|r| r.iterations).sum();
-    let epochs = if matches!(cfg.sync.mode, SyncMode::Allreduce | SyncMode::Localsgd) {
+    let epochs = if cfg.sync.strategy().counts_epochs_collectively() {
         iterations * cfg.optim.batch_size as f64 / ctx.corpus.train_len() as f64
     } else {
         ranks.iter().map(|r| r.epoch).fold(0.0, f64::max)
@@ -177,8 +176,9 @@ fn summarize<B: Backend>(
     let servers = || layout.servers.iter().map(|&r| &ranks[r]);
     let pushes: f64 = servers().map(|r| r.pushes).sum();
     let has_servers = !layout.servers.is_empty();
-    let gssp = cfg.sync.mode == SyncMode::Gssp;
-    let exchanged = gssp && layout.servers.len() > 1;
+    let mode = cfg.sync.strategy();
+    let (exchanges, reports) = (mode.exchanges(), mode.reports());
+    let exchanged = exchanges && layout.servers.len() > 1;
     let worker_waits: Vec<f64> = ranks
         .iter()
         .filter(|r| r.worker > 0.0)
@@ -194,12 +194,10 @@ fn summarize<B: Backend>(
         bytes_sent: Some(sum(|r| r.bytes_sent) as u64),
         bytes_inter_group: Some(sum(|r| r.bytes_inter_group) as u64),
         p2p_messages_on_world: Some(sum(|r| r.p2p_on_world) as u64),
-        replica_max_error: matches!(cfg.sync.mode, SyncMode::Gssp | SyncMode::Localsgd)
-            .then_some(gathered.replica_error),
-        exchanges_deferred: gssp.then_some(gathered.deferred),
-        arrival_drains: gssp.then_some(gathered.arrival_drains),
-        outer_steps: (gssp || cfg.sync.mode == SyncMode::AsyncLocalsgd)
-            .then_some(gathered.outer_steps),
+        replica_max_error: reports.replica_error.then_some(gathered.replica_error),
+        exchanges_deferred: exchanges.then_some(gathered.deferred),
+        arrival_drains: exchanges.then_some(gathered.arrival_drains),
+        outer_steps: reports.outer_steps.then_some(gathered.outer_steps),
         server_busy_fractions: has_servers.then(|| per_server(|r| r.busy_fraction)),
         server_busy_ms_per_push: has_servers.then(|| per_server(|r| r.busy_ms_per_push)),
         mean_push_staleness: has_servers

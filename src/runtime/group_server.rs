@@ -14,10 +14,11 @@ use crate::compute::backend::Backend;
 use crate::compute::model::Trainable;
 use crate::compute::optim::{parallel, HostOptimizer, Outer};
 use crate::compute::workload::Model;
-use crate::config::{Config, GsspConfig, Scheme, SyncMode};
+use crate::config::modes::Regrouping;
+use crate::config::Config;
 use crate::protocol::costmodel::CostModel;
 use crate::protocol::layout::Layout;
-use crate::protocol::param_server::{Apply, ParamServer, UpdateRule};
+use crate::protocol::param_server::{ParamServer, UpdateRule};
 use crate::protocol::wire::HEADER_WORDS;
 use crate::runtime::exchange::roll::Roll;
 use crate::runtime::exchange::GroupExchange;
@@ -61,15 +62,14 @@ pub fn serve_group(
 ) -> Result<RoleOutcome> {
     let (cfg, layout) = (ctx.cfg, ctx.layout);
     let rank = layout.servers[group];
+    let mode = cfg.sync.strategy();
     // gssp with one group has no peers to exchange with: it is ssp with a group server.
-    let gssp = match cfg.sync.scheme() {
-        Scheme::Gssp(g) if layout.servers.len() > 1 => Some(g),
-        _ => None,
-    };
+    let exchanges = mode.exchanges() && layout.servers.len() > 1;
     let n = model.weights.len();
-    let mut regroup = gssp
-        .filter(|g| g.regroup_every_s > 0.0)
-        .map(|g| regrouper(ctx, group, g, n));
+    let mut regroup = mode
+        .regrouping(&cfg.sync)
+        .filter(|_| exchanges)
+        .map(|every| regrouper(ctx, group, every, n));
     let (slots, ranks) = slots_of(layout, group, regroup.as_ref());
     let batches = batches_per_slot(layout, &ranks);
     let group_comm = ctx
@@ -98,8 +98,8 @@ pub fn serve_group(
     };
     let mut outcome = RoleOutcome::default();
     let served = (&mut link, &mut ps, &serve_ctx);
-    let (stats, known) = match gssp {
-        Some(_) => {
+    let (stats, known) = match exchanges {
+        true => {
             let what = (&model.tensors[..], mirror, resumed);
             let mut ex = exchange_for(ctx, rank, served.1.weights(), what)?;
             ex.count_batches(batches_per_group_push(layout));
@@ -121,7 +121,7 @@ pub fn serve_group(
             let known = finish_exchange(ex, served.1, own, &mut outcome)?;
             (stats, known)
         }
-        None => {
+        false => {
             let outside = Outside {
                 peers: &mut NoPeers,
                 regroup: None,
@@ -149,10 +149,10 @@ pub fn serve_group(
 fn regrouper<'w>(
     ctx: &RunContext<'w>,
     group: usize,
-    gssp: &GsspConfig,
+    regrouping: Regrouping,
     params: usize,
 ) -> Regrouper<'w> {
-    let every = (gssp.regroup_every_s, gssp.regroup_min_gain);
+    let every = (regrouping.every_s, regrouping.min_gain);
     let from = ctx.start.elapsed().as_secs_f64();
     let model = CostModel::new(ctx.cfg, params);
     Regrouper::new(ctx.comm, ctx.layout, group, every, (model, from))
@@ -272,8 +272,9 @@ fn finish_exchange(
 }
 
 /// The update rule of group `group`'s server with `slots` worker slots, starting from
-/// `weights`: bsp steps on each round's mean, the others apply every push at once, ssp and
-/// gssp within the group's staleness bound.
+/// `weights`, as the mode's strategy gives it: its bound (none, bsp's lockstep, or the
+/// group's from the layout), how it applies a push, the outer optimizer it steps changes
+/// through and the weight of a change.
 fn param_server(
     cfg: &Config,
     layout: &Layout,
@@ -281,33 +282,23 @@ fn param_server(
     weights: Vec<f32>,
     slots: usize,
 ) -> ParamServer {
-    let gssp_local = cfg.sync.mode == SyncMode::Gssp && cfg.sync.gssp.takes_local_steps();
-    let (bound, apply) = match cfg.sync.mode {
-        SyncMode::Bsp => (Some(0), Apply::Round),
-        SyncMode::Asp => (None, Apply::Immediate),
-        SyncMode::AsyncLocalsgd => (None, Apply::Delta),
-        _ if gssp_local => (Some(layout.staleness[group]), Apply::Delta),
-        _ => (Some(layout.staleness[group]), Apply::Immediate),
-    };
+    let (sync, mode) = (&cfg.sync, cfg.sync.strategy());
     let n = weights.len();
     let rule = UpdateRule {
         workers: slots,
         total_workers: layout.groups.iter().map(Vec::len).sum(),
-        bound,
-        apply,
+        bound: mode.bound().of_group(layout.staleness[group]),
+        apply: mode.apply(sync),
         momentum: cfg.optim.momentum,
         weight_decay: cfg.optim.weight_decay,
         staleness_lr: cfg.optim.staleness_lr,
         delay_compensation: cfg.optim.delay_compensation,
         clip_norm: cfg.optim.clip_norm,
     };
-    let outer = match cfg.sync.scheme() {
-        Scheme::AsyncLocalsgd(a) => Outer::new(&a.outer(), n, slots),
-        _ => None,
-    };
+    let outer = mode.outer(sync).and_then(|o| Outer::new(&o, n, slots));
     // gssp's local steps: a change is worth its H steps at the workers' lr, taken at 1/W
     // as a gradient push is (module docs of `runtime::local_worker`).
-    let delta_scale = match gssp_local {
+    let delta_scale = match mode.changes_per_worker(sync) {
         true => 1.0 / rule.total_workers.max(1) as f32,
         false => 1.0,
     };

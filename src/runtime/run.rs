@@ -10,10 +10,10 @@ use crate::comm::{Collectives, Comm};
 use crate::compute::backend::cpu::Cpu;
 use crate::compute::backend::Backend;
 use crate::compute::model::Trainable;
-use crate::config::{Config, SyncMode};
+use crate::config::Config;
 use crate::protocol::layout::Role;
 use crate::protocol::wire::HEADER_WORDS;
-use crate::runtime::collective::{self, Averaging};
+use crate::runtime::collective;
 use crate::runtime::faults::Faults;
 use crate::runtime::finish::{finish, RoleOutcome};
 use crate::runtime::group_server::{serve_group, ServerModel};
@@ -130,12 +130,11 @@ fn play_collective<B: Backend>(
     snapshots: &mut Snapshots,
 ) -> Result<RoleOutcome> {
     let (comm, cfg) = (ctx.comm, ctx.cfg);
-    let averaging = match cfg.sync.mode {
-        SyncMode::Localsgd => Averaging::Parameters {
-            every: cfg.sync.localsgd.local_steps as u64,
-        },
-        _ => Averaging::Gradients,
-    };
+    let averaging = cfg
+        .sync
+        .strategy()
+        .averaging(&cfg.sync)
+        .with_context(|| format!("{} has no collective averaging", cfg.sync.mode))?;
     let mut saver = ctx.saver(comm);
     let mut log = ctx.run.worker_log(comm.rank(), cfg.run.log_every)?;
     let work = trainer.context(ctx, &mut log);
@@ -181,15 +180,12 @@ fn play_worker<B: Backend>(
     })
 }
 
-/// This worker's local steps per push: async-localsgd's, or gssp's with
-/// `sync.gssp.local_steps` > 1 (`None`: it pushes one batch's gradient).
+/// This worker's local steps per push, as its layout gives them, where the mode's workers
+/// take local steps (async-localsgd, gssp with `sync.gssp.local_steps` > 1; `None`: it
+/// pushes one batch's gradient).
 fn local_steps(ctx: &RunContext<'_>) -> Result<Option<u64>> {
-    let local = match ctx.cfg.sync.mode {
-        SyncMode::AsyncLocalsgd => true,
-        SyncMode::Gssp => ctx.cfg.sync.gssp.takes_local_steps(),
-        _ => false,
-    };
-    if !local {
+    let sync = &ctx.cfg.sync;
+    if sync.strategy().local_steps(sync).is_none() {
         return Ok(None);
     }
     let rank = ctx.comm.rank();

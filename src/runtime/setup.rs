@@ -18,9 +18,8 @@ use crate::compute::backend::{self, Backend};
 use crate::compute::model::Trainable;
 use crate::compute::pace::{Pacer, CALIBRATION_ITERATIONS};
 use crate::compute::workload::{ComputeStep, Corpus};
-use crate::config::{
-    BatchSplit, CompressionKind, Config, Grouping, Groups, GsspConfig, Staleness, SyncMode,
-};
+use crate::config::modes::{LocalSteps, Preparation};
+use crate::config::{BatchSplit, CompressionKind, Config, Grouping, Groups, GsspConfig, Staleness};
 use crate::protocol::costmodel::CostModel;
 use crate::protocol::grouping;
 use crate::protocol::layout::{Layout, Role};
@@ -101,16 +100,16 @@ pub fn prepare<B: Backend>(
     let faults = comm.fatal_on_all(Faults::from_env(rank))?;
     let mut layout = Layout::from_config(cfg, comm.size());
     let mut pacer = pacer_for(cfg, &layout, rank);
-    match saved {
-        Some(s) => layout = s,
-        None if cfg.sync.mode == SyncMode::Gssp => {
+    match (saved, cfg.sync.strategy().preparation()) {
+        (Some(s), _) => layout = s,
+        (None, Preparation::Groups) => {
             let groups = form_groups_by_profile(comm, cfg, &mut step, &corpus, &mut pacer)?;
             apply_groups(cfg, &mut layout, groups, step.net.num_params());
         }
-        None if cfg.sync.mode == SyncMode::AsyncLocalsgd => {
+        (None, Preparation::LocalSteps) => {
             layout_local_steps(comm, cfg, &mut layout, (&mut step, &corpus, &mut pacer))?;
         }
-        None => {}
+        (None, Preparation::None) => {}
     }
     if fresh && cfg.sync.balance.is_balanced() && cfg.num_servers() > 0 {
         layout_batches(comm, cfg, &mut layout, (&mut step, &corpus, &mut pacer))?;
@@ -188,20 +187,20 @@ impl<'a> RunContext<'a> {
     }
 }
 
-/// Where a gssp group server selects its sparse exchanges (`device.exchange_select`, for a
-/// model of `params` parameters): its GPU, the peer view mirrored there, or `None` for the
-/// host (every other rank and mode).
+/// Where a group server that exchanges sparse (top-k) updates with its peers (gssp) selects
+/// them (`device.exchange_select`, for a model of `params` parameters): its GPU, the peer
+/// view mirrored there, or `None` for the host (every other rank and mode).
 fn exchange_mirror(
     cfg: &Config,
     role: Role,
     params: usize,
 ) -> Result<Option<Box<dyn MirrorDevice>>> {
-    let sparse_gssp =
-        cfg.sync.mode == SyncMode::Gssp && cfg.compression.kind == CompressionKind::Topk;
+    let sparse_exchange =
+        cfg.sync.strategy().exchanges() && cfg.compression.kind == CompressionKind::Topk;
     let Role::Server { .. } = role else {
         return Ok(None);
     };
-    if !sparse_gssp || !cfg.device.exchange_on_gpu(params) {
+    if !sparse_exchange || !cfg.device.exchange_on_gpu(params) {
         return Ok(None);
     }
     gpu_mirror()
@@ -402,10 +401,9 @@ fn apply_groups(cfg: &Config, layout: &mut Layout, formed: WorkerGroups, params:
         (s, _, _) => vec![s.bound().unwrap_or(0); formed.groups.len()],
     };
     layout.groups = formed.groups;
-    let g = &cfg.sync.gssp;
-    if g.takes_local_steps() {
+    if let Some(LocalSteps { per_push, dynamic }) = cfg.sync.strategy().local_steps(&cfg.sync) {
         layout.local_steps = grouping::local_steps_per_worker(
-            (g.local_steps, g.dynamic_local_steps),
+            (per_push, dynamic),
             &profiled,
             formed.profiled_s.as_deref(),
             &layout.worker_ranks(),

@@ -8,6 +8,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::{collective, servers, Outcome, Workload};
+use crate::config::modes::Simulation;
 use crate::config::{Config, SyncMode};
 use crate::protocol::costmodel::CostModel;
 
@@ -354,29 +355,13 @@ pub fn check(run: &MeasuredRun, machine: &Machine) -> Check {
     // second and wait fractions are over the whole of `wall_s`.
     let horizon = (run.wall_s - run.profile_s).max(0.0);
     let trained = horizon / run.wall_s.max(f64::MIN_POSITIVE);
-    let outcome: Outcome = match run.mode {
-        SyncMode::Allreduce => collective::simulate(1, &work, &cost, horizon, 1),
-        SyncMode::Localsgd => collective::simulate(run.local_steps, &work, &cost, horizon, 1),
-        _ => {
-            let groups = if run.groups.is_empty() {
-                vec![(0..n).collect()]
-            } else {
-                run.groups.clone()
-            };
-            let bounds = (0..groups.len())
-                .map(|g| match run.mode {
-                    SyncMode::Asp | SyncMode::AsyncLocalsgd => None,
-                    SyncMode::Bsp => Some(0),
-                    _ => Some(run.staleness.get(g).copied().unwrap_or(0)),
-                })
-                .collect();
-            let scheme = servers::PsScheme {
-                groups,
-                bounds,
-                round: run.mode == SyncMode::Bsp,
-                extra_apply_passes: if run.delay_compensation { 1.0 } else { 0.0 },
-                local_steps: run.worker_local_steps.clone(),
-            };
+    let outcome: Outcome = match run.mode.strategy().simulation() {
+        Simulation::Collective { local_steps } => {
+            let steps = if local_steps { run.local_steps } else { 1 };
+            collective::simulate(steps, &work, &cost, horizon, 1)
+        }
+        Simulation::Servers { round } => {
+            let scheme = servers_of(run, round);
             servers::simulate(&scheme, &work, &cost, horizon, 1)
         }
     };
@@ -387,6 +372,28 @@ pub fn check(run: &MeasuredRun, machine: &Machine) -> Check {
         measured_wait_fraction: run.mean_wait_fraction,
         predicted_wait_fraction: trained * outcome.wait_fractions.iter().sum::<f64>()
             / n.max(1) as f64,
+    }
+}
+
+/// The servers of `run` as the simulator takes them: its groups (one of every worker
+/// where it recorded none), each bounded as its mode's servers bound staleness, stepping on
+/// each round's mean with `round`.
+fn servers_of(run: &MeasuredRun, round: bool) -> servers::PsScheme {
+    let groups = if run.groups.is_empty() {
+        vec![(0..run.times.len()).collect()]
+    } else {
+        run.groups.clone()
+    };
+    let bound = run.mode.strategy().bound();
+    let bounds = (0..groups.len())
+        .map(|g| bound.of_group(run.staleness.get(g).copied().unwrap_or(0)))
+        .collect();
+    servers::PsScheme {
+        groups,
+        bounds,
+        round,
+        extra_apply_passes: if run.delay_compensation { 1.0 } else { 0.0 },
+        local_steps: run.worker_local_steps.clone(),
     }
 }
 

@@ -1,0 +1,29 @@
+//! `asp`: one server applies each push at once and answers at once (with
+//! `optim.delay_compensation`, DC-ASGD).
+
+use super::{Apply, Bound, Mode, Roles, Simulation};
+use crate::config::{SyncConfig, SyncMode};
+
+pub struct Asp;
+
+impl Mode for Asp {
+    fn mode(&self) -> SyncMode {
+        SyncMode::Asp
+    }
+
+    fn roles(&self) -> Roles {
+        Roles::Servers
+    }
+
+    fn simulation(&self) -> Simulation {
+        Simulation::Servers { round: false }
+    }
+
+    fn bound(&self) -> Bound {
+        Bound::Unbounded
+    }
+
+    fn apply(&self, _sync: &SyncConfig) -> Apply {
+        Apply::Immediate
+    }
+}

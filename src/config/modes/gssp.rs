@@ -1,0 +1,107 @@
+//! `gssp`: G group servers, each serving a group of workers of similar speed under SSP
+//! with its own bound, exchanging their groups' updates with each other through one-sided
+//! MPI (`[sync.gssp]`; docs/design.md). With `local_steps` > 1 workers push the change
+//! their local steps made.
+
+use super::{
+    Apply, Bound, LocalSteps, Mode, Preparation, Regrouping, Reports, Roles, ServerCount,
+    Simulation,
+};
+use crate::config::{Grouping, Staleness, SyncConfig, SyncMode};
+
+pub struct Gssp;
+
+impl Mode for Gssp {
+    fn mode(&self) -> SyncMode {
+        SyncMode::Gssp
+    }
+
+    fn roles(&self) -> Roles {
+        Roles::Servers
+    }
+
+    fn simulation(&self) -> Simulation {
+        Simulation::Servers { round: false }
+    }
+
+    /// One server per group: `groups`, or up to `max_groups` with `groups = "auto"`.
+    fn servers(&self, sync: &SyncConfig) -> ServerCount {
+        let g = &sync.gssp;
+        match g.groups.count() {
+            Some(n) => ServerCount::Exact(n),
+            None => ServerCount::UpTo(g.max_groups),
+        }
+    }
+
+    fn staleness(&self, sync: &SyncConfig) -> Staleness {
+        sync.gssp.staleness
+    }
+
+    fn bound(&self) -> Bound {
+        Bound::OfGroup
+    }
+
+    fn apply(&self, sync: &SyncConfig) -> Apply {
+        match sync.gssp.takes_local_steps() {
+            true => Apply::Delta,
+            false => Apply::Immediate,
+        }
+    }
+
+    fn changes_per_worker(&self, sync: &SyncConfig) -> bool {
+        sync.gssp.takes_local_steps()
+    }
+
+    fn local_steps(&self, sync: &SyncConfig) -> Option<LocalSteps> {
+        let g = &sync.gssp;
+        g.takes_local_steps().then_some(LocalSteps {
+            per_push: g.local_steps,
+            dynamic: g.dynamic_local_steps,
+        })
+    }
+
+    fn preparation(&self) -> Preparation {
+        Preparation::Groups
+    }
+
+    fn exchanges(&self) -> bool {
+        true
+    }
+
+    fn regrouping(&self, sync: &SyncConfig) -> Option<Regrouping> {
+        let g = &sync.gssp;
+        (g.regroup_every_s > 0.0).then_some(Regrouping {
+            every_s: g.regroup_every_s,
+            min_gain: g.regroup_min_gain,
+        })
+    }
+
+    /// The replicas after the final flush, and the outer optimizer on what each group
+    /// server sends.
+    fn reports(&self) -> Reports {
+        Reports {
+            replica_error: true,
+            outer_steps: true,
+        }
+    }
+
+    /// A checkpoint does not record the workers' replicas that local steps keep.
+    fn resume_refusal(&self, sync: &SyncConfig) -> Option<String> {
+        let g = &sync.gssp;
+        g.takes_local_steps().then(|| {
+            format!(
+                "took local steps (sync.gssp.local_steps = {}), and a checkpoint does not record its workers' replicas yet",
+                g.local_steps
+            )
+        })
+    }
+
+    /// Static groups name the old world's ranks: the run groups by profile instead.
+    fn refit_to_world(&self, sync: &mut SyncConfig) {
+        let g = &mut sync.gssp;
+        if g.grouping == Grouping::Static {
+            g.grouping = Grouping::Profile;
+            g.static_groups.clear();
+        }
+    }
+}

@@ -1,0 +1,528 @@
+//! Each sync mode's strategy, in one place. One module per mode answers every question the
+//! rest of the program asks about a mode: who its ranks are and how many serve, how its
+//! servers bound staleness and apply a push, whether its workers take local steps, how its
+//! collective averages, what a fresh run measures at set-up, what its summary reports, how
+//! `gssp plan` simulates it and what a resumed run changes. [`of`] registers them. The
+//! layers above act on the answers (`protocol::layout` lays the roles out, `runtime` runs
+//! them, `tools::plan` simulates them, `checkpoint::fit` resumes them) and never match on
+//! [`SyncMode`], so a new mode is one module here and one line in [`of`]
+//! (docs/design.md, "Adding a mode").
+//!
+//! The strategies are pure: no MPI, no files. They live in `config`, beside [`SyncMode`] and
+//! the sections their answers read, because every layer asks, the checkpoint layer beside
+//! this one included. Balanced variants (`[sync.balance]`) are a setting the modes with
+//! workers read, not modes of their own.
+
+mod allreduce;
+mod asp;
+mod async_localsgd;
+mod bsp;
+mod gssp;
+mod localsgd;
+mod single;
+mod ssp;
+
+use super::{OuterConfig, Staleness, SyncConfig, SyncMode};
+
+/// The strategy of `mode`: the registration of every mode.
+pub fn of(mode: SyncMode) -> &'static dyn Mode {
+    match mode {
+        SyncMode::Single => &single::Single,
+        SyncMode::Bsp => &bsp::Bsp,
+        SyncMode::Asp => &asp::Asp,
+        SyncMode::Ssp => &ssp::Ssp,
+        SyncMode::Gssp => &gssp::Gssp,
+        SyncMode::Allreduce => &allreduce::Allreduce,
+        SyncMode::Localsgd => &localsgd::Localsgd,
+        SyncMode::AsyncLocalsgd => &async_localsgd::AsyncLocalsgd,
+    }
+}
+
+impl SyncMode {
+    /// This mode's strategy ([`of`]), for the questions that need none of its settings.
+    pub fn strategy(self) -> &'static dyn Mode {
+        of(self)
+    }
+}
+
+/// What a sync mode is. The methods that take the `[sync]` section read the mode's own
+/// part of it; the defaults are those of a mode that has no such feature (no local steps,
+/// no exchange between groups, nothing extra in the summary, ...).
+pub trait Mode: Sync {
+    /// The mode this strategy is.
+    fn mode(&self) -> SyncMode;
+
+    /// Who its ranks are.
+    fn roles(&self) -> Roles;
+
+    /// How `gssp plan` simulates its timing (and `gssp bench plan` a measured run of it).
+    fn simulation(&self) -> Simulation;
+
+    /// The ranks it reserves as servers (ranks `0..S`): one for a server mode, none
+    /// otherwise.
+    fn servers(&self, _sync: &SyncConfig) -> ServerCount {
+        match self.roles() {
+            Roles::Servers => ServerCount::Exact(1),
+            Roles::Single | Roles::Collective => ServerCount::Exact(0),
+        }
+    }
+
+    /// The SSP bound a fresh layout records for each group (`Layout::staleness`), or
+    /// `"auto"`: each group's from the profile. 0 where the servers keep none.
+    fn staleness(&self, _sync: &SyncConfig) -> Staleness {
+        Staleness::Bound(0)
+    }
+
+    /// How its servers bound their workers' staleness.
+    fn bound(&self) -> Bound {
+        Bound::Unbounded
+    }
+
+    /// How its servers apply a push.
+    fn apply(&self, _sync: &SyncConfig) -> Apply {
+        Apply::Immediate
+    }
+
+    /// [`Apply::Delta`]: the outer optimizer a server steps each change through
+    /// (async-localsgd's Delayed Nesterov; `None`: each change as it is). gssp's
+    /// `[sync.gssp.outer]` acts on what a group server sends its peers, not here.
+    fn outer(&self, _sync: &SyncConfig) -> Option<OuterConfig> {
+        None
+    }
+
+    /// [`Apply::Delta`]: whether a server takes each change at 1/W, W the run's workers, as
+    /// it takes a gradient (gssp's local steps: a change of H steps at the workers' rate is
+    /// worth H gradient pushes); otherwise whole.
+    fn changes_per_worker(&self, _sync: &SyncConfig) -> bool {
+        false
+    }
+
+    /// Whether workers take local steps on their own replica and push the change they made,
+    /// and how many (`None`: each push is one batch's gradient).
+    fn local_steps(&self, _sync: &SyncConfig) -> Option<LocalSteps> {
+        None
+    }
+
+    /// How a collective mode's ranks keep their replicas together (`None`: not one).
+    fn averaging(&self, _sync: &SyncConfig) -> Option<Averaging> {
+        None
+    }
+
+    /// What a fresh run measures at set-up before its layout is final.
+    fn preparation(&self) -> Preparation {
+        Preparation::None
+    }
+
+    /// Whether its servers exchange their groups' updates with each other (gssp, when it
+    /// has more than one group).
+    fn exchanges(&self) -> bool {
+        false
+    }
+
+    /// Regrouping during the run, when its settings ask for it (`None`: the groups formed
+    /// at the start stay).
+    fn regrouping(&self, _sync: &SyncConfig) -> Option<Regrouping> {
+        None
+    }
+
+    /// What its summary reports beyond the figures every mode has.
+    fn reports(&self) -> Reports {
+        Reports::default()
+    }
+
+    /// Whether the summary's epochs are every rank's iterations together (a collective,
+    /// where no server counts them) rather than the furthest rank's own count.
+    fn counts_epochs_collectively(&self) -> bool {
+        self.roles() == Roles::Collective
+    }
+
+    /// Why a checkpoint of a run with these settings cannot be resumed, in words that
+    /// follow the run directory's name (`None`: it can).
+    fn resume_refusal(&self, _sync: &SyncConfig) -> Option<String> {
+        None
+    }
+
+    /// Changes a run resumed on another rank count makes to its settings (those that name
+    /// the old world's ranks).
+    fn refit_to_world(&self, _sync: &mut SyncConfig) {}
+}
+
+/// Who a mode's ranks are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Roles {
+    /// One process, no MPI communication (single).
+    Single,
+    /// No server: every rank trains and averages with all the others (allreduce,
+    /// localsgd).
+    Collective,
+    /// Servers (ranks `0..S`) and the workers of their groups (bsp, asp, ssp, gssp,
+    /// async-localsgd).
+    Servers,
+}
+
+/// How many ranks a mode reserves as servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerCount {
+    /// Exactly this many (0 without servers).
+    Exact(usize),
+    /// Up to this many: the count is chosen at set-up (gssp's `groups = "auto"`), and the
+    /// reserved ranks it leaves over stay idle.
+    UpTo(usize),
+}
+
+impl ServerCount {
+    /// The ranks reserved as servers: ranks `0..reserved()`.
+    pub fn reserved(self) -> usize {
+        match self {
+            ServerCount::Exact(n) | ServerCount::UpTo(n) => n,
+        }
+    }
+}
+
+/// How a server bounds its workers' staleness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    /// No bound: each push is answered at once (asp, async-localsgd).
+    Unbounded,
+    /// 0 by construction: the server steps once every worker has pushed (bsp).
+    Lockstep,
+    /// Its group's bound as the layout records it: ssp's, gssp's fixed one or each group's
+    /// `"auto"` one.
+    OfGroup,
+}
+
+impl Bound {
+    /// A server's SSP bound, its group's recorded bound being `recorded` (`None`: no
+    /// bound).
+    pub fn of_group(self, recorded: usize) -> Option<usize> {
+        match self {
+            Bound::Unbounded => None,
+            Bound::Lockstep => Some(0),
+            Bound::OfGroup => Some(recorded),
+        }
+    }
+}
+
+/// How a server applies a push (`crate::protocol::param_server` implements each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Apply {
+    /// A gradient, one optimizer step at 1/W at once (asp, ssp, gssp).
+    Immediate,
+    /// A gradient summed into its round: one step on the mean once every active worker
+    /// has pushed (bsp).
+    Round,
+    /// The change a worker's local steps made, applied at once (async-localsgd, gssp
+    /// with local steps).
+    Delta,
+}
+
+/// Local steps per push.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalSteps {
+    /// The fastest worker's local steps between two pushes (H).
+    pub per_push: usize,
+    /// Whether each other worker's follow its profiled speed (`dynamic_local_steps`);
+    /// otherwise every worker takes `per_push`.
+    pub dynamic: bool,
+}
+
+/// How the ranks of a collective mode keep their replicas together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Averaging {
+    /// allreduce: the gradients, every step.
+    Gradients,
+    /// localsgd: the parameters, every `every` local steps.
+    Parameters { every: u64 },
+}
+
+/// What a fresh run measures at set-up before its layout is final (a resumed run keeps the
+/// layout it saved).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preparation {
+    /// Nothing: the config's layout (ranks `0..S` serve, the rest work in one group).
+    None,
+    /// Every worker's speed, to form the groups, their bounds and the workers' local steps
+    /// (gssp).
+    Groups,
+    /// Every worker's local steps per push, from its profiled speed where they follow it
+    /// (async-localsgd).
+    LocalSteps,
+}
+
+/// Regrouping's settings: every how many seconds of training, and the least relative gain
+/// in predicted throughput for workers to move.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Regrouping {
+    pub every_s: f64,
+    pub min_gain: f64,
+}
+
+/// What a mode's summary reports beyond the figures every mode has (those of an exchange
+/// between groups follow [`Mode::exchanges`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reports {
+    /// How far the replicas ended apart (`replica_max_error`): gssp's after the final
+    /// flush, localsgd's after the final average.
+    pub replica_error: bool,
+    /// The outer optimizer's steps (`outer_steps`): gssp's, async-localsgd's.
+    pub outer_steps: bool,
+}
+
+/// How `gssp plan` simulates a mode's timing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Simulation {
+    /// Rounds that wait for every rank, each of its local steps and one allreduce: one step
+    /// a round, or with `local_steps` the run's `sync.localsgd.local_steps`.
+    Collective { local_steps: bool },
+    /// Parameter servers bounding staleness as [`Mode::bound`] says, stepping on each
+    /// round's mean with `round` (bsp), each worker with its local steps per push.
+    Servers { round: bool },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Grouping, Groups, OuterKind};
+
+    /// Every sync mode, in the order of [`SyncMode`].
+    const ALL: [SyncMode; 8] = [
+        SyncMode::Single,
+        SyncMode::Bsp,
+        SyncMode::Asp,
+        SyncMode::Ssp,
+        SyncMode::Gssp,
+        SyncMode::Allreduce,
+        SyncMode::Localsgd,
+        SyncMode::AsyncLocalsgd,
+    ];
+
+    /// The default `[sync]` section running `mode`.
+    fn sync(mode: SyncMode) -> SyncConfig {
+        SyncConfig {
+            mode,
+            ..SyncConfig::default()
+        }
+    }
+
+    #[test]
+    fn every_mode_has_its_own_strategy() {
+        for mode in ALL {
+            assert_eq!(of(mode).mode(), mode);
+            assert_eq!(mode.strategy().mode(), mode);
+            assert_eq!(sync(mode).strategy().mode(), mode);
+        }
+    }
+
+    #[test]
+    fn roles_and_servers_of_each_mode() {
+        use Roles::*;
+        let expected = [
+            (SyncMode::Single, Single, 0),
+            (SyncMode::Bsp, Servers, 1),
+            (SyncMode::Asp, Servers, 1),
+            (SyncMode::Ssp, Servers, 1),
+            (SyncMode::Gssp, Servers, 1),
+            (SyncMode::Allreduce, Collective, 0),
+            (SyncMode::Localsgd, Collective, 0),
+            (SyncMode::AsyncLocalsgd, Servers, 1),
+        ];
+        for (mode, roles, servers) in expected {
+            let s = of(mode);
+            assert_eq!(s.roles(), roles, "{mode}");
+            assert_eq!(
+                s.servers(&sync(mode)),
+                ServerCount::Exact(servers),
+                "{mode}"
+            );
+            assert_eq!(
+                s.counts_epochs_collectively(),
+                roles == Collective,
+                "{mode}"
+            );
+        }
+    }
+
+    #[test]
+    fn gssp_reserves_a_server_per_group_or_up_to_max_groups() {
+        let mut s = sync(SyncMode::Gssp);
+        s.gssp.groups = Groups::Count(3);
+        assert_eq!(s.strategy().servers(&s), ServerCount::Exact(3));
+        s.gssp.groups = Groups::Auto;
+        s.gssp.max_groups = 5;
+        assert_eq!(s.strategy().servers(&s), ServerCount::UpTo(5));
+        assert_eq!(ServerCount::UpTo(5).reserved(), 5);
+    }
+
+    #[test]
+    fn servers_bound_staleness_and_apply_pushes_as_their_mode_says() {
+        use Apply::*;
+        let expected = [
+            (
+                SyncMode::Bsp,
+                Bound::Lockstep,
+                Round,
+                Simulation::Servers { round: true },
+            ),
+            (
+                SyncMode::Asp,
+                Bound::Unbounded,
+                Immediate,
+                Simulation::Servers { round: false },
+            ),
+            (
+                SyncMode::Ssp,
+                Bound::OfGroup,
+                Immediate,
+                Simulation::Servers { round: false },
+            ),
+            (
+                SyncMode::Gssp,
+                Bound::OfGroup,
+                Immediate,
+                Simulation::Servers { round: false },
+            ),
+            (
+                SyncMode::AsyncLocalsgd,
+                Bound::Unbounded,
+                Delta,
+                Simulation::Servers { round: false },
+            ),
+        ];
+        for (mode, bound, apply, simulation) in expected {
+            let s = of(mode);
+            assert_eq!(s.bound(), bound, "{mode}");
+            assert_eq!(s.apply(&sync(mode)), apply, "{mode}");
+            assert_eq!(s.simulation(), simulation, "{mode}");
+        }
+        assert_eq!(Bound::Unbounded.of_group(3), None);
+        assert_eq!(Bound::Lockstep.of_group(3), Some(0));
+        assert_eq!(Bound::OfGroup.of_group(3), Some(3));
+    }
+
+    #[test]
+    fn the_recorded_staleness_is_the_modes_own_setting() {
+        let mut s = sync(SyncMode::Ssp);
+        s.ssp.staleness = 5;
+        s.gssp.staleness = Staleness::Bound(2);
+        assert_eq!(s.strategy().staleness(&s), Staleness::Bound(5));
+        s.mode = SyncMode::Gssp;
+        assert_eq!(s.strategy().staleness(&s), Staleness::Bound(2));
+        s.gssp.staleness = Staleness::Auto;
+        assert_eq!(s.strategy().staleness(&s), Staleness::Auto);
+        for mode in [SyncMode::Bsp, SyncMode::Asp, SyncMode::Allreduce] {
+            s.mode = mode;
+            assert_eq!(s.strategy().staleness(&s), Staleness::Bound(0), "{mode}");
+        }
+    }
+
+    #[test]
+    fn local_steps_belong_to_async_localsgd_and_gssp_above_one() {
+        let mut s = sync(SyncMode::AsyncLocalsgd);
+        s.async_localsgd.local_steps = 6;
+        s.async_localsgd.dynamic_local_steps = false;
+        let steps = s.strategy().local_steps(&s);
+        assert_eq!(steps.map(|l| (l.per_push, l.dynamic)), Some((6, false)));
+        assert!(!s.strategy().changes_per_worker(&s));
+        let outer = s.strategy().outer(&s).map(|o| o.kind);
+        assert_eq!(outer, Some(OuterKind::DelayedNesterov));
+
+        s.mode = SyncMode::Gssp;
+        assert_eq!(s.strategy().local_steps(&s), None);
+        assert!(!s.strategy().changes_per_worker(&s));
+        s.gssp.local_steps = 4;
+        let steps = s.strategy().local_steps(&s);
+        assert_eq!(steps.map(|l| (l.per_push, l.dynamic)), Some((4, true)));
+        assert_eq!(s.strategy().apply(&s), Apply::Delta);
+        assert!(s.strategy().changes_per_worker(&s));
+        assert_eq!(s.strategy().outer(&s), None);
+
+        for mode in [
+            SyncMode::Single,
+            SyncMode::Bsp,
+            SyncMode::Ssp,
+            SyncMode::Localsgd,
+        ] {
+            s.mode = mode;
+            assert_eq!(s.strategy().local_steps(&s), None, "{mode}");
+        }
+    }
+
+    #[test]
+    fn collectives_average_gradients_or_parameters() {
+        let mut s = sync(SyncMode::Localsgd);
+        s.localsgd.local_steps = 7;
+        let every = Averaging::Parameters { every: 7 };
+        assert_eq!(s.strategy().averaging(&s), Some(every));
+        let local = Simulation::Collective { local_steps: true };
+        assert_eq!(s.strategy().simulation(), local);
+        s.mode = SyncMode::Allreduce;
+        assert_eq!(s.strategy().averaging(&s), Some(Averaging::Gradients));
+        let each = Simulation::Collective { local_steps: false };
+        assert_eq!(s.strategy().simulation(), each);
+        for mode in [SyncMode::Single, SyncMode::Bsp, SyncMode::Gssp] {
+            s.mode = mode;
+            assert_eq!(s.strategy().averaging(&s), None, "{mode}");
+        }
+    }
+
+    #[test]
+    fn set_up_exchanges_and_summary_of_each_mode() {
+        let expected = [
+            (SyncMode::Single, Preparation::None, false, (false, false)),
+            (SyncMode::Bsp, Preparation::None, false, (false, false)),
+            (SyncMode::Asp, Preparation::None, false, (false, false)),
+            (SyncMode::Ssp, Preparation::None, false, (false, false)),
+            (SyncMode::Gssp, Preparation::Groups, true, (true, true)),
+            (
+                SyncMode::Allreduce,
+                Preparation::None,
+                false,
+                (false, false),
+            ),
+            (SyncMode::Localsgd, Preparation::None, false, (true, false)),
+            (
+                SyncMode::AsyncLocalsgd,
+                Preparation::LocalSteps,
+                false,
+                (false, true),
+            ),
+        ];
+        for (mode, preparation, exchanges, (replica_error, outer_steps)) in expected {
+            let s = of(mode);
+            assert_eq!(s.preparation(), preparation, "{mode}");
+            assert_eq!(s.exchanges(), exchanges, "{mode}");
+            let reports = Reports {
+                replica_error,
+                outer_steps,
+            };
+            assert_eq!(s.reports(), reports, "{mode}");
+        }
+    }
+
+    #[test]
+    fn only_gssp_regroups_refuses_to_resume_local_steps_and_refits_static_groups() {
+        let mut s = sync(SyncMode::Gssp);
+        assert_eq!(s.strategy().regrouping(&s), None);
+        s.gssp.regroup_every_s = 10.0;
+        let every = s.strategy().regrouping(&s).map(|r| r.every_s);
+        assert_eq!(every, Some(10.0));
+        assert_eq!(s.strategy().resume_refusal(&s), None);
+        s.gssp.local_steps = 4;
+        let refusal = s.strategy().resume_refusal(&s).unwrap_or_default();
+        assert!(refusal.contains("sync.gssp.local_steps = 4"), "{refusal}");
+        s.gssp.grouping = Grouping::Static;
+        s.gssp.static_groups = vec![vec![1], vec![2]];
+        s.strategy().refit_to_world(&mut s);
+        assert_eq!(s.gssp.grouping, Grouping::Profile);
+        assert!(s.gssp.static_groups.is_empty());
+        // The same settings under another mode: none of it applies.
+        s.gssp.grouping = Grouping::Static;
+        for mode in ALL.into_iter().filter(|&m| m != SyncMode::Gssp) {
+            s.mode = mode;
+            assert_eq!(s.strategy().regrouping(&s), None, "{mode}");
+            assert_eq!(s.strategy().resume_refusal(&s), None, "{mode}");
+            s.strategy().refit_to_world(&mut s);
+            assert_eq!(s.gssp.grouping, Grouping::Static, "{mode}");
+        }
+    }
+}

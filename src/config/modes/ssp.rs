@@ -1,0 +1,33 @@
+//! `ssp`: one server applies each push at once, answering a worker only while it is at
+//! most `sync.ssp.staleness` pushes ahead of the slowest.
+
+use super::{Apply, Bound, Mode, Roles, Simulation};
+use crate::config::{Staleness, SyncConfig, SyncMode};
+
+pub struct Ssp;
+
+impl Mode for Ssp {
+    fn mode(&self) -> SyncMode {
+        SyncMode::Ssp
+    }
+
+    fn roles(&self) -> Roles {
+        Roles::Servers
+    }
+
+    fn simulation(&self) -> Simulation {
+        Simulation::Servers { round: false }
+    }
+
+    fn staleness(&self, sync: &SyncConfig) -> Staleness {
+        Staleness::Bound(sync.ssp.staleness)
+    }
+
+    fn bound(&self) -> Bound {
+        Bound::OfGroup
+    }
+
+    fn apply(&self, _sync: &SyncConfig) -> Apply {
+        Apply::Immediate
+    }
+}
