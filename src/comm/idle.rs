@@ -8,10 +8,20 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use thiserror::Error;
+
 /// Between two polls of a sleeping wait.
 const PAUSE: Duration = Duration::from_micros(50);
 
 static SLEEP_WHEN_IDLE: AtomicBool = AtomicBool::new(false);
+
+/// A `GSSP_IDLE_WAIT` that names no way of waiting (read by every rank of a node at
+/// `MPI_Init`, before any collective can stop them together: each rank reports it).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("GSSP_IDLE_WAIT must be \"spin\" or \"sleep\", got {value:?}")]
+pub struct IdleWaitError {
+    pub value: String,
+}
 
 /// Whether waits sleep between polls: `overrule` ("spin" or "sleep") decides if given,
 /// else whether the node's `local_ranks` outnumber its `cores` (unknown: spin, as MPI does).
@@ -19,20 +29,20 @@ pub(crate) fn sleeps(
     overrule: Option<&str>,
     local_ranks: Option<usize>,
     cores: usize,
-) -> Result<bool, String> {
+) -> Result<bool, IdleWaitError> {
     match overrule {
         Some("spin") => Ok(false),
         Some("sleep") => Ok(true),
-        Some(other) => Err(format!(
-            "GSSP_IDLE_WAIT must be \"spin\" or \"sleep\", got {other:?}"
-        )),
+        Some(other) => Err(IdleWaitError {
+            value: other.to_string(),
+        }),
         None => Ok(local_ranks.is_some_and(|n| n > cores)),
     }
 }
 
 /// Decides for this process from its environment (`GSSP_IDLE_WAIT`, and the local rank
 /// count OpenMPI or Slurm give); returns the choice.
-pub(crate) fn choose_from_env() -> Result<bool, String> {
+pub(crate) fn choose_from_env() -> Result<bool, IdleWaitError> {
     let overrule = std::env::var("GSSP_IDLE_WAIT").ok();
     let local_ranks = [
         "OMPI_COMM_WORLD_LOCAL_SIZE",
@@ -69,9 +79,10 @@ mod tests {
         assert_eq!(sleeps(Some("spin"), Some(20), 2), Ok(false));
         assert_eq!(sleeps(Some("sleep"), Some(1), 16), Ok(true));
         let err = sleeps(Some("yield"), Some(1), 16).unwrap_err();
-        assert!(
-            err.contains("GSSP_IDLE_WAIT") && err.contains("yield"),
-            "{err}"
+        assert_eq!(err.value, "yield");
+        assert_eq!(
+            err.to_string(),
+            "GSSP_IDLE_WAIT must be \"spin\" or \"sleep\", got \"yield\""
         );
     }
 }

@@ -25,6 +25,7 @@ pub mod p2p;
 pub mod rma;
 
 pub use emulation::emulate_link;
+pub use idle::IdleWaitError;
 
 use mpi::ffi;
 use std::cell::{Cell, RefCell};
@@ -80,6 +81,9 @@ pub enum CommError {
         /// What is wrong.
         detail: String,
     },
+    /// `GSSP_IDLE_WAIT` names no way of waiting.
+    #[error(transparent)]
+    IdleWait(#[from] IdleWaitError),
 }
 
 /// Converts an MPI return code into a `Result`, naming the call on failure.
@@ -513,10 +517,7 @@ impl Comm {
         })?;
         // SAFETY: reading an extern constant.
         let handle = CommHandle::new(unsafe { ffi::RSMPI_COMM_WORLD }, false)?;
-        let sleeps = idle::choose_from_env().map_err(|detail| CommError::Invalid {
-            what: "GSSP_IDLE_WAIT",
-            detail,
-        })?;
+        let sleeps = idle::choose_from_env()?;
         if sleeps && handle.rank == 0 {
             log::info!("more ranks than cores on this node: waiting ranks sleep between polls");
         }

@@ -19,6 +19,8 @@
 
 use thiserror::Error;
 
+use crate::compress::CompressError;
+
 /// Header words of a slot.
 pub const WRITTEN: usize = 0;
 pub const SPEED: usize = 1;
@@ -45,6 +47,21 @@ pub const LOW_RANK: u32 = 1 << 31;
 pub enum MailboxError {
     #[error("corrupt mailbox message from group {sender}: {detail}")]
     Corrupt { sender: usize, detail: String },
+    /// A low-rank message its receiver cannot take ([`Inbox::low_rank`]).
+    #[error("corrupt mailbox message from group {sender}: {error}")]
+    LowRank { sender: usize, error: LowRankError },
+}
+
+/// Why a receiver cannot take a low-rank message ([`Inbox::low_rank`]); `rank` is the
+/// message's PowerSGD rank.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum LowRankError {
+    /// A low-rank message in a run that exchanges none.
+    #[error("a low-rank message (rank {rank}) in a run without powersgd")]
+    Unexpected { rank: usize },
+    /// A payload that does not fit the model at its rank.
+    #[error("rank {rank}: {error}")]
+    Payload { rank: usize, error: CompressError },
 }
 
 /// Where each sender's slot lies in a server's mailbox window (the same on every server).
@@ -69,8 +86,8 @@ pub fn low_rank_message_words(len: usize) -> usize {
 pub trait Inbox {
     /// One top-k value.
     fn value(&mut self, index: usize, value: f32);
-    /// One low-rank payload of `rank`; an `Err` names what does not fit the model.
-    fn low_rank(&mut self, rank: usize, payload: &[f32]) -> Result<(), String>;
+    /// One low-rank payload of `rank`; an `Err` says why it does not fit this receiver.
+    fn low_rank(&mut self, rank: usize, payload: &[f32]) -> Result<(), LowRankError>;
 }
 
 /// A closure takes top-k values only; a low-rank message is then corrupt.
@@ -78,10 +95,8 @@ impl<F: FnMut(usize, f32)> Inbox for F {
     fn value(&mut self, index: usize, value: f32) {
         self(index, value)
     }
-    fn low_rank(&mut self, rank: usize, _: &[f32]) -> Result<(), String> {
-        Err(format!(
-            "a low-rank message (rank {rank}) where none is expected"
-        ))
+    fn low_rank(&mut self, rank: usize, _: &[f32]) -> Result<(), LowRankError> {
+        Err(LowRankError::Unexpected { rank })
     }
 }
 
@@ -187,7 +202,9 @@ impl MailboxLayout {
                 let start = pos.wrapping_add(2);
                 payload.clear();
                 payload.extend((0..len as u32).map(|j| f32::from_bits(at(start.wrapping_add(j)))));
-                inbox.low_rank(rank, &payload).map_err(corrupt)?;
+                inbox
+                    .low_rank(rank, &payload)
+                    .map_err(|error| MailboxError::LowRank { sender, error })?;
                 pos = start.wrapping_add(len as u32);
                 continue;
             }
@@ -319,9 +336,13 @@ mod tests {
         fn value(&mut self, index: usize, value: f32) {
             self.values.push((index, value));
         }
-        fn low_rank(&mut self, rank: usize, payload: &[f32]) -> Result<(), String> {
+        fn low_rank(&mut self, rank: usize, payload: &[f32]) -> Result<(), LowRankError> {
             if payload.len() > 6 {
-                return Err(format!("{} values do not fit", payload.len()));
+                let error = CompressError::LengthMismatch {
+                    expected: 6,
+                    got: payload.len(),
+                };
+                return Err(LowRankError::Payload { rank, error });
             }
             self.low_rank.push((rank, payload.to_vec()));
             Ok(())
@@ -354,7 +375,17 @@ mod tests {
         let err = l
             .decode(4, &ring, 0, end, 10, &mut Collect::default())
             .unwrap_err();
-        assert!(err.to_string().contains("group 4") && err.to_string().contains("7 values"));
+        assert!(
+            matches!(
+                err,
+                MailboxError::LowRank {
+                    sender: 4,
+                    error: LowRankError::Payload { rank: 1, .. }
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("group 4") && err.to_string().contains("has 7"));
         assert!(l
             .decode(4, &ring, 0, 5, 10, &mut Collect::default())
             .is_err());
@@ -362,6 +393,14 @@ mod tests {
             .decode(4, &ring, 0, 1, 10, &mut Collect::default())
             .is_err());
         let err = l.decode(0, &ring, 0, end, 10, |_, _| {}).unwrap_err();
+        let unexpected = LowRankError::Unexpected { rank: 1 };
+        assert_eq!(
+            err,
+            MailboxError::LowRank {
+                sender: 0,
+                error: unexpected
+            }
+        );
         assert!(err.to_string().contains("low-rank"), "{err}");
     }
 

@@ -301,7 +301,7 @@ impl<'a, B: Backend> Replica<'a, B> {
     ) -> Result<Option<Averaged>> {
         let lr = optim::lr_at(&self.cfg.optim, self.epoch(), self.progress);
         self.optimizer_step(lr, 1.0)?;
-        if !self.iteration.is_multiple_of(every.max(1)) {
+        if !averages_after(self.iteration, every) {
             return Ok(Some(Averaged {
                 wait_s: 0.0,
                 bytes: 0,
@@ -377,6 +377,12 @@ impl<'a, B: Backend> Replica<'a, B> {
     }
 }
 
+/// Whether localsgd averages after its `iteration`-th local step (from 1), averaging every
+/// `every` of them (0 counts as 1: every step).
+fn averages_after(iteration: u64, every: u64) -> bool {
+    iteration.is_multiple_of(every.max(1))
+}
+
 /// Values that ride after the model in a reduction.
 const CONTROL_SLOTS: usize = 5;
 
@@ -423,5 +429,36 @@ fn fill_control_slots(
             slots[2] = 1.0;
             slots[3] = time_s as f32;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn localsgd_averages_after_every_h_th_local_step() {
+        let after = |every| {
+            (1..=7)
+                .filter(|&i| averages_after(i, every))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(after(3), [3, 6]);
+        assert_eq!(after(1), [1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(after(0), after(1), "0 averages every step");
+    }
+
+    /// The control slots as the sum over the ranks leaves them: any rank's vote stops all,
+    /// and rank 0's progress and checkpoint call come through.
+    #[test]
+    fn control_slots_read_as_the_ranks_sum_them() {
+        let quiet = Control::read(&[0.0, 0.25, 0.0, 0.0, 0.0]);
+        assert!(!quiet.stop && !quiet.recut);
+        assert_eq!((quiet.progress, quiet.checkpoint_at), (0.25, None));
+        // Two of the ranks voted to stop; rank 0 called for a checkpoint at 12.5 s and a
+        // new cut.
+        let busy = Control::read(&[2.0, 1.0, 1.0, 12.5, 1.0]);
+        assert!(busy.stop && busy.recut);
+        assert_eq!((busy.progress, busy.checkpoint_at), (1.0, Some(12.5)));
     }
 }

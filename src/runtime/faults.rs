@@ -6,12 +6,22 @@
 //! RANK push a gradient holding a NaN at its iteration ITERATION (from 1), to check that
 //! its server stops the job naming both.
 
+use thiserror::Error;
+
 use crate::compute::backend::Backend;
 use crate::compute::model::Trainable;
 use crate::compute::workload::ComputeStep;
 
 /// The environment variable of the NaN-gradient fault.
 pub const NAN_GRADIENT_VAR: &str = "GSSP_FAULT_NAN_GRADIENT";
+
+/// A fault-injection variable that cannot be read (every rank reads the same environment, so
+/// all stop together on it, rank 0 naming it).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum FaultError {
+    #[error("{NAN_GRADIENT_VAR}: must be RANK:ITERATION (iteration >= 1), got {value:?}")]
+    NanGradient { value: String },
+}
 
 /// The faults this rank injects.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -22,7 +32,7 @@ pub struct Faults {
 
 impl Faults {
     /// The faults of world rank `rank`, from the environment.
-    pub fn from_env(rank: usize) -> Result<Faults, String> {
+    pub fn from_env(rank: usize) -> Result<Faults, FaultError> {
         let value = std::env::var(NAN_GRADIENT_VAR).ok();
         Ok(Faults {
             nan_gradient_at: nan_gradient_at(value.as_deref(), rank)?,
@@ -43,7 +53,7 @@ impl Faults {
 
 /// The iteration at which world rank `rank` injects a NaN, from the value of
 /// [`NAN_GRADIENT_VAR`] (`None` when unset or meant for another rank).
-fn nan_gradient_at(value: Option<&str>, rank: usize) -> Result<Option<u64>, String> {
+fn nan_gradient_at(value: Option<&str>, rank: usize) -> Result<Option<u64>, FaultError> {
     let Some(value) = value else { return Ok(None) };
     let parsed = value.split_once(':').and_then(|(r, i)| {
         Some((
@@ -53,9 +63,9 @@ fn nan_gradient_at(value: Option<&str>, rank: usize) -> Result<Option<u64>, Stri
     });
     match parsed {
         Some((r, i)) if i >= 1 => Ok((r == rank).then_some(i)),
-        _ => Err(format!(
-            "{NAN_GRADIENT_VAR}: must be RANK:ITERATION (iteration >= 1), got {value:?}"
-        )),
+        _ => Err(FaultError::NanGradient {
+            value: value.to_string(),
+        }),
     }
 }
 
@@ -71,8 +81,11 @@ mod tests {
         assert_eq!(nan_gradient_at(Some("3:7"), 2), Ok(None));
         for bad in ["", "3", "3:", "x:1", "3:0", "-1:2", "3:7:1"] {
             let err = nan_gradient_at(Some(bad), 3).unwrap_err();
+            let value = bad.to_string();
+            assert_eq!(err, FaultError::NanGradient { value });
             assert!(
-                err.starts_with("GSSP_FAULT_NAN_GRADIENT: must be RANK:ITERATION"),
+                err.to_string()
+                    .starts_with("GSSP_FAULT_NAN_GRADIENT: must be RANK:ITERATION"),
                 "{bad}: {err}"
             );
         }

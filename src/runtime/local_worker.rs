@@ -64,7 +64,7 @@ pub fn work_locally<B: Backend>(
     while !header.stop {
         received.clear();
         received.extend_from_slice(step.net.params_on_host(&mut stage));
-        for local in 1..=local_steps {
+        for pushes in round(local_steps) {
             let (loss, compute_s) = step.compute_paced(corpus, pacer)?;
             let time_s = start.elapsed().as_secs_f64();
             let epoch = step.epoch();
@@ -73,7 +73,7 @@ pub fn work_locally<B: Backend>(
             optimizer
                 .step(&mut step.net, lr, 1.0)
                 .map_err(|e| anyhow::anyhow!("local step {clock}: {e}"))?;
-            if local < local_steps {
+            if !pushes {
                 let row = local_row(time_s, epoch, clock, compute_s, loss, lr, step.batch());
                 stats.record(log, row)?;
                 continue;
@@ -110,6 +110,14 @@ pub fn work_locally<B: Backend>(
     finish_link(link, stats, start)
 }
 
+/// One round's local steps: whether the push follows each, which it does after the last
+/// alone. A round takes at least one step, so every round ends in a push (a worker that
+/// took none would never hear from its server again).
+fn round(local_steps: u64) -> impl Iterator<Item = bool> {
+    let steps = local_steps.max(1);
+    (1..=steps).map(move |local| local == steps)
+}
+
 /// A local step's row: computing, nothing sent or waited for.
 fn local_row(
     time_s: f64,
@@ -133,5 +141,46 @@ fn local_row(
         loss,
         lr: Some(lr),
         batch,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_round_pushes_after_its_last_local_step_only() {
+        let pushes = |h| round(h).collect::<Vec<_>>();
+        assert_eq!(pushes(3), [false, false, true]);
+        assert_eq!(pushes(1), [true]);
+        assert_eq!(pushes(0), [true], "a round takes at least one step");
+    }
+
+    /// The worker's clock counts local steps: H rounds' worth of pushes move it by H each.
+    #[test]
+    fn the_clock_moves_by_the_local_steps_of_each_round() {
+        let mut clock = 10;
+        let mut pushed_at = Vec::new();
+        for _ in 0..3 {
+            for pushes in round(4) {
+                clock += 1;
+                if pushes {
+                    pushed_at.push(clock);
+                }
+            }
+        }
+        assert_eq!(pushed_at, [14, 18, 22]);
+    }
+
+    #[test]
+    fn a_local_step_s_row_sends_and_waits_for_nothing() {
+        let row = local_row(2.5, 0.25, 7, 0.1, 1.5, 0.05, 32);
+        assert_eq!((row.time_s, row.epoch, row.iteration), (2.5, 0.25, 7));
+        assert_eq!(
+            (row.compute_s, row.loss, row.lr, row.batch),
+            (0.1, 1.5, Some(0.05), 32)
+        );
+        assert_eq!((row.wait_s, row.comm_s), (0.0, 0.0));
+        assert_eq!((row.bytes_sent, row.bytes_recv, row.staleness), (0, 0, 0));
     }
 }

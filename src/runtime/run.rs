@@ -11,7 +11,7 @@ use crate::compute::backend::cpu::Cpu;
 use crate::compute::backend::Backend;
 use crate::compute::model::Trainable;
 use crate::config::Config;
-use crate::protocol::layout::Role;
+use crate::protocol::layout::{Layout, Role};
 use crate::protocol::wire::HEADER_WORDS;
 use crate::runtime::collective;
 use crate::runtime::faults::Faults;
@@ -180,17 +180,71 @@ fn play_worker<B: Backend>(
     })
 }
 
-/// This worker's local steps per push, as its layout gives them, where the mode's workers
-/// take local steps (async-localsgd, gssp with `sync.gssp.local_steps` > 1; `None`: it
-/// pushes one batch's gradient).
+/// This worker's local steps per push ([`local_steps_of`]).
 fn local_steps(ctx: &RunContext<'_>) -> Result<Option<u64>> {
-    let sync = &ctx.cfg.sync;
+    local_steps_of(ctx.cfg, ctx.layout, ctx.comm.rank())
+}
+
+/// The local steps per push of the worker of world rank `rank`, from `layout` (in the order
+/// of its workers), where the mode's workers take local steps (async-localsgd, gssp with
+/// `sync.gssp.local_steps` > 1); `None` where it pushes one batch's gradient.
+fn local_steps_of(cfg: &Config, layout: &Layout, rank: usize) -> Result<Option<u64>> {
+    let sync = &cfg.sync;
     if sync.strategy().local_steps(sync).is_none() {
         return Ok(None);
     }
-    let rank = ctx.comm.rank();
-    let me = ctx.layout.worker_ranks().iter().position(|&r| r == rank);
-    let steps = me.and_then(|i| ctx.layout.local_steps.get(i)).copied();
+    let me = layout.worker_ranks().iter().position(|&r| r == rank);
+    let steps = me.and_then(|i| layout.local_steps.get(i)).copied();
     let steps = steps.with_context(|| format!("worker rank {rank} without its local steps"))?;
     Ok(Some(steps as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A config of `mode` on 4 ranks with `sets` on top.
+    fn config(mode: &str, sets: &[&str]) -> Config {
+        let minimal = "[data]\ndataset = \"synthetic\"\n[model]\nname = \"mlp\"\n";
+        let mut all = vec![format!("sync.mode={mode}")];
+        all.extend(sets.iter().map(|s| s.to_string()));
+        Config::from_str_with_overrides(minimal, "t", &all).expect("a valid config")
+    }
+
+    #[test]
+    fn only_local_sgd_workers_take_local_steps() {
+        for (mode, sets) in [
+            ("allreduce", &[][..]),
+            ("bsp", &[]),
+            ("asp", &[]),
+            ("gssp", &["sync.gssp.local_steps=1"]),
+        ] {
+            let cfg = config(mode, sets);
+            let layout = Layout::from_config(&cfg, 4);
+            assert_eq!(local_steps_of(&cfg, &layout, 3).unwrap(), None, "{mode}");
+        }
+    }
+
+    /// Each worker takes the count the layout holds at its place among the workers.
+    #[test]
+    fn a_worker_takes_the_local_steps_of_its_place_in_the_layout() {
+        for (mode, sets) in [
+            ("async-localsgd", &[][..]),
+            ("gssp", &["sync.gssp.local_steps=4", "sync.gssp.groups=1"]),
+        ] {
+            let cfg = config(mode, sets);
+            let mut layout = Layout::from_config(&cfg, 4);
+            let workers = layout.worker_ranks();
+            assert_eq!(workers.len(), 3, "{mode}");
+            layout.local_steps = vec![4, 2, 1];
+            for (&rank, want) in workers.iter().zip([4, 2, 1]) {
+                let steps = local_steps_of(&cfg, &layout, rank).unwrap();
+                assert_eq!(steps, Some(want), "{mode} rank {rank}");
+            }
+            layout.local_steps.truncate(2);
+            let err = local_steps_of(&cfg, &layout, workers[2]).unwrap_err();
+            let want = format!("worker rank {} without its local steps", workers[2]);
+            assert_eq!(err.to_string(), want);
+        }
+    }
 }

@@ -6,10 +6,12 @@
 //! on all of them together ([`Collectives::fatal_on_all`]), each knowing why, so no rank is
 //! left waiting in a collective.
 
+use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 use serde::Deserialize;
+use thiserror::Error;
 
 use crate::checkpoint::{CheckpointError, Resume, Schedule};
 use crate::comm::{Collectives, Comm, SubComm};
@@ -508,6 +510,20 @@ fn split(comm: &Comm, layout: &Layout, role: Role) -> Result<Communicators> {
     Ok(Communicators { servers, group })
 }
 
+/// Why a resumed worker cannot tell how many iterations it did before the checkpoint
+/// ([`resumed_iterations`]), with its world rank. Only workers read their count, so the
+/// ranks that fail are never all of them, and each reports its own failure, named by its
+/// rank ([`Collectives::fatal_on_all`]).
+#[derive(Debug, Error)]
+pub enum ResumeError {
+    /// Its server's checkpoint file cannot be read.
+    #[error("{error}")]
+    Load { rank: usize, error: CheckpointError },
+    /// Its server's file holds no clock for it.
+    #[error("{}: no clock for rank {rank}", path.display())]
+    NoClock { rank: usize, path: PathBuf },
+}
+
 /// The iterations a worker of a server mode did before the checkpoint: its clock, which
 /// its server saved, or on another rank count its share of the work done (0 for a fresh
 /// run and for the other roles).
@@ -516,7 +532,7 @@ fn resumed_iterations(
     role: Role,
     rank: usize,
     resume: Option<&Resume>,
-) -> Result<u64, String> {
+) -> Result<u64, ResumeError> {
     let (Some(r), Role::Worker { group }) = (resume, role) else {
         return Ok(0);
     };
@@ -525,11 +541,15 @@ fn resumed_iterations(
     }
     let server = layout.servers[group];
     let index = layout.groups[group].iter().position(|&w| w == rank);
-    // Every rank reports its own failure, named by its rank ([`Collectives::fatal_on_all`]).
-    let file = r.load(server).map_err(|e| e.to_string())?;
+    let file = r
+        .load(server)
+        .map_err(|error| ResumeError::Load { rank, error })?;
     index
         .and_then(|i| file.meta.worker_clocks.get(i).copied())
-        .ok_or_else(|| format!("{}: no clock for rank {rank}", r.path(server).display()))
+        .ok_or_else(|| ResumeError::NoClock {
+            rank,
+            path: r.path(server),
+        })
 }
 
 /// The training clock's origin, the same on every rank (after a barrier). gssp's profiling
@@ -540,12 +560,19 @@ fn resumed_iterations(
 fn start_clock(comm: &Comm, resume: Option<&Resume>, layout: &Layout) -> Result<Instant> {
     let elapsed = clock_at_start_s(resume, layout.profile_cost_s);
     comm.barrier()?;
-    // `try_`: a clock no `Duration` holds is an error, not a panic (the manifest's time was
-    // checked when it was read; the profile's cost is measured).
-    std::time::Duration::try_from_secs_f64(elapsed)
-        .ok()
-        .and_then(|back| Instant::now().checked_sub(back))
+    clock_origin(Instant::now(), elapsed)
         .context("the checkpoint's training clock lies before this machine's boot")
+}
+
+/// The instant `elapsed_s` seconds before `now`: where a training clock that reads
+/// `elapsed_s` at `now` started. `None` for a reading no `Duration` holds (negative, NaN,
+/// infinite) or one that reaches back past what `Instant` can express, an error rather than
+/// a panic (the manifest's time was checked when it was read; the
+/// profile's cost is measured).
+fn clock_origin(now: Instant, elapsed_s: f64) -> Option<Instant> {
+    std::time::Duration::try_from_secs_f64(elapsed_s)
+        .ok()
+        .and_then(|back| now.checked_sub(back))
 }
 
 /// The training clock's reading when this run's training starts, in seconds: the
@@ -672,6 +699,74 @@ mod tests {
         resume.rescale = Some(rescaled());
         assert_eq!(clock_at_start_s(Some(&resume), Some(1.5)), 2.5);
         assert_eq!(clock_at_start_s(Some(&resume), None), 1.0);
+    }
+
+    #[test]
+    fn a_training_clock_started_its_reading_before_now() {
+        let now = Instant::now();
+        assert_eq!(clock_origin(now, 0.0), Some(now));
+        let origin = clock_origin(now, 1.5).expect("1.5 s back");
+        assert_eq!(now - origin, std::time::Duration::from_secs_f64(1.5));
+        // No duration, or one that reaches back further than an `Instant` can express.
+        for bad in [-1.0, f64::NAN, f64::INFINITY, 1e30, 1e19] {
+            assert_eq!(clock_origin(now, bad), None, "{bad}");
+        }
+    }
+
+    /// Only a worker of a resumed run has done iterations; on another rank count, its share
+    /// of the work done.
+    #[test]
+    fn a_fresh_run_and_the_other_roles_resume_at_zero_and_a_rescaled_worker_at_its_share() {
+        let (cfg, mut resume) = resume_with(serde_json::Value::Null);
+        let layout = layout_of(&cfg);
+        let worker = Role::Worker { group: 1 };
+        assert_eq!(resumed_iterations(&layout, worker, 5, None).unwrap(), 0);
+        for role in [Role::Server { group: 1 }, Role::Collective, Role::Idle] {
+            let done = resumed_iterations(&layout, role, 1, Some(&resume)).unwrap();
+            assert_eq!(done, 0, "{role:?}");
+        }
+        resume.rescale = Some(crate::checkpoint::Rescale {
+            per_worker: 12,
+            ..rescaled()
+        });
+        let done = resumed_iterations(&layout, worker, 5, Some(&resume)).unwrap();
+        assert_eq!(done, 12);
+    }
+
+    /// A worker resumes at the clock its server saved for its place in the group; a file that
+    /// cannot be read or holds no clock for it is an error naming its rank.
+    #[test]
+    fn a_worker_resumes_at_the_clock_its_server_saved_for_it() {
+        let (cfg, mut resume) = resume_with(serde_json::Value::Null);
+        let layout = layout_of(&cfg);
+        let worker = Role::Worker { group: 1 };
+        let err = resumed_iterations(&layout, worker, 5, Some(&resume)).unwrap_err();
+        assert!(matches!(err, ResumeError::Load { rank: 5, .. }), "{err:?}");
+        assert!(err.to_string().contains("lists no file"), "{err}");
+
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        resume.dir = dir.path().to_path_buf();
+        let save = |resume: &mut Resume, clocks: Vec<u64>| {
+            let meta = crate::checkpoint::RankMeta {
+                worker_clocks: clocks,
+                ..Default::default()
+            };
+            let entry = crate::checkpoint::store::write_rank_file(dir.path(), 1, &[], &meta)
+                .expect("a rank file");
+            resume.manifest.files = vec![entry];
+        };
+        // Group 1 is [4, 5], served by rank 1.
+        save(&mut resume, vec![7, 9]);
+        let at = |rank| resumed_iterations(&layout, worker, rank, Some(&resume)).unwrap();
+        assert_eq!((at(4), at(5)), (7, 9));
+        save(&mut resume, vec![7]);
+        let err = resumed_iterations(&layout, worker, 5, Some(&resume)).unwrap_err();
+        let path = resume.path(1);
+        assert!(
+            matches!(&err, ResumeError::NoClock { rank: 5, path: p } if *p == path),
+            "{err:?}"
+        );
+        assert!(err.to_string().ends_with("no clock for rank 5"), "{err}");
     }
 
     fn formed(groups: Vec<Vec<usize>>, profile: Option<(Vec<f64>, Vec<f64>)>) -> WorkerGroups {

@@ -58,11 +58,8 @@ pub fn copy(dst: &mut [f32], src: &[f32]) {
     if !splits(src.len()) {
         return dst.copy_from_slice(src);
     }
-    let shared = threads::Shared::new(dst);
-    threads::for_ranges(src.len(), &|r| {
-        // SAFETY: `for_ranges` gives each task its own range.
-        unsafe { shared.part(r.clone()) }.copy_from_slice(&src[r]);
-    });
+    let dst = threads::Units::new(dst, 1);
+    threads::for_parts(src.len(), [dst], &|r, [dst]| dst.copy_from_slice(&src[r]));
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use crate::compress::powersgd::{reconstruct, Block, LowRankLayout, PowerSgd, Ten
 use crate::compress::topk::TopK;
 use crate::compress::{CompressError, MirrorDevice};
 use crate::compute::optim::Outer;
-use crate::protocol::mailbox::{self, Inbox};
+use crate::protocol::mailbox::{self, Inbox, LowRankError};
 
 use super::transport::Arrivals;
 
@@ -201,18 +201,16 @@ impl Inbox for Receiver<'_> {
         self.view.receive(self.weights, index, value);
     }
 
-    fn low_rank(&mut self, rank: usize, payload: &[f32]) -> Result<(), String> {
+    fn low_rank(&mut self, rank: usize, payload: &[f32]) -> Result<(), LowRankError> {
         let Some((tensors, scratch)) = self.low_rank.as_mut() else {
-            return Err(format!(
-                "a low-rank message (rank {rank}) in a run without powersgd"
-            ));
+            return Err(LowRankError::Unexpected { rank });
         };
         let layout = LowRankLayout::new(tensors, self.weights.len(), rank);
         let (view, weights) = (&mut *self.view, &mut *self.weights);
         reconstruct(&layout, payload, scratch, |offset, values| {
             view.receive_slice(weights, offset, values)
         })
-        .map_err(|e| format!("rank {rank}: {e}"))
+        .map_err(|error| LowRankError::Payload { rank, error })
     }
 }
 

@@ -14,8 +14,8 @@ use anyhow::Result;
 use crate::comm::rma::{LockKind, SharedWindow, Window};
 use crate::comm::{Collectives, SubComm};
 use crate::protocol::mailbox::{
-    Inbox, MailboxError, MailboxLayout, CONSUMED, DENSE_FLUSHES, HEADER, NO_WORKER, PUSHES,
-    SENDER_WORDS, SLOWEST_RANK, SLOWEST_SECONDS, SLOWEST_SLOWDOWN, SPEED, WRITTEN,
+    Inbox, LowRankError, MailboxError, MailboxLayout, CONSUMED, DENSE_FLUSHES, HEADER, NO_WORKER,
+    PUSHES, SENDER_WORDS, SLOWEST_RANK, SLOWEST_SECONDS, SLOWEST_SLOWDOWN, SPEED, WRITTEN,
 };
 use crate::telemetry::pace::Slowest;
 
@@ -34,7 +34,7 @@ impl Inbox for Forward<'_> {
         self.0.value(index, value)
     }
 
-    fn low_rank(&mut self, rank: usize, payload: &[f32]) -> Result<(), String> {
+    fn low_rank(&mut self, rank: usize, payload: &[f32]) -> Result<(), LowRankError> {
         self.0.low_rank(rank, payload)
     }
 }

@@ -171,10 +171,8 @@ fn timed<T>(f: impl FnOnce() -> T) -> f64 {
 
 /// `a = b + 0.5 * c`, each of the pool's threads on its share.
 fn triad(a: &mut [f32], b: &[f32], c: &[f32]) {
-    let shared = threads::Shared::new(a);
-    threads::for_ranges(b.len(), &|r| {
-        // SAFETY: `for_ranges` gives each task its own range.
-        let a = unsafe { shared.part(r.clone()) };
+    let len = b.len();
+    threads::for_parts(len, [threads::Units::new(a, 1)], &|r, [a]| {
         for ((a, &b), &c) in a.iter_mut().zip(&b[r.clone()]).zip(&c[r]) {
             *a = b + 0.5 * c;
         }

@@ -12,11 +12,11 @@
 //! Chunks of images go to the pool's threads, each with its own part of the scratch (a
 //! [`Slot`]), so that every GEMM runs on one thread next to the others.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use super::gemm::gemm;
 use super::lanes::{copy_row, fill_row};
-use super::threads::{for_values, run, share, threads, Shared};
+use super::threads::{for_parts_in_slots, for_shares_in_slots, for_values, threads, Units};
 use super::winograd;
 use crate::compute::backend::{Conv2dDims, GemmDims, Window2d};
 
@@ -296,30 +296,12 @@ pub(super) fn direct_forward(
     let (slots, slot_len) = slots(scratch, dims);
     let per = chunk(pix, n, slots);
     let chunks = n.div_ceil(per);
-    let out = Shared::new(&mut out[..n * out_c * pix]);
-    let scratch = Shared::new(&mut scratch[..slots * slot_len]);
-    let next = AtomicUsize::new(0);
-    run(&|i| {
-        if i >= slots {
-            return;
-        }
-        // SAFETY: slot i is this task's alone.
-        let slot = Slot::new(
-            unsafe { scratch.part(i * slot_len..(i + 1) * slot_len) },
-            dims,
-            per * pix,
-        );
-        let (col, tmp) = (slot.col, slot.tmp);
-        loop {
-            let c = next.fetch_add(1, Ordering::Relaxed);
-            if c >= chunks {
-                break;
-            }
-            let (first, m) = (c * per, per.min(n - c * per));
-            // SAFETY: chunk c's images are this task's alone.
-            let o = unsafe { out.part(first * out_c * pix..(first + m) * out_c * pix) };
-            forward_chunk(o, &mut *col, &mut *tmp, inp, weight, bias, first, m, dims);
-        }
+    let slots = Units::new(&mut scratch[..slots * slot_len], slot_len);
+    let out = Units::new(&mut out[..n * out_c * pix], per * out_c * pix);
+    for_parts_in_slots(chunks, slots, [out], &|slot, c, [o]| {
+        let slot = Slot::new(slot, dims, per * pix);
+        let (first, m) = (c.start * per, per.min(n - c.start * per));
+        forward_chunk(o, slot.col, slot.tmp, inp, weight, bias, first, m, dims);
     });
 }
 
@@ -412,75 +394,61 @@ pub(super) fn direct_backward(
     let (slots, slot_len) = slots(scratch, dims);
     let per = chunk(pix, n, slots);
     let chunks = n.div_ceil(per);
-    let dinp = dinp.map(|d| Shared::new(&mut d[..n * in_len]));
-    let dweight = Shared::new(&mut grads.weight[..out_c * rows]);
+    let has_dinp = dinp.is_some();
+    let mut no_dinp = [0.0f32; 0];
+    let dinp = dinp.map_or(&mut no_dinp[..], |d| &mut d[..n * in_len]);
     let has_bias = grads.bias.is_some();
     let mut no_bias = [0.0f32; 0];
-    let dbias = Shared::new(grads.bias.unwrap_or(&mut no_bias[..]));
+    let dbias = grads.bias.unwrap_or(&mut no_bias[..]);
+    let dweight = &mut grads.weight[..out_c * rows];
     {
-        let scratch = Shared::new(&mut scratch[..slots * slot_len]);
-        run(&|i| {
-            if i >= slots {
-                return;
-            }
-            // SAFETY: slot i is this task's alone.
-            let slot = Slot::new(
-                unsafe { scratch.part(i * slot_len..(i + 1) * slot_len) },
-                dims,
-                per * pix,
-            );
+        // Task 0 takes the layer's gradients, the others accumulate in their slots.
+        let layer = Mutex::new(Some((&mut *dweight, &mut *dbias)));
+        let slots = Units::new(&mut scratch[..slots * slot_len], slot_len);
+        let dinp = Units::new(dinp, per * in_len);
+        for_shares_in_slots(chunks, slots, [dinp], &|i, slot, range, [mut di]| {
+            let slot = Slot::new(slot, dims, per * pix);
             let (col, tmp) = (slot.col, slot.tmp);
             let (dw, db) = if i == 0 {
-                // SAFETY: only task 0 writes the layer's gradients.
-                unsafe {
-                    (
-                        dweight.part(0..out_c * rows),
-                        dbias.part(0..if has_bias { out_c } else { 0 }),
-                    )
-                }
+                let mut layer = layer.lock().unwrap_or_else(PoisonError::into_inner);
+                layer
+                    .take()
+                    .expect("task 0 takes the layer's gradients once")
             } else {
                 slot.dweight.fill(0.0);
                 slot.dbias.fill(0.0);
                 (slot.dweight, slot.dbias)
             };
-            for c in share(chunks, i, slots) {
+            for c in range {
                 let (first, m) = (c * per, per.min(n - c * per));
-                // SAFETY: chunk c's images are this task's alone.
-                let di = dinp
-                    .as_ref()
-                    .map(|d| unsafe { d.part(first * in_len..(first + m) * in_len) });
+                let len = if has_dinp { m * in_len } else { 0 };
+                let (this, rest) = std::mem::take(&mut di).split_at_mut(len);
+                di = rest;
+                let this = has_dinp.then_some(this);
                 let db = has_bias.then_some(&mut *db);
                 backward_chunk(
-                    di, &mut *dw, db, &mut *col, &mut *tmp, dout, inp, weight, first, m, dims,
+                    this, &mut *dw, db, &mut *col, &mut *tmp, dout, inp, weight, first, m, dims,
                 );
             }
         });
     }
-    // SAFETY: the tasks have returned; nothing else holds these.
-    let (dw, db) = unsafe {
-        (
-            dweight.part(0..out_c * rows),
-            dbias.part(0..if has_bias { out_c } else { 0 }),
-        )
-    };
     for i in 1..slots {
         let s = Slot::new(
             &mut scratch[i * slot_len..(i + 1) * slot_len],
             dims,
             per * pix,
         );
-        add_into(dw, s.dweight);
-        add_into(db, s.dbias);
+        add_into(dweight, s.dweight);
+        if has_bias {
+            add_into(dbias, s.dbias);
+        }
     }
 }
 
 /// `acc += x`, on the pool.
 fn add_into(acc: &mut [f32], x: &[f32]) {
-    let len = acc.len();
-    let acc = Shared::new(acc);
-    for_values(len, &|r| {
-        // SAFETY: the parts are disjoint.
-        for (a, &v) in unsafe { acc.part(r.clone()) }.iter_mut().zip(&x[r]) {
+    for_values([acc], &|r, [acc]| {
+        for (a, &v) in acc.iter_mut().zip(&x[r]) {
             *a += v;
         }
     });

@@ -2,17 +2,12 @@
 //! activations and parameters run on the pool in contiguous parts ([`for_values`]); each
 //! value is computed as on one thread, so the results do not depend on the thread count.
 
-use super::threads::{for_values, Shared};
+use super::threads::for_values;
 use crate::compute::backend::{AdamStep, SgdStep, XentStats};
 
 /// Calls `f(part of out, its range)` over `out` in parts on the pool.
 fn par_map(out: &mut [f32], f: &(dyn Fn(&mut [f32], std::ops::Range<usize>) + Sync)) {
-    let len = out.len();
-    let out = Shared::new(out);
-    for_values(len, &|r| {
-        // SAFETY: the parts are disjoint.
-        f(unsafe { out.part(r.clone()) }, r)
-    });
+    for_values([out], &|r, [out]| f(out, r));
 }
 
 /// buf = value.
@@ -82,10 +77,7 @@ pub fn dropout_forward_from(
 ) {
     let keep = 1.0 / (1.0 - p);
     let len = out.len().min(mask.len()).min(inp.len());
-    let out = Shared::new(&mut out[..len]);
-    par_map(&mut mask[..len], &|mask, r| {
-        // SAFETY: the parts are disjoint.
-        let out = unsafe { out.part(r.clone()) };
+    for_values([&mut out[..len], &mut mask[..len]], &|r, [out, mask]| {
         let at = first + r.start;
         for (i, ((o, m), &x)) in out.iter_mut().zip(mask).zip(&inp[r]).enumerate() {
             *m = if mask_uniform(seed, (at + i) as u64) < p {
@@ -214,10 +206,8 @@ pub fn adam_step(params: &mut [f32], m: &mut [f32], v: &mut [f32], grads: &[f32]
     let step_size = lr / bias_correction1;
     let sqrt_bc2 = bias_correction2.sqrt();
     let len = params.len().min(m.len()).min(v.len()).min(grads.len());
-    let (m, v) = (Shared::new(&mut m[..len]), Shared::new(&mut v[..len]));
-    par_map(&mut params[..len], &|params, r| {
-        // SAFETY: the parts are disjoint.
-        let (m, v) = unsafe { (m.part(r.clone()), v.part(r.clone())) };
+    let bufs = [&mut params[..len], &mut m[..len], &mut v[..len]];
+    for_values(bufs, &|r, [params, m, v]| {
         for (((w, m), v), &g) in params.iter_mut().zip(m).zip(v).zip(&grads[r]) {
             let g = scale * g + weight_decay * *w;
             *m += d1 * (g - *m);
@@ -237,10 +227,8 @@ pub fn sgd_step(params: &mut [f32], velocity: &mut [f32], grads: &[f32], h: &Sgd
         scale,
     } = *h;
     let len = params.len().min(velocity.len()).min(grads.len());
-    let velocity = Shared::new(&mut velocity[..len]);
-    par_map(&mut params[..len], &|params, r| {
-        // SAFETY: the parts are disjoint.
-        let velocity = unsafe { velocity.part(r.clone()) };
+    let bufs = [&mut params[..len], &mut velocity[..len]];
+    for_values(bufs, &|r, [params, velocity]| {
         for ((w, v), &g) in params.iter_mut().zip(velocity).zip(&grads[r]) {
             let g = scale * g + weight_decay * *w;
             *v = momentum * *v + g;

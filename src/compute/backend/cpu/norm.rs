@@ -1,7 +1,7 @@
 //! Batch norm over NCHW: per-channel statistics over the batch and the plane, the channels
 //! shared among the pool's threads.
 
-use super::threads::{for_ranges, Shared};
+use super::threads::{for_rows, Units};
 use crate::compute::backend::{BatchNormDims, BatchNormMode};
 
 /// Lanes of the partial sums: independent accumulators let the compiler vectorise a
@@ -81,55 +81,52 @@ pub fn batchnorm_forward(
         eps,
     } = *dims;
     let (saved_mean, saved_rstd) = saved.split_at_mut(ch);
-    let out = Shared::new(&mut out[..n * ch * plane]);
-    let (saved_mean, saved_rstd) = (Shared::new(saved_mean), Shared::new(saved_rstd));
-    let (run_mean, run_var) = (
-        Shared::new(&mut run_mean[..ch]),
-        Shared::new(&mut run_var[..ch]),
-    );
-    for_ranges(ch, &|channels| {
-        for c in channels {
-            let planes = (0..n).map(|i| (i * ch + c) * plane);
-            // SAFETY: channel c's statistics are this task's alone.
-            let (rm, rv) = unsafe {
-                (
-                    &mut run_mean.part(c..c + 1)[0],
-                    &mut run_var.part(c..c + 1)[0],
-                )
-            };
-            let (mean, rstd) = match mode {
-                BatchNormMode::Train { momentum } => {
-                    let (mean, rstd) = train_statistics(
-                        inp,
-                        planes.clone(),
-                        ch * plane,
-                        plane,
-                        eps,
-                        momentum,
-                        rm,
-                        rv,
-                    );
-                    // SAFETY: as above.
-                    unsafe {
-                        saved_mean.set(c, mean);
-                        saved_rstd.set(c, rstd);
+    let cuts = [
+        Units::rows(&mut out[..n * ch * plane], n, ch * plane, plane),
+        Units::new(saved_mean, 1),
+        Units::new(&mut saved_rstd[..ch], 1),
+        Units::new(&mut run_mean[..ch], 1),
+        Units::new(&mut run_var[..ch], 1),
+    ];
+    for_rows(
+        ch,
+        cuts,
+        &|channels, [mut out, mut mean_of, mut rstd_of, mut rm, mut rv]| {
+            let first = channels.start;
+            for c in channels {
+                let j = c - first;
+                let planes = (0..n).map(|i| (i * ch + c) * plane);
+                let (rm, rv) = (&mut rm.row(0)[j], &mut rv.row(0)[j]);
+                let (mean, rstd) = match mode {
+                    BatchNormMode::Train { momentum } => {
+                        let (mean, rstd) = train_statistics(
+                            inp,
+                            planes.clone(),
+                            ch * plane,
+                            plane,
+                            eps,
+                            momentum,
+                            rm,
+                            rv,
+                        );
+                        mean_of.row(0)[j] = mean;
+                        rstd_of.row(0)[j] = rstd;
+                        (mean, rstd)
                     }
-                    (mean, rstd)
-                }
-                BatchNormMode::Eval => (*rm, 1.0 / (*rv + eps).sqrt()),
-            };
-            let scale = gamma[c] * rstd;
-            let shift = beta[c] - mean * scale;
-            for s in planes {
-                prefetch(inp, s + ch * plane, plane);
-                // SAFETY: channel c's planes are this task's alone.
-                let o = unsafe { out.part(s..s + plane) };
-                for (o, &x) in o.iter_mut().zip(&inp[s..s + plane]) {
-                    *o = x * scale + shift;
+                    BatchNormMode::Eval => (*rm, 1.0 / (*rv + eps).sqrt()),
+                };
+                let scale = gamma[c] * rstd;
+                let shift = beta[c] - mean * scale;
+                for (i, s) in planes.enumerate() {
+                    prefetch(inp, s + ch * plane, plane);
+                    let o = &mut out.row(i)[j * plane..(j + 1) * plane];
+                    for (o, &x) in o.iter_mut().zip(&inp[s..s + plane]) {
+                        *o = x * scale + shift;
+                    }
                 }
             }
-        }
-    });
+        },
+    );
 }
 
 /// One channel's batch mean and 1/std over its `planes` (offsets of `plane` values in
@@ -189,13 +186,15 @@ pub fn batchnorm_backward(
         ..
     } = *dims;
     let (mean, rstd) = saved.split_at(ch);
-    let dinp = Shared::new(&mut dinp[..n * ch * plane]);
-    let (dgamma, dbeta) = (
-        Shared::new(&mut dgamma[..ch]),
-        Shared::new(&mut dbeta[..ch]),
-    );
-    for_ranges(ch, &|channels| {
+    let cuts = [
+        Units::rows(&mut dinp[..n * ch * plane], n, ch * plane, plane),
+        Units::new(&mut dgamma[..ch], 1),
+        Units::new(&mut dbeta[..ch], 1),
+    ];
+    for_rows(ch, cuts, &|channels, [mut dinp, mut dgamma, mut dbeta]| {
+        let first = channels.start;
         for c in channels {
+            let j = c - first;
             let planes = (0..n).map(|i| (i * ch + c) * plane);
             let (mu, r) = (mean[c], rstd[c]);
             let (mut sum_d, mut sum_dx) = (0.0f64, 0.0f64);
@@ -206,16 +205,12 @@ pub fn batchnorm_backward(
                 sum_d += sd as f64;
                 sum_dx += sdx as f64 * r as f64;
             }
-            // SAFETY: channel c's gradients and planes are this task's alone.
-            unsafe {
-                dbeta.part(c..c + 1)[0] += sum_d as f32;
-                dgamma.part(c..c + 1)[0] += sum_dx as f32;
-            }
+            dbeta.row(0)[j] += sum_d as f32;
+            dgamma.row(0)[j] += sum_dx as f32;
             let m = (n * plane) as f32;
             let (k, mean_d, mean_dx) = (gamma[c] * r, sum_d as f32 / m, sum_dx as f32 / m);
-            for s in planes {
-                // SAFETY: as above.
-                let di = unsafe { dinp.part(s..s + plane) };
+            for (i, s) in planes.enumerate() {
+                let di = &mut dinp.row(i)[j * plane..(j + 1) * plane];
                 for ((di, &d), &x) in di
                     .iter_mut()
                     .zip(&dout[s..s + plane])

@@ -1,17 +1,23 @@
 //! Max, average and global average pooling over planes (no padding), the planes shared
 //! among the pool's threads.
 
-use super::threads::{for_ranges, Shared};
+use super::threads::{for_parts, Units};
 use crate::compute::backend::Window2d;
 
-/// Calls `f(plane index, its slice of out)` for planes `0..planes` of `out` (`len` values
-/// each), on the pool.
-fn per_plane(out: &mut [f32], planes: usize, len: usize, f: &(dyn Fn(usize, &mut [f32]) + Sync)) {
-    let out = Shared::new(&mut out[..planes * len]);
-    for_ranges(planes, &|range| {
+/// Calls `f(plane index, its slice of each of outs)` for planes `0..planes` of `outs` (`len`
+/// values each), on the pool.
+fn per_plane<const N: usize>(
+    outs: [&mut [f32]; N],
+    planes: usize,
+    len: usize,
+    f: &(dyn Fn(usize, [&mut [f32]; N]) + Sync),
+) {
+    let cuts = outs.map(|out| Units::new(&mut out[..planes * len], len));
+    for_parts(planes, cuts, &|range, mut parts| {
+        let first = range.start;
         for p in range {
-            // SAFETY: plane p is this task's alone.
-            f(p, unsafe { out.part(p * len..(p + 1) * len) });
+            let at = (p - first) * len;
+            f(p, parts.each_mut().map(|part| &mut part[at..at + len]));
         }
     });
 }
@@ -44,11 +50,8 @@ pub fn maxpool_forward(
     g: &Window2d,
 ) {
     let (oh, ow, hw) = (g.out_height(), g.out_width(), g.height * g.width);
-    let argmax = Shared::new(&mut argmax[..planes * oh * ow]);
-    per_plane(out, planes, oh * ow, &|p, o| {
+    per_plane([out, argmax], planes, oh * ow, &|p, [o, a]| {
         let plane = &inp[p * hw..(p + 1) * hw];
-        // SAFETY: plane p is this task's alone.
-        let a = unsafe { argmax.part(p * oh * ow..(p + 1) * oh * ow) };
         if g.kernel == 2 && g.stride == 2 {
             return max_of_pairs(o, a, plane, g);
         }
@@ -95,7 +98,7 @@ pub fn maxpool_backward(
     g: &Window2d,
 ) {
     let (ohw, hw) = (g.out_height() * g.out_width(), g.height * g.width);
-    per_plane(dinp, planes, hw, &|p, di| {
+    per_plane([dinp], planes, hw, &|p, [di]| {
         di.fill(0.0);
         let d = &dout[p * ohw..(p + 1) * ohw];
         for (&g, &a) in d.iter().zip(&argmax[p * ohw..(p + 1) * ohw]) {
@@ -108,7 +111,7 @@ pub fn maxpool_backward(
 pub fn avgpool_forward(out: &mut [f32], inp: &[f32], planes: usize, g: &Window2d) {
     let (oh, ow, hw, w) = (g.out_height(), g.out_width(), g.height * g.width, g.width);
     let inv = 1.0 / (g.kernel * g.kernel) as f32;
-    per_plane(out, planes, oh * ow, &|p, out| {
+    per_plane([out], planes, oh * ow, &|p, [out]| {
         let plane = &inp[p * hw..(p + 1) * hw];
         for oy in 0..oh {
             for ox in 0..ow {
@@ -130,7 +133,7 @@ pub fn avgpool_forward(out: &mut [f32], inp: &[f32], planes: usize, g: &Window2d
 pub fn avgpool_backward(dinp: &mut [f32], dout: &[f32], planes: usize, g: &Window2d) {
     let (oh, ow, hw, w) = (g.out_height(), g.out_width(), g.height * g.width, g.width);
     let inv = 1.0 / (g.kernel * g.kernel) as f32;
-    per_plane(dinp, planes, hw, &|p, di| {
+    per_plane([dinp], planes, hw, &|p, [di]| {
         di.fill(0.0);
         for oy in 0..oh {
             for ox in 0..ow {
@@ -149,7 +152,7 @@ pub fn avgpool_backward(dinp: &mut [f32], dout: &[f32], planes: usize, g: &Windo
 /// out: `[planes]`, the mean of each plane of inp: `[planes x plane]`.
 pub fn global_avgpool_forward(out: &mut [f32], inp: &[f32], planes: usize, plane: usize) {
     let inv = 1.0 / plane as f32;
-    per_plane(out, planes, 1, &|p, o| {
+    per_plane([out], planes, 1, &|p, [o]| {
         o[0] = inp[p * plane..(p + 1) * plane].iter().sum::<f32>() * inv;
     });
 }
@@ -157,7 +160,7 @@ pub fn global_avgpool_forward(out: &mut [f32], inp: &[f32], planes: usize, plane
 /// dinp: `[planes x plane]` = dout / plane.
 pub fn global_avgpool_backward(dinp: &mut [f32], dout: &[f32], planes: usize, plane: usize) {
     let inv = 1.0 / plane as f32;
-    per_plane(dinp, planes, plane, &|p, d| d.fill(dout[p] * inv));
+    per_plane([dinp], planes, plane, &|p, [d]| d.fill(dout[p] * inv));
 }
 
 #[cfg(test)]

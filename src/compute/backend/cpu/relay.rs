@@ -16,7 +16,7 @@
 //! Threads beyond the pieces' count only help, so one piece on several threads shares
 //! each of its stages among them.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use super::threads::run;
 
@@ -26,16 +26,30 @@ pub const MAX_PIECES: usize = 32;
 /// The most stages a piece passes through.
 pub const MAX_STAGES: usize = 3;
 
-/// Per piece and stage, the next unit to claim and the units done.
+/// Per piece and stage, the next unit to claim and the units done; and whether a thread's
+/// part panicked (its unit will never be done, so the others stop waiting).
 struct Progress {
     next: [[AtomicUsize; MAX_STAGES]; MAX_PIECES],
     done: [[AtomicUsize; MAX_STAGES]; MAX_PIECES],
+    aborted: AtomicBool,
+}
+
+/// Sets `aborted` when the thread that holds it unwinds.
+struct Watch<'a>(&'a AtomicBool);
+
+impl Drop for Watch<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::Release);
+        }
+    }
 }
 
 /// Takes `pieces` pieces through `stages` stages: `units(p, s)` units of work in stage `s`
 /// of piece `p`, each done by `work(p, s, u)`. Piece `p` starts on the pool's thread `p`;
 /// every thread returns once every unit of every piece is done. Stage `s` of a piece starts
-/// only after its stage `s - 1` is complete, and its units may run on any thread.
+/// only after its stage `s - 1` is complete, and its units may run on any thread. A panic in
+/// `work` stops every thread and reaches the caller (through [`run`]).
 pub fn relay(
     pieces: usize,
     stages: usize,
@@ -53,6 +67,7 @@ pub fn relay(
     let progress = Progress {
         next: std::array::from_fn(|_| std::array::from_fn(|_| AtomicUsize::new(0))),
         done: std::array::from_fn(|_| std::array::from_fn(|_| AtomicUsize::new(0))),
+        aborted: AtomicBool::new(false),
     };
     let relay = Relay {
         pieces,
@@ -76,19 +91,27 @@ impl Relay<'_> {
     /// Thread `thread`'s part: its own piece stage by stage (helping the others while a
     /// stage of its own is finished elsewhere), then whatever is left.
     fn drive(&self, thread: usize) {
+        let _watch = Watch(&self.progress.aborted);
         if thread < self.pieces {
             for stage in 0..self.stages {
                 self.drain(thread, stage);
                 self.help_until(|| self.complete(thread, stage));
+                if self.aborted() {
+                    return;
+                }
             }
         }
         self.help_until(|| self.all_complete());
     }
 
+    fn aborted(&self) -> bool {
+        self.progress.aborted.load(Ordering::Acquire)
+    }
+
     /// Helps the other pieces (or yields the core when none has a unit left to claim) until
-    /// `done` holds.
+    /// `done` holds, or another thread's part has panicked.
     fn help_until(&self, done: impl Fn() -> bool) {
-        while !done() {
+        while !done() && !self.aborted() {
             if !self.help_once() {
                 std::thread::yield_now();
             }
@@ -190,6 +213,24 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// A unit that panics stops the relay: the others stop waiting for it, and the panic
+    /// reaches the caller instead of a hang.
+    #[test]
+    fn a_panicking_unit_reaches_the_caller() {
+        set_threads(2);
+        for pieces in [1, 2] {
+            let outcome = std::panic::catch_unwind(|| {
+                relay(pieces, 3, &|_, _| 4, &|p, s, u| {
+                    if (p, s, u) == (pieces - 1, 1, 2) {
+                        panic!("unit fails");
+                    }
+                });
+            });
+            let panic = outcome.expect_err("the panic came through");
+            assert_eq!(panic.downcast_ref::<&str>(), Some(&"unit fails"));
         }
     }
 

@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use super::elementwise::fill;
 use super::gemm::gemm;
 use super::relay::{relay, MAX_PIECES};
-use super::threads::{for_ranges, share, threads, Shared};
+use super::threads::{for_parts, for_rows, share, threads, Disjoint, Units};
 use super::winograd_avx2::Transforms;
 use super::winograd_f2::F2;
 use super::winograd_f4::{self as f4, F4};
@@ -275,9 +275,15 @@ fn transform_filters<T: Tiling<XI>, const XI: usize>(
     c: usize,
 ) {
     let pairs_n = k * c;
-    let u = Shared::new(&mut u[..XI * point_stride(pairs_n)]);
-    for_ranges(pairs_n.div_ceil(PAIR_BLOCK), &|blocks| {
+    let u = Units::rows(
+        &mut u[..XI * point_stride(pairs_n)],
+        XI,
+        pairs_n,
+        PAIR_BLOCK,
+    );
+    for_rows(pairs_n.div_ceil(PAIR_BLOCK), [u], &|blocks, [mut u]| {
         let mut block = [[0.0f32; PAIR_BLOCK]; XI];
+        let part_start = blocks.start * PAIR_BLOCK;
         for first in blocks.map(|b| b * PAIR_BLOCK) {
             let len = PAIR_BLOCK.min(pairs_n - first);
             for (p, w) in weight[first * 9..(first + len) * 9]
@@ -291,10 +297,9 @@ fn transform_filters<T: Tiling<XI>, const XI: usize>(
                     row[p] = v;
                 }
             }
+            let at = first - part_start;
             for (xi, row) in block.iter().enumerate() {
-                let at = xi * point_stride(pairs_n) + first;
-                // SAFETY: the pairs of this block are this task's alone.
-                unsafe { u.part(at..at + len) }.copy_from_slice(&row[..len]);
+                u.row(xi)[at..at + len].copy_from_slice(&row[..len]);
             }
         }
     });
@@ -308,18 +313,18 @@ fn fold_filter_grads<T: Tiling<XI>, const XI: usize>(
     c: usize,
 ) {
     let pairs_n = k * c;
-    let dw = Shared::new(&mut dw[..pairs_n * 9]);
-    for_ranges(pairs_n.div_ceil(PAIR_BLOCK), &|blocks| {
+    let dw = Units::new(&mut dw[..pairs_n * 9], PAIR_BLOCK * 9);
+    for_parts(pairs_n.div_ceil(PAIR_BLOCK), [dw], &|blocks, [dw]| {
         let mut block = [[0.0f32; PAIR_BLOCK]; XI];
+        let part_start = blocks.start * PAIR_BLOCK;
         for first in blocks.map(|b| b * PAIR_BLOCK) {
             let len = PAIR_BLOCK.min(pairs_n - first);
             for (xi, row) in block.iter_mut().enumerate() {
                 let at = xi * point_stride(pairs_n) + first;
                 row[..len].copy_from_slice(&du[at..at + len]);
             }
-            // SAFETY: the filters of this block are this task's alone.
-            let part = unsafe { dw.part(first * 9..(first + len) * 9) };
-            for (p, w) in part.chunks_exact_mut(9).enumerate() {
+            let at = (first - part_start) * 9;
+            for (p, w) in dw[at..at + len * 9].chunks_exact_mut(9).enumerate() {
                 let t = T::fold_filter(std::array::from_fn(|xi| block[xi][p]));
                 for (i, row) in t.iter().enumerate() {
                     for (j, v) in row.iter().enumerate() {
@@ -341,7 +346,7 @@ fn plane_at(xi: usize, ch: usize, channels: usize, t_n: usize, j: usize, per: us
 /// channel, [`Cut::tile_planes`]) of images `first..first + m` of `inp`, into the piece's `V`
 /// (`XI x C x T` values from `at` in `buf`, `T` the piece's tiles).
 fn transform_inputs<T: Tiling<XI>, const XI: usize>(
-    buf: &Shared,
+    buf: &Disjoint<f32>,
     at: usize,
     inp: &[f32],
     (first, m): (usize, usize),
@@ -365,7 +370,7 @@ fn transform_inputs<T: Tiling<XI>, const XI: usize>(
 /// T]` values from `at` in `buf`, `T` the piece's tiles) and its images `(first, m)` of
 /// `planes` planes each.
 struct Cut<'a, 'b> {
-    buf: &'a Shared<'b>,
+    buf: &'a Disjoint<'b, f32>,
     at: usize,
     images: (usize, usize),
     planes: usize,
@@ -392,15 +397,19 @@ impl Cut<'_, '_> {
         let (h, w, per) = (g.height, g.width, th * tw);
         let ((first, m), planes) = (self.images, self.planes);
         let t_n = m * per;
+        // Plane q's tiles lie `q * per` into each point's row ([`plane_at`]), so the unit's
+        // planes are one run of each row, taken plane by plane.
+        let start = self.at + range.start * per;
+        let stride = point_stride(planes * t_n);
+        let mut part = self.buf.rows(start, range.len() * per, XI, stride);
+        let mut rows: [&mut [f32]; XI] = part.each();
         // Made once, filled in place for each plane (see `point_slices`).
         let mut dst: [&mut [f32]; XI] = std::array::from_fn(|_| Default::default());
         for q in range {
             let (j, p) = (q % m, q / m);
             let plane = &src[((first + j) * planes + p) * h * w..][..h * w];
-            for (xi, d) in dst.iter_mut().enumerate() {
-                let at = self.at + plane_at(xi, p, planes, t_n, j, per);
-                // SAFETY: plane (j, p)'s tiles are this unit's alone.
-                *d = unsafe { self.buf.part(at..at + per) };
+            for (d, row) in dst.iter_mut().zip(rows.iter_mut()) {
+                (*d, *row) = std::mem::take(row).split_at_mut(per);
             }
             tiles(&mut dst, plane, h, w);
         }
@@ -422,24 +431,27 @@ fn point_slices<const XI: usize>(
     slices
 }
 
-/// Point `xi`'s GEMM `out[xi] = op(lhs[xi]) op(rhs[xi])` (+ `out[xi]` when `beta` is 1),
-/// each operand point-major ([`point_stride`]); `out`'s points from `at` in `buf`.
-fn point_gemm(
-    dims: GemmDims,
-    (lhs, rhs): (&[f32], &[f32]),
-    beta: f32,
-    (buf, at): (&Shared, usize),
-    xi: usize,
-) {
-    let (ls, rs, os) = (dims.m * dims.k, dims.k * dims.n, dims.m * dims.n);
+/// Point `xi`'s GEMM `out = op(lhs[xi]) op(rhs[xi])` (+ `out` when `beta` is 1), each
+/// operand point-major ([`point_stride`]); `out` is point `xi`'s `m x n` output.
+fn point_gemm(dims: GemmDims, (lhs, rhs): (&[f32], &[f32]), beta: f32, out: &mut [f32], xi: usize) {
+    let (ls, rs) = (dims.m * dims.k, dims.k * dims.n);
     let (l, r) = (
         &lhs[xi * point_stride(ls)..][..ls],
         &rhs[xi * point_stride(rs)..][..rs],
     );
-    let o = at + xi * point_stride(os);
-    // SAFETY: point xi's output is this unit's alone.
-    let o = unsafe { buf.part(o..o + os) };
-    gemm(dims, 1.0, l, r, beta, o);
+    gemm(dims, 1.0, l, r, beta, out);
+}
+
+/// [`point_gemm`] into point `xi` of a point-major output whose points start at `at` in
+/// `buf`.
+fn point_gemm_into(
+    dims: GemmDims,
+    operands: (&[f32], &[f32]),
+    (buf, at): (&Disjoint<f32>, usize),
+    xi: usize,
+) {
+    let (os, start) = (dims.m * dims.n, at + xi * point_stride(dims.m * dims.n));
+    point_gemm(dims, operands, 0.0, &mut buf.part(start..start + os), xi);
 }
 
 /// The `XI` GEMMs of [`point_gemm`] for a whole `out`, the points shared among the pool's
@@ -451,10 +463,11 @@ fn batched_gemm<const XI: usize>(
     beta: f32,
     out: &mut [f32],
 ) {
-    let out = Shared::new(&mut out[..XI * point_stride(dims.m * dims.n)]);
-    for_ranges(XI, &|points| {
-        for xi in points {
-            point_gemm(dims, (lhs, rhs), beta, (&out, 0), xi);
+    let os = dims.m * dims.n;
+    let out = Units::new(&mut out[..XI * point_stride(os)], point_stride(os));
+    for_parts(XI, [out], &|points, [out]| {
+        for (xi, o) in points.zip(out.chunks_mut(point_stride(os))) {
+            point_gemm(dims, (lhs, rhs), beta, &mut o[..os], xi);
         }
     });
 }
@@ -589,8 +602,8 @@ fn forward_with<T: Tiling<XI>, const XI: usize>(
     transform_filters::<T, XI>(u, weight, k, c);
     let u = &*u;
     let pieces = Pieces::of::<T, XI>(dims, step, rest.len(), threads());
-    let rest = Shared::new(&mut rest[..pieces.count * pieces.len]);
-    let out = Shared::new(&mut out[..n * k * hw]);
+    let rest = Disjoint::new(&mut rest[..pieces.count * pieces.len]);
+    let out = Disjoint::new(&mut out[..n * k * hw]);
     for chunk in (0..n).step_by(pieces.chunk()) {
         let layout = |p| piece_layout::<XI, 2>(&pieces, (chunk, n, per), p, [c, k]);
         let units = |p, stage| {
@@ -610,16 +623,16 @@ fn forward_with<T: Tiling<XI>, const XI: usize>(
                     transform_inputs::<T, XI>(&rest, v.start, inp, (first, m), g, planes);
                 }
                 1 => {
-                    // SAFETY: the piece's `V` is complete, and nobody writes it now.
-                    let v = unsafe { rest.view(v) };
+                    // The piece's `V` is complete (the relay's order), and read by all now.
+                    let v = rest.view(v);
                     let dims = GemmDims::new(k, m * per, c);
-                    point_gemm(dims, (u, v), 0.0, (&rest, mm.start), unit);
+                    point_gemm_into(dims, (u, &v), (&rest, mm.start), unit);
                 }
                 _ => {
-                    // SAFETY: the piece's `M` is complete, and nobody writes it now.
-                    let mm = unsafe { rest.view(mm) };
+                    // The piece's `M` is complete, and read by all now.
+                    let mm = rest.view(mm);
                     let planes = plane_block(m * k, unit);
-                    write_outputs::<T, XI>(&out, mm, bias, (first, m), k, g, planes);
+                    write_outputs::<T, XI>(&out, &mm, bias, (first, m), k, g, planes);
                 }
             }
         });
@@ -629,7 +642,7 @@ fn forward_with<T: Tiling<XI>, const XI: usize>(
 /// `Y = At M A` per tile, plus the bias, into the valid pixels of planes `planes` (counted
 /// from image `first`'s first plane) of images `first..first + m` of `out`.
 fn write_outputs<T: Tiling<XI>, const XI: usize>(
-    out: &Shared,
+    out: &Disjoint<f32>,
     mm: &[f32],
     bias: Option<&[f32]>,
     (first, m): (usize, usize),
@@ -641,11 +654,10 @@ fn write_outputs<T: Tiling<XI>, const XI: usize>(
     let (h, w, per) = (g.height, g.width, th * tw);
     let t_n = m * per;
     let transforms = Transforms::for_this_cpu();
-    for jk in planes {
+    let at = (first * k_n + planes.start) * h * w;
+    let mut part = out.part(at..at + planes.len() * h * w);
+    for (jk, plane) in planes.zip(part.chunks_exact_mut(h * w)) {
         let (j, k) = (jk / k_n, jk % k_n);
-        let at = (first * k_n + jk) * h * w;
-        // SAFETY: plane (j, k) is this unit's alone.
-        let plane = unsafe { out.part(at..at + h * w) };
         let base = |xi: usize| plane_at(xi, k, k_n, t_n, j, per);
         let src = point_slices::<XI>(mm, base, per);
         let bias = bias.map_or(0.0, |b| b[k]);
@@ -657,7 +669,7 @@ fn write_outputs<T: Tiling<XI>, const XI: usize>(
 /// `first..first + m` of `dout` (as [`transform_inputs`]), pixels outside the plane counting
 /// as zero.
 fn transform_output_grads<T: Tiling<XI>, const XI: usize>(
-    buf: &Shared,
+    buf: &Disjoint<f32>,
     at: usize,
     dout: &[f32],
     (first, m): (usize, usize),
@@ -681,7 +693,7 @@ fn transform_output_grads<T: Tiling<XI>, const XI: usize>(
 /// `dX = B dV Bt` summed over the tiles, inside the plane, for planes `planes` of images
 /// `first..first + m` of `dinp` (as [`write_outputs`]; every value written).
 fn scatter_input_grads<T: Tiling<XI>, const XI: usize>(
-    dinp: &Shared,
+    dinp: &Disjoint<f32>,
     dv: &[f32],
     (first, m): (usize, usize),
     g: &Window2d,
@@ -691,11 +703,10 @@ fn scatter_input_grads<T: Tiling<XI>, const XI: usize>(
     let (c_n, per) = (g.channels, th * tw);
     let (t_n, hw) = (m * per, g.height * g.width);
     let transforms = Transforms::for_this_cpu();
-    for jc in planes {
+    let at = (first * c_n + planes.start) * hw;
+    let mut part = dinp.part(at..at + planes.len() * hw);
+    for (jc, plane) in planes.zip(part.chunks_exact_mut(hw)) {
         let (j, c) = (jc / c_n, jc % c_n);
-        let at = (first * c_n + jc) * hw;
-        // SAFETY: plane (j, c) is this unit's alone.
-        let plane = unsafe { dinp.part(at..at + hw) };
         let base = |xi: usize| plane_at(xi, c, c_n, t_n, j, per);
         let src = point_slices::<XI>(dv, base, per);
         transforms.input_grad_tiles::<T, XI>(plane, &src, g.height, g.width);
@@ -721,7 +732,7 @@ fn backward_with<T: Tiling<XI>, const XI: usize>(
     if let Some(db) = grads.bias {
         bias_grads(db, dout, n, k, hw);
     }
-    let dinp = dinp.map(|d| Shared::new(&mut d[..n * c * hw]));
+    let dinp = dinp.map(|d| Disjoint::new(&mut d[..n * c * hw]));
     let step = chunk_within::<T, XI>(dims, scratch.len());
     let (u, rest) = scratch.split_at_mut(XI * point_stride(k * c));
     let (du, rest) = rest.split_at_mut(XI * point_stride(k * c));
@@ -730,7 +741,7 @@ fn backward_with<T: Tiling<XI>, const XI: usize>(
     // The first GEMM into `dU` overwrites it (no separate pass zeroes all of it first).
     let mut du_written = false;
     let pieces = Pieces::of::<T, XI>(dims, step, rest.len(), threads());
-    let rest = Shared::new(&mut rest[..pieces.count * pieces.len]);
+    let rest = Disjoint::new(&mut rest[..pieces.count * pieces.len]);
     for chunk in (0..n).step_by(pieces.chunk()) {
         // Piece p's images and its `V`, `dM` and `dV`.
         let layout = |p| piece_layout::<XI, 3>(&pieces, (chunk, n, per), p, [c, k, c]);
@@ -752,11 +763,11 @@ fn backward_with<T: Tiling<XI>, const XI: usize>(
         for p in 0..pieces.count {
             let ((_, m), [v, dm, _]) = layout(p);
             if m > 0 {
-                // SAFETY: every piece's `V` and `dM` are complete, and nobody writes them now.
-                let (v, dm) = unsafe { (rest.view(v), rest.view(dm)) };
+                // Every piece's `V` and `dM` are complete (the relay has returned).
+                let (v, dm) = (rest.view(v), rest.view(dm));
                 let dims = GemmDims::new(k, c, m * per).b_transposed();
                 let beta = if du_written { 1.0 } else { 0.0 };
-                batched_gemm::<XI>(dims, dm, v, beta, du);
+                batched_gemm::<XI>(dims, &dm, &v, beta, du);
                 du_written = true;
             }
         }
@@ -772,15 +783,15 @@ fn backward_with<T: Tiling<XI>, const XI: usize>(
         relay(pieces.count, 2, &units, &|p, stage, unit| {
             let ((first, m), [_, dm, dv]) = layout(p);
             if stage == 0 {
-                // SAFETY: the piece's `dM` is complete, and nobody writes it now.
-                let dm = unsafe { rest.view(dm) };
+                // The piece's `dM` is complete, and read by all now.
+                let dm = rest.view(dm);
                 let dims = GemmDims::new(c, m * per, k).a_transposed();
-                point_gemm(dims, (u, dm), 0.0, (&rest, dv.start), unit);
+                point_gemm_into(dims, (u, &dm), (&rest, dv.start), unit);
             } else {
-                // SAFETY: the piece's `dV` is complete, and nobody writes it now.
-                let dv = unsafe { rest.view(dv) };
+                // The piece's `dV` is complete, and read by all now.
+                let dv = rest.view(dv);
                 let planes = plane_block(m * c, unit);
-                scatter_input_grads::<T, XI>(dinp, dv, (first, m), g, planes);
+                scatter_input_grads::<T, XI>(dinp, &dv, (first, m), g, planes);
             }
         });
     }
@@ -792,14 +803,12 @@ fn backward_with<T: Tiling<XI>, const XI: usize>(
 
 /// `db[k] += sum of dout's plane k over the batch`.
 fn bias_grads(db: &mut [f32], dout: &[f32], n: usize, k: usize, hw: usize) {
-    let db = Shared::new(&mut db[..k]);
-    for_ranges(k, &|channels| {
-        for ch in channels {
+    for_parts(k, [Units::new(&mut db[..k], 1)], &|channels, [db]| {
+        for (d, ch) in db.iter_mut().zip(channels) {
             let sum = (0..n)
                 .map(|i| dout[(i * k + ch) * hw..][..hw].iter().sum::<f32>())
                 .sum::<f32>();
-            // SAFETY: channel ch is this task's alone.
-            unsafe { db.part(ch..ch + 1)[0] += sum };
+            *d += sum;
         }
     });
 }
