@@ -12,9 +12,13 @@ use common::{cifar10_dir, job_lock, mean, num, Run, Scratch};
 /// Hang guard of every job: minutes, against the tens of seconds a CNN job takes on 2 cores.
 const DEADLINE: Duration = Duration::from_secs(600);
 
-/// Lowest final test accuracy (200 test images) a run must reach: chance is 0.10, and a
-/// correct run of every model and mode reaches well above 0.20.
-const MIN_ACCURACY: f64 = 0.20;
+/// Lowest final test accuracy (200 test images) a run must reach. A model no better than
+/// chance scores 0.10 +- 0.021 (binomial over 200 images), so 0.15 is 2.4 standard
+/// deviations above it (a broken batch-norm re-estimation scored 0.07 and 0.09); the
+/// weakest correct run, VGG-19 under gssp with top-k, scored 0.225 to 0.31 over 11 runs
+/// with 0 to 3 busy-looping processes beside it (its asynchronous interleaving, and so its
+/// accuracy, depends on the load), so 0.20 was too close to it.
+const MIN_ACCURACY: f64 = 0.15;
 
 /// Highest final test loss: below ln 10 = 2.303, the loss of a uniform guess.
 const MAX_TEST_LOSS: f64 = 2.2;
