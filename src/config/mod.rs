@@ -394,6 +394,12 @@ pub struct SyncConfig {
     /// `[sync.balance]`: each worker's batch in proportion to its speed (every mode with
     /// workers but async-localsgd).
     pub balance: BalanceConfig,
+    /// Workers compute their next step while a push and its reply travel, on the weights
+    /// they hold (asp, ssp and gssp without local steps). The step computed ahead spends
+    /// one step of the staleness bound: a server with bound s answers a worker only while
+    /// it is at most s - 1 pushes ahead of the slowest, so no step is computed on weights
+    /// staler than s allows, as without overlap (module docs of `runtime::worker`).
+    pub overlap: bool,
 }
 
 impl SyncConfig {
@@ -788,6 +794,7 @@ impl Default for SyncConfig {
             localsgd: LocalSgdConfig::default(),
             async_localsgd: AsyncLocalSgdConfig::default(),
             balance: BalanceConfig::default(),
+            overlap: false,
         }
     }
 }

@@ -59,6 +59,11 @@ impl Config {
         self.validate_async_localsgd()?;
         self.validate_gssp_local_steps()?;
         self.validate_balance()?;
+        if self.sync.overlap {
+            if let Some(why) = self.sync.strategy().overlap_refusal(&self.sync) {
+                return Err(invalid("sync.overlap", &why, true));
+            }
+        }
         let regroup_every_s = self.sync.gssp.regroup_every_s;
         if regroup_every_s > 0.0 && self.sync.mode == SyncMode::Gssp {
             ensure(
@@ -701,6 +706,11 @@ mod tests {
             (&["compression.kind=powersgd", "sync.gssp.sparse_transport=accumulate"], "sync.gssp.sparse_transport: must be \"mailbox\" with compression.kind = \"powersgd\" (low-rank factors travel as mailbox messages), got \"accumulate\""),
             (&["device.exchange_select=cuda"], "device.exchange_select: must be \"cpu\" or \"auto\" unless sync.mode = \"gssp\" with compression.kind = \"topk\" (only a gssp group server's top-k selects on a GPU), got \"cuda\""),
             (&["sync.mode=gssp", "compression.kind=dense", "device.exchange_select=cuda"], "device.exchange_select: must be \"cpu\" or \"auto\" unless sync.mode = \"gssp\" with compression.kind = \"topk\" (only a gssp group server's top-k selects on a GPU), got \"cuda\""),
+            (&["sync.overlap=true"], "sync.overlap: must be false with sync.mode = \"single\" (workers compute a step ahead only in asp, ssp and gssp without local steps), got true"),
+            (&["sync.mode=bsp", "sync.overlap=true"], "sync.overlap: must be false with sync.mode = \"bsp\" (workers compute a step ahead only in asp, ssp and gssp without local steps), got true"),
+            (&["sync.mode=ssp", "sync.ssp.staleness=0", "sync.overlap=true"], "sync.overlap: must be false with sync.ssp.staleness = 0 (the step a worker computes ahead needs a bound of at least 1), got true"),
+            (&["sync.mode=gssp", "sync.gssp.staleness=0", "sync.overlap=true"], "sync.overlap: must be false with sync.gssp.staleness = 0 (the step a worker computes ahead needs a bound of at least 1), got true"),
+            (&["sync.mode=gssp", "sync.gssp.local_steps=4", "sync.overlap=true"], "sync.overlap: must be false with sync.gssp.local_steps = 4 (workers that take local steps push a change, not a gradient), got true"),
             (&["heterogeneity.slowdown=[1, 0.5]"], "heterogeneity.slowdown[1]: must be >= 1, got 0.5"),
             (&["heterogeneity.slowdown=[inf]"], "heterogeneity.slowdown[0]: must be a finite number, got inf"),
             (&["heterogeneity.tiers=[{factor=0.9, workers=1}]"], "heterogeneity.tiers[0].factor: must be >= 1, got 0.9"),
@@ -740,6 +750,22 @@ mod tests {
         ])
         .unwrap();
         cfg.validate().unwrap();
+    }
+
+    #[test]
+    fn overlap_passes_where_workers_push_gradients_under_a_bound_of_one_or_more() {
+        for sets in [
+            &["sync.mode=asp"][..],
+            &["sync.mode=asp", "optim.delay_compensation=0.5"],
+            &["sync.mode=ssp", "sync.ssp.staleness=1"],
+            &["sync.mode=gssp", "sync.gssp.staleness=1"],
+            &["sync.mode=gssp", "sync.gssp.staleness=auto"],
+        ] {
+            let mut all = sets.to_vec();
+            all.push("sync.overlap=true");
+            let cfg = with(&all).unwrap();
+            cfg.validate().unwrap_or_else(|e| panic!("{all:?}: {e}"));
+        }
     }
 
     fn world_error(overrides: &[&str], world: usize) -> String {

@@ -49,6 +49,10 @@ pub struct UpdateRule {
     /// Global-norm limit of the gradient each optimizer step uses (0: none): a push's
     /// gradient (immediate), or the round's mean (bsp).
     pub clip_norm: f64,
+    /// Workers compute a step ahead (`sync.overlap`): each push was computed on the reply
+    /// before the worker's latest, which its staleness and DC-ASGD's correction count
+    /// from. The caller's `bound` is already the release gate.
+    pub reads_ahead: bool,
 }
 
 /// What applying one push did.
@@ -74,13 +78,12 @@ pub struct ParamServer {
     scale: f32,
     /// Optimizer steps applied so far: the model version.
     version: u64,
-    /// Version each worker last received: the staleness of its next push is measured from it.
-    sent_version: Vec<u64>,
+    /// What each worker's next push is computed on.
+    reads: Reads,
     /// Staleness of each worker's latest push, returned to it with its next weights.
     last_staleness: Vec<u64>,
-    /// DC-ASGD's lambda, and the weights each worker was last sent (empty without it).
+    /// DC-ASGD's lambda (the weights it corrects from are in `reads`).
     compensation: f32,
-    sent_weights: Vec<Vec<f32>>,
     /// The compensated gradient of the push being applied (`Apply::Delta`: the step).
     corrected: Vec<f32>,
     /// `Apply::Delta`: the outer optimizer (`None`: each change as it is).
@@ -98,11 +101,8 @@ impl ParamServer {
         } else {
             Vec::new()
         };
-        let sent_weights = if compensates(&rule) {
-            vec![weights.clone(); rule.workers]
-        } else {
-            Vec::new()
-        };
+        let kept = compensates(&rule).then_some(&weights[..]);
+        let reads = Reads::new(rule.workers, rule.reads_ahead, kept);
         let rewrites = compensates(&rule)
             || (rule.clip_norm > 0.0 && rule.apply == Apply::Immediate)
             || rule.apply == Apply::Delta;
@@ -119,10 +119,9 @@ impl ParamServer {
             active: rule.workers,
             scale: 1.0 / rule.total_workers.max(1) as f32,
             version: 0,
-            sent_version: vec![0; rule.workers],
+            reads,
             last_staleness: vec![0; rule.workers],
             compensation: rule.delay_compensation as f32,
-            sent_weights,
             outer: None,
             delta_scale: 1.0,
         }
@@ -189,9 +188,8 @@ impl ParamServer {
         self.weights.copy_from_slice(weights);
         self.version = version;
         self.clock = SspClock::restore(clocks, self.clock.bound());
-        self.sent_version.fill(version);
-        for sent in &mut self.sent_weights {
-            sent.copy_from_slice(weights);
+        for w in 0..self.last_staleness.len() {
+            self.reads.reset(w, version, weights);
         }
     }
 
@@ -199,7 +197,7 @@ impl ParamServer {
     /// nothing applied, when the gradient to step on is not finite (a delay-compensated
     /// push can overflow where its gradient did not).
     pub fn on_push(&mut self, w: usize, grad: &[f32], lr: f64) -> Result<Applied, ClipError> {
-        let staleness = self.version - self.sent_version[w];
+        let staleness = self.version - self.reads.version(w);
         self.last_staleness[w] = staleness;
         self.clock.on_push(w);
         let mut applied = Applied { staleness, lr };
@@ -209,16 +207,15 @@ impl ParamServer {
                 let grad = if self.corrected.is_empty() {
                     grad
                 } else {
-                    if self.sent_weights.is_empty() {
-                        self.corrected.copy_from_slice(grad);
-                    } else {
-                        delay_compensate(
+                    match self.reads.weights(w) {
+                        None => self.corrected.copy_from_slice(grad),
+                        Some(then) => delay_compensate(
                             &mut self.corrected,
                             grad,
                             &self.weights,
-                            &self.sent_weights[w],
+                            then,
                             self.compensation,
-                        );
+                        ),
                     }
                     // A worker's batch gradient, clipped as PyTorch clips the gradient of
                     // its step.
@@ -280,10 +277,7 @@ impl ParamServer {
         let from = out.len();
         self.clock.release_ready(out);
         for &w in &out[from..] {
-            self.sent_version[w] = self.version;
-            if let Some(sent) = self.sent_weights.get_mut(w) {
-                sent.copy_from_slice(&self.weights);
-            }
+            self.reads.sent(w, self.version, &self.weights);
         }
     }
 
@@ -297,10 +291,7 @@ impl ParamServer {
     /// staleness counts from this version, its clock from the slowest present worker's.
     pub fn join(&mut self, w: usize) {
         self.clock.join(w);
-        self.sent_version[w] = self.version;
-        if let Some(sent) = self.sent_weights.get_mut(w) {
-            sent.copy_from_slice(&self.weights);
-        }
+        self.reads.reset(w, self.version, &self.weights);
     }
 
     /// Worker `w` has been told to stop; it no longer holds the others back.
@@ -309,6 +300,74 @@ impl ParamServer {
             self.clock.retire(w);
             self.active = self.active.saturating_sub(1);
         }
+    }
+}
+
+/// The version, and for DC-ASGD the weights, each worker's next push is computed on: the
+/// reply it got last, or with workers that compute a step ahead the one before (a worker
+/// pushes step c + 1 once reply c arrived, having computed it on reply c - 1).
+struct Reads {
+    ahead: bool,
+    /// Each worker's latest reply's version, and the one before.
+    versions: Vec<[u64; 2]>,
+    /// DC-ASGD: each worker's latest reply's weights, and the one before (`ahead` only).
+    latest: Vec<Vec<f32>>,
+    before: Vec<Vec<f32>>,
+}
+
+impl Reads {
+    /// `workers` that all got version 0, `weights` (kept only where given: DC-ASGD).
+    fn new(workers: usize, ahead: bool, weights: Option<&[f32]>) -> Reads {
+        let keep = |on: bool| match (on, weights) {
+            (true, Some(w)) => vec![w.to_vec(); workers],
+            _ => Vec::new(),
+        };
+        Reads {
+            ahead,
+            versions: vec![[0, 0]; workers],
+            latest: keep(true),
+            before: keep(ahead),
+        }
+    }
+
+    /// Worker `w` was sent `version`, `weights`: its latest reply, and with `ahead` the
+    /// one it computes its next push on becomes the reply it had.
+    fn sent(&mut self, w: usize, version: u64, weights: &[f32]) {
+        let v = &mut self.versions[w];
+        v[1] = if self.ahead { v[0] } else { version };
+        v[0] = version;
+        if let Some(latest) = self.latest.get_mut(w) {
+            if let Some(before) = self.before.get_mut(w) {
+                std::mem::swap(latest, before);
+            }
+            latest.copy_from_slice(weights);
+        }
+    }
+
+    /// Worker `w` starts from `version`, `weights` with nothing computed ahead (a join, a
+    /// restored checkpoint).
+    fn reset(&mut self, w: usize, version: u64, weights: &[f32]) {
+        self.versions[w] = [version, version];
+        for kept in [&mut self.latest, &mut self.before] {
+            if let Some(k) = kept.get_mut(w) {
+                k.copy_from_slice(weights);
+            }
+        }
+    }
+
+    /// The version worker `w`'s next push is computed on.
+    fn version(&self, w: usize) -> u64 {
+        self.versions[w][1]
+    }
+
+    /// DC-ASGD: the weights worker `w`'s next push is computed on (`None`: not kept).
+    fn weights(&self, w: usize) -> Option<&[f32]> {
+        let kept = if self.ahead {
+            &self.before
+        } else {
+            &self.latest
+        };
+        kept.get(w).map(Vec::as_slice)
     }
 }
 
@@ -347,6 +406,7 @@ mod tests {
             staleness_lr: StalenessLr::None,
             delay_compensation: 0.0,
             clip_norm: 0.0,
+            reads_ahead: false,
         }
     }
 
@@ -405,6 +465,48 @@ mod tests {
         // corrected [4 + 0.5 * 16 * -1, 2 + 0.5 * 4 * -1] = [-4, 0]; w = [-1, 0] - [-4, 0] / 2.
         ps.on_push(0, &[4.0, 2.0], 1.0).unwrap();
         assert_eq!(ps.weights(), &[1.0, 0.0]);
+    }
+
+    /// `sync.overlap`: a worker's push c + 1 was computed on reply c - 1, so its staleness
+    /// counts the worker's own push c, and DC-ASGD corrects from reply c - 1's weights.
+    #[test]
+    fn a_push_computed_ahead_counts_from_the_reply_before_the_latest() {
+        let mut r = rule(1, 1, Some(0), Apply::Immediate);
+        r.reads_ahead = true;
+        let mut ps = ParamServer::new(vec![0.0], r);
+        let mut out = Vec::new();
+        // Push 1 and push 2 were both computed on the first weights (version 0).
+        assert_eq!(ps.on_push(0, &[1.0], 1.0).unwrap().staleness, 0);
+        ps.release(&mut out);
+        assert_eq!(ps.on_push(0, &[1.0], 1.0).unwrap().staleness, 1);
+        ps.release(&mut out);
+        // From then on each push misses exactly the worker's own push before it.
+        for _ in 0..3 {
+            assert_eq!(ps.on_push(0, &[1.0], 1.0).unwrap().staleness, 1);
+            ps.release(&mut out);
+        }
+        // A joining worker computed nothing ahead on this server's weights.
+        ps.join(0);
+        assert_eq!(ps.on_push(0, &[1.0], 1.0).unwrap().staleness, 0);
+    }
+
+    #[test]
+    fn delay_compensation_of_a_push_computed_ahead_uses_the_weights_it_was_computed_on() {
+        let mut r = rule(1, 1, None, Apply::Immediate);
+        (r.delay_compensation, r.reads_ahead) = (0.5, true);
+        let mut ps = ParamServer::new(vec![0.0], r);
+        let mut out = Vec::new();
+        // w: 0 -> -1 (push 1 at 0, uncorrected: nothing moved since reply 0).
+        ps.on_push(0, &[1.0], 1.0).unwrap();
+        ps.release(&mut out);
+        assert_eq!(ps.weights(), &[-1.0]);
+        // Push 2 was computed at reply 0 (w = 0): corrected 2 + 0.5 * 4 * (-1 - 0) = 0.
+        ps.on_push(0, &[2.0], 1.0).unwrap();
+        assert_eq!(ps.weights(), &[-1.0]);
+        ps.release(&mut out);
+        // Push 3 was computed at reply 1 (w = -1), now -1: uncorrected, w = -1 - 2 = -3.
+        ps.on_push(0, &[2.0], 1.0).unwrap();
+        assert_eq!(ps.weights(), &[-3.0]);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::compute::backend::Backend;
 use crate::compute::model::Trainable;
 use crate::compute::optim::{parallel, HostOptimizer, Outer};
 use crate::compute::workload::Model;
-use crate::config::modes::Regrouping;
+use crate::config::modes::{release_gate, Regrouping};
 use crate::config::Config;
 use crate::protocol::costmodel::CostModel;
 use crate::protocol::layout::Layout;
@@ -287,13 +287,14 @@ fn param_server(
     let rule = UpdateRule {
         workers: slots,
         total_workers: layout.groups.iter().map(Vec::len).sum(),
-        bound: mode.bound().of_group(layout.staleness[group]),
+        bound: release_gate(mode.bound().of_group(layout.staleness[group]), sync.overlap),
         apply: mode.apply(sync),
         momentum: cfg.optim.momentum,
         weight_decay: cfg.optim.weight_decay,
         staleness_lr: cfg.optim.staleness_lr,
         delay_compensation: cfg.optim.delay_compensation,
         clip_norm: cfg.optim.clip_norm,
+        reads_ahead: sync.overlap,
     };
     let outer = mode.outer(sync).and_then(|o| Outer::new(&o, n, slots));
     // gssp's local steps: a change is worth its H steps at the workers' lr, taken at 1/W

@@ -171,7 +171,7 @@ fn play_worker<B: Backend>(
     let work = trainer.context(ctx, &mut log);
     let stats = match local_steps(ctx)? {
         Some(steps) => local_worker::work_locally(&mut link, ctx.comm, ctx.cfg, work, steps)?,
-        None => worker::work(&mut link, ctx.comm, work, faults)?,
+        None => worker::work(&mut link, ctx.comm, work, (faults, ctx.cfg.sync.overlap))?,
     };
     log.flush()?;
     Ok(RoleOutcome {

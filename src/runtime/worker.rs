@@ -2,6 +2,22 @@
 //! gradient on the weights held, push it, wait for fresh weights, until told to stop. When
 //! its server answers with a move (gssp regrouping), the worker takes its weights from the
 //! new server instead.
+//!
+//! # Computing a step ahead (`sync.overlap`)
+//! Without overlap a worker's round trip (its push, the server's queue and apply, the
+//! reply) is time it does not compute. With it, a worker that has pushed step c computes
+//! step c + 1 on the weights it holds (those of reply c - 1) while push c and reply c
+//! travel, and waits only for reply c, which its server sends once the SSP rule allows;
+//! then it pushes step c + 1 and computes c + 2 on reply c. The reply lands in the link's
+//! receive buffer while the model computes on its own copy: two buffers, no extra copy.
+//!
+//! The step ahead spends one step of the staleness bound s: the server releases a worker
+//! only while it is at most s - 1 pushes ahead of the slowest
+//! ([`crate::config::modes::release_gate`]), so a worker starts step c + 1 only while
+//! c - c_min <= s, as without overlap, and no step is computed on weights missing more of
+//! the slowest worker's pushes than s allows. What a step computed ahead misses is the
+//! worker's own last push; its server counts the staleness from the reply it was computed
+//! on. When the reply says stop, the step computed ahead is dropped.
 
 use std::time::Instant;
 
@@ -68,13 +84,14 @@ impl WorkerStats {
 }
 
 /// Runs the worker until its server says stop, with `faults` injected (none in a real
-/// run). A regroup moves its link to the communicator of its new group, formed from
-/// `world`.
+/// run); with `ahead` (`sync.overlap`) each step is computed while the push before it and
+/// its reply travel. A regroup moves its link to the communicator of its new group,
+/// formed from `world`.
 pub fn work<B: Backend>(
     link: &mut WorkerLink,
     world: &Comm,
     w: WorkerContext<'_, B>,
-    faults: Faults,
+    (faults, ahead): (Faults, bool),
 ) -> Result<WorkerStats> {
     let WorkerContext {
         step,
@@ -91,8 +108,13 @@ pub fn work<B: Backend>(
     let mut header = recv_weights(link, world, step, &mut weights_stage, &mut stats)?;
     stats.wait_s += t_first.elapsed().as_secs_f64();
     let mut clock = done;
+    // The step computed ahead, while the last push travelled: its loss and seconds.
+    let mut computed: Option<(f32, f64)> = None;
     while !header.stop {
-        let (loss, compute_s) = step.compute_paced(corpus, pacer)?;
+        let (loss, compute_s) = match computed.take() {
+            Some(c) => c,
+            None => step.compute_paced(corpus, pacer)?,
+        };
 
         let t1 = Instant::now();
         let before = link.stats();
@@ -101,6 +123,11 @@ pub fn work<B: Backend>(
         link.push(clock, loss, step.net.grads_on_host(&mut grads_stage))?;
         let comm_s = t1.elapsed().as_secs_f64();
 
+        if ahead {
+            // The push left the model's gradient for the link's buffer; the reply lands
+            // in the link's own buffer until `recv_weights` copies it in.
+            computed = Some(step.compute_paced(corpus, pacer)?);
+        }
         let t2 = Instant::now();
         header = recv_weights(link, world, step, &mut weights_stage, &mut stats)?;
         let wait_s = t2.elapsed().as_secs_f64();

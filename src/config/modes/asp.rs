@@ -26,4 +26,8 @@ impl Mode for Asp {
     fn apply(&self, _sync: &SyncConfig) -> Apply {
         Apply::Immediate
     }
+
+    fn overlap_refusal(&self, _sync: &SyncConfig) -> Option<String> {
+        None
+    }
 }

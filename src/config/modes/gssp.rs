@@ -96,6 +96,22 @@ impl Mode for Gssp {
         })
     }
 
+    /// Workers that take local steps push a change, not a gradient; `"auto"` bounds are
+    /// raised to [`super::OVERLAP_MIN_STALENESS`] at set-up.
+    fn overlap_refusal(&self, sync: &SyncConfig) -> Option<String> {
+        let g = &sync.gssp;
+        if g.takes_local_steps() {
+            return Some(format!(
+                "false with sync.gssp.local_steps = {} (workers that take local steps push a change, not a gradient)",
+                g.local_steps
+            ));
+        }
+        match g.staleness {
+            Staleness::Bound(s) => super::bound_too_small("sync.gssp.staleness", s),
+            Staleness::Auto => None,
+        }
+    }
+
     /// Static groups name the old world's ranks: the run groups by profile instead.
     fn refit_to_world(&self, sync: &mut SyncConfig) {
         let g = &mut sync.gssp;

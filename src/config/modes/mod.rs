@@ -145,6 +145,16 @@ pub trait Mode: Sync {
     /// Changes a run resumed on another rank count makes to its settings (those that name
     /// the old world's ranks).
     fn refit_to_world(&self, _sync: &mut SyncConfig) {}
+
+    /// Why its workers cannot compute a step ahead (`sync.overlap`), as the requirement a
+    /// validation error states (`None`: they can). Only workers that push a gradient under
+    /// a bound of at least 1, or none, can: the step ahead spends one step of the bound.
+    fn overlap_refusal(&self, _sync: &SyncConfig) -> Option<String> {
+        Some(format!(
+            "false with sync.mode = \"{}\" (workers compute a step ahead only in asp, ssp and gssp without local steps)",
+            self.mode()
+        ))
+    }
 }
 
 /// Who a mode's ranks are.
@@ -201,6 +211,26 @@ impl Bound {
             Bound::OfGroup => Some(recorded),
         }
     }
+}
+
+/// The bound a server answers its workers by (`sync.overlap`: `bound` - 1, the step a
+/// worker computes ahead being the one it spends; at least 0), for a staleness `bound`.
+pub fn release_gate(bound: Option<usize>, overlap: bool) -> Option<usize> {
+    match overlap {
+        true => bound.map(|s| s.saturating_sub(1)),
+        false => bound,
+    }
+}
+
+/// The least staleness bound of a group whose workers compute a step ahead: a bound of 0
+/// leaves no step to spend.
+pub const OVERLAP_MIN_STALENESS: usize = 1;
+
+/// The refusal of `sync.overlap` under a fixed bound of `staleness` set by `key`.
+fn bound_too_small(key: &str, staleness: usize) -> Option<String> {
+    (staleness < OVERLAP_MIN_STALENESS).then(|| {
+        format!("false with {key} = {staleness} (the step a worker computes ahead needs a bound of at least {OVERLAP_MIN_STALENESS})")
+    })
 }
 
 /// How a server applies a push (`crate::protocol::param_server` implements each).

@@ -30,4 +30,8 @@ impl Mode for Ssp {
     fn apply(&self, _sync: &SyncConfig) -> Apply {
         Apply::Immediate
     }
+
+    fn overlap_refusal(&self, sync: &SyncConfig) -> Option<String> {
+        super::bound_too_small("sync.ssp.staleness", sync.ssp.staleness)
+    }
 }

@@ -70,6 +70,7 @@ pub fn resnet_server(weights: Vec<f32>, workers: usize) -> ParamServer {
             staleness_lr: StalenessLr::Inverse,
             delay_compensation: 0.0,
             clip_norm: 0.0,
+            reads_ahead: false,
         },
     )
 }
