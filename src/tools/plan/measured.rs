@@ -33,6 +33,9 @@ pub struct MeasuredRun {
     #[serde(default)]
     pub worker_local_steps: Vec<usize>,
     pub delay_compensation: bool,
+    /// Its workers computed a step ahead (`sync.overlap`).
+    #[serde(default)]
+    pub overlap: bool,
     pub exchange_bytes: f64,
     pub exchange_every: usize,
     /// Each worker's measured seconds per iteration outside waits (compute and push): the
@@ -191,6 +194,7 @@ impl MeasuredRun {
             local_steps: cfg.sync.localsgd.local_steps,
             worker_local_steps: layout.local_steps.clone(),
             delay_compensation: cfg.optim.delay_compensation > 0.0,
+            overlap: cfg.sync.overlap,
             exchange_bytes: cost.exchange_bytes,
             exchange_every: cost.exchange_every,
             times,
@@ -221,12 +225,13 @@ impl MeasuredRun {
                 && r.groups == first.groups
                 && r.times.len() == first.times.len()
                 && r.staleness == first.staleness
+                && r.overlap == first.overlap
                 && r.straggler_prob == first.straggler_prob
                 && r.straggler_factor == first.straggler_factor
                 && r.balance_bounds == first.balance_bounds;
             if !same {
                 anyhow::bail!(
-                    "{} and {} differ in more than their seed (mode, groups, bounds, spells or workers)",
+                    "{} and {} differ in more than their seed (mode, groups, bounds, overlap, spells or workers)",
                     first.name,
                     r.name
                 );
@@ -394,6 +399,7 @@ fn servers_of(run: &MeasuredRun, round: bool) -> servers::PsScheme {
         round,
         extra_apply_passes: if run.delay_compensation { 1.0 } else { 0.0 },
         local_steps: run.worker_local_steps.clone(),
+        overlap: run.overlap,
     }
 }
 
@@ -413,6 +419,7 @@ mod tests {
             local_steps: 8,
             worker_local_steps: Vec::new(),
             delay_compensation: false,
+            overlap: false,
             exchange_bytes: 80.0,
             exchange_every: 4,
             times,

@@ -20,6 +20,9 @@
 //!   speed: a push stands for that many batches, and a gssp-local group exchanges every
 //!   `inter_group_every` of its pushes, so at one wall-clock rhythm with the others. Workers are released by the SSP rule of
 //!   [`crate::protocol::ssp_clock`]; a worker's wait runs from its push to its weights.
+//!   The gssp-overlap row (`sync.overlap`) has each worker compute its next step from the
+//!   moment it pushes, its server releasing at the bound less one: its wait runs from the
+//!   end of that step to its weights.
 //! - collective modes (allreduce, local SGD): every round waits for the slowest rank, then
 //!   a ring allreduce (2 (N-1) messages of P/N values and the sums).
 //! - the balanced rows (`-balanced`: batches in proportion to speed, `sync.balance`): the
@@ -42,6 +45,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::compute::model::Trainable;
+use crate::config::modes::OVERLAP_MIN_STALENESS;
 use crate::config::Staleness;
 use crate::protocol::costmodel::{groups_for, CostModel, AUTO_GROUPS_TOLERANCE};
 use crate::protocol::grouping::{dynamic_local_steps, GroupingError};
@@ -267,6 +271,7 @@ pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Pla
             round,
             extra_apply_passes: extra,
             local_steps: Vec::new(),
+            overlap: false,
         };
         servers::simulate(&scheme, work, cost, horizon_s, opts.seed)
     };
@@ -276,6 +281,7 @@ pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Pla
         round: false,
         extra_apply_passes: 0.0,
         local_steps: dynamic_local_steps(opts.async_local_steps, &work.times),
+        overlap: false,
     };
     let mut predictions = vec![
         Prediction::from_outcome("bsp", Some(1), &ps(all.clone(), vec![Some(0)], true, 0.0)),
@@ -324,10 +330,12 @@ pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Pla
         .find(|p| p.images_per_s >= best * (1.0 - AUTO_GROUPS_TOLERANCE))
         .and_then(|p| p.servers)
         .unwrap_or(1);
-    let local = gssp.iter().find(|p| p.servers == Some(recommended_groups));
-    let local = local.map(|row| gssp_local(work, cost, opts, (recommended_groups, row)));
+    let at_recommended = gssp.iter().find(|p| p.servers == Some(recommended_groups));
+    let local = at_recommended.map(|row| gssp_local(work, cost, opts, (recommended_groups, row)));
+    let ahead = at_recommended.map(|row| gssp_overlap(work, cost, opts, (recommended_groups, row)));
     predictions.extend(gssp);
     predictions.extend(local.transpose()?);
+    predictions.extend(ahead.transpose()?);
     Ok(Plan {
         workers: n,
         params: cost.params,
@@ -353,6 +361,7 @@ fn balanced_rows(
         round: true,
         extra_apply_passes: 0.0,
         local_steps: Vec::new(),
+        overlap: false,
     };
     let (h, seed) = (opts.local_steps, opts.seed);
     Ok(vec![
@@ -374,6 +383,33 @@ fn balanced_rows(
     ])
 }
 
+/// gssp whose workers compute a step ahead (`sync.overlap`) at `groups` groups, its bounds
+/// those of the `gssp` row there raised to [`OVERLAP_MIN_STALENESS`], as a run raises
+/// them: the same clock spread as the `gssp` row at bound 0, each step one push staler.
+fn gssp_overlap(
+    work: &Workload,
+    cost: &CostModel,
+    opts: &PlanOptions,
+    (groups, gssp): (usize, &Prediction),
+) -> Result<Prediction, GroupingError> {
+    let spreads = vec![0.0; work.times.len()];
+    let bounds: Vec<usize> = (gssp.bounds.clone().unwrap_or_default().into_iter())
+        .map(|b| b.max(OVERLAP_MIN_STALENESS))
+        .collect();
+    let scheme = servers::PsScheme {
+        groups: groups_for(&work.times, &spreads, groups)?,
+        bounds: bounds.iter().map(|&b| Some(b)).collect(),
+        round: false,
+        extra_apply_passes: 0.0,
+        local_steps: Vec::new(),
+        overlap: true,
+    };
+    let o = servers::simulate(&scheme, work, cost, horizon(work, opts), opts.seed);
+    let mut row = Prediction::from_outcome("gssp-overlap", Some(groups), &o);
+    row.bounds = Some(bounds);
+    Ok(row)
+}
+
 /// gssp with local steps at `groups` groups, its bounds those of the `gssp` row there.
 fn gssp_local(
     work: &Workload,
@@ -393,6 +429,7 @@ fn gssp_local(
             true => dynamic_local_steps(steps, &work.times),
             false => vec![steps; work.times.len()],
         },
+        overlap: false,
     };
     let o = servers::simulate(&scheme, work, cost, horizon(work, opts), opts.seed);
     let mut row = Prediction::from_outcome("gssp-local", Some(groups), &o);
@@ -590,6 +627,63 @@ mod tests {
         }
     }
 
+    /// One worker computing 0.1 s per step, a server whose push costs it 0.04 s each way:
+    /// without overlap an iteration takes 0.18 s, 0.08 of it waiting; with it the round
+    /// trip hides behind the next step (0.1 s, no wait) and every push but the first misses
+    /// exactly its own push before it.
+    #[test]
+    fn overlap_hides_a_round_trip_shorter_than_a_step() {
+        let c = CostModel {
+            bytes_per_s: 4.0 * 1000.0 / 0.04,
+            apply_s_per_param: 0.0,
+            ..cost(1_000, 0.0)
+        };
+        let scheme = |overlap| servers::PsScheme {
+            groups: vec![vec![0]],
+            bounds: vec![None],
+            round: false,
+            extra_apply_passes: 0.0,
+            local_steps: Vec::new(),
+            overlap,
+        };
+        let one = work(vec![0.1]);
+        let (waits, ahead) = (
+            servers::simulate(&scheme(false), &one, &c, 18.0, 1),
+            servers::simulate(&scheme(true), &one, &c, 18.0, 1),
+        );
+        assert!((waits.iterations as f64 - 100.0).abs() <= 1.0, "{waits:?}");
+        assert!((ahead.iterations as f64 - 180.0).abs() <= 1.0, "{ahead:?}");
+        assert!((waits.wait_fractions[0] - 0.08 / 0.18).abs() < 0.01, "{waits:?}");
+        assert!(ahead.wait_fractions[0] < 0.01, "{ahead:?}");
+        let stale = ahead.staleness.unwrap();
+        assert_eq!((stale.quantile(0.0), stale.quantile(0.02), stale.max()), (0, 1, 1));
+        assert!(stale.mean() > 0.99, "{stale:?}");
+    }
+
+    /// With overlap a server releases at its bound less one: bound 1 with overlap keeps two
+    /// workers of 10 ms and 40 ms exactly as far apart as bound 0 without it.
+    #[test]
+    fn overlap_releases_at_the_bound_less_one() {
+        let scheme = |bound, overlap| servers::PsScheme {
+            groups: vec![vec![0, 1]],
+            bounds: vec![Some(bound)],
+            round: false,
+            extra_apply_passes: 0.0,
+            local_steps: Vec::new(),
+            overlap,
+        };
+        let c = cost(1_000, 0.0);
+        let pair = work(vec![0.01, 0.04]);
+        let run = |bound, overlap| servers::simulate(&scheme(bound, overlap), &pair, &c, 4.0, 1);
+        let (lockstep, ahead) = (run(0, false), run(1, true));
+        // Both at the slow worker's pace: 2 pushes per 40 ms.
+        for o in [&lockstep, &ahead] {
+            assert!((o.iterations as f64 - 200.0).abs() <= 2.0, "{o:?}");
+        }
+        // Bound 1 without overlap lets the fast worker one push further ahead.
+        assert!(run(1, false).iterations > lockstep.iterations);
+    }
+
     #[test]
     fn gssp_local_keeps_the_rate_and_pushes_at_one_rhythm() {
         // Two workers at 10 ms, two at 40 ms, in two groups: with 4 local steps for the
@@ -602,7 +696,9 @@ mod tests {
             row(&plan, "gssp", Some(2)),
             row(&plan, "gssp-local", Some(2)),
         );
-        assert_eq!(plan.predictions.last(), Some(local));
+        let n = plan.predictions.len();
+        assert_eq!(plan.predictions.get(n - 2), Some(local));
+        assert_eq!(plan.predictions[n - 1].mode, "gssp-overlap");
         assert!(
             (local.images_per_s / gssp.images_per_s - 1.0).abs() < 0.02,
             "{local:?}"
@@ -730,6 +826,7 @@ mod tests {
             round: false,
             extra_apply_passes: 0.0,
             local_steps: Vec::new(),
+            overlap: false,
         };
         let gssp = servers::simulate(&lockstep, &work, &free, 100.0, 1);
         let allreduce = collective::simulate(1, &work, &free, 100.0, 1);

@@ -6,6 +6,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
 use super::{Outcome, StalenessHistogram, Workload};
+use crate::config::modes::release_gate;
 use crate::protocol::costmodel::CostModel;
 
 /// How a parameter-server scheme applies and releases.
@@ -23,6 +24,9 @@ pub struct PsScheme {
     /// async-localsgd: each worker's local steps per push (empty: one each), every one a
     /// batch the push counts.
     pub local_steps: Vec<usize>,
+    /// `sync.overlap`: a worker computes its next step from the moment it pushes, and its
+    /// server releases it at each bound less one ([`release_gate`]).
+    pub overlap: bool,
 }
 
 impl PsScheme {
@@ -139,8 +143,12 @@ pub fn simulate(
     let exchange_bytes = 2.0 * groups.saturating_sub(1) as f64 * cost.exchange_bytes;
     let (mut servers, server_of, slot_of) = servers_of(scheme, n);
     let mut sampler = work.sampler(seed);
-    let mut read_version = vec![0u64; n];
+    // The version of each worker's latest reply and of the one before (the one a step
+    // computed ahead was computed on).
+    let mut read_version = vec![[0u64; 2]; n];
     let mut pushed_at = vec![0.0f64; n];
+    // `overlap`: when the step each worker computes ahead is done.
+    let mut ready_at = vec![0.0f64; n];
     let mut wait_s = vec![0.0f64; n];
     let mut iterations = 0u64;
     let mut staleness = StalenessHistogram::default();
@@ -160,6 +168,10 @@ pub fn simulate(
             break;
         }
         pushed_at[w] = t - latency;
+        if scheme.overlap {
+            let compute: f64 = (0..scheme.steps_of(w)).map(|_| sampler.next(w)).sum();
+            ready_at[w] = pushed_at[w] + compute;
+        }
         let srv = &mut servers[server_of[w]];
         let start = t.max(srv.free_at);
         let mut end = start + message + apply * (1.0 + scheme.extra_apply_passes);
@@ -175,7 +187,8 @@ pub fn simulate(
         } else {
             if within {
                 iterations += scheme.steps_of(w) as u64;
-                staleness.record(srv.version - read_version[w]);
+                let read = read_version[w][usize::from(scheme.overlap)];
+                staleness.record(srv.version - read);
             }
             srv.version += 1;
         }
@@ -208,10 +221,17 @@ pub fn simulate(
                 srv.bytes += 4.0 * p;
             }
             let arrives = end + latency + k as f64 * work.burst_s;
-            wait_s[r] += arrives.min(horizon_s) - pushed_at[r];
-            read_version[r] = srv.version;
-            let compute: f64 = (0..scheme.steps_of(r)).map(|_| sampler.next(r)).sum();
-            heap.push(Reverse((Time(arrives + compute + latency), r)));
+            read_version[r] = [srv.version, read_version[r][0]];
+            let next = match scheme.overlap {
+                true => arrives.max(ready_at[r]),
+                false => {
+                    let compute: f64 = (0..scheme.steps_of(r)).map(|_| sampler.next(r)).sum();
+                    arrives + compute
+                }
+            };
+            let computing = if scheme.overlap { ready_at[r] } else { pushed_at[r] };
+            wait_s[r] += (arrives.min(horizon_s) - computing.min(horizon_s)).max(0.0);
+            heap.push(Reverse((Time(next + latency), r)));
         }
         srv.busy_s += end.min(horizon_s) - start.min(horizon_s);
         srv.free_at = end;
@@ -220,7 +240,8 @@ pub fn simulate(
     for w in 0..n {
         let srv = server_of[w];
         if srv != usize::MAX && servers[srv].clock.is_waiting(slot_of[w]) {
-            wait_s[w] += (horizon_s - pushed_at[w]).max(0.0);
+            let computing = if scheme.overlap { ready_at[w] } else { pushed_at[w] };
+            wait_s[w] += (horizon_s - computing).max(0.0);
         }
     }
     let active: Vec<usize> = (0..n).filter(|&w| server_of[w] != usize::MAX).collect();
@@ -250,7 +271,7 @@ fn servers_of(scheme: &PsScheme, n: usize) -> (Vec<Server>, Vec<usize>, Vec<usiz
             let bound = if scheme.round {
                 Some(0)
             } else {
-                scheme.bounds[s]
+                release_gate(scheme.bounds[s], scheme.overlap)
             };
             Server {
                 members: members.clone(),
