@@ -299,4 +299,22 @@ mod tests {
         let msg = format!("{:#}", load(&file, config, &[]).unwrap_err());
         assert!(msg.ends_with("variant \"x\" twice"), "{msg}");
     }
+
+    /// The overlap pairs load on the transient scenario (its gssp bound "auto", raised to
+    /// 1 with overlap) and differ in `sync.overlap` alone.
+    #[test]
+    fn the_overlap_variants_pair_each_variant_with_and_without_overlap() {
+        let config = Path::new("configs/paper_lenet5_mnist_transient.toml");
+        let file = Path::new("configs/bench/variants_overlap.toml");
+        let variants = load(file, config, &[]).unwrap();
+        assert_eq!(variants.len(), 6);
+        for pair in variants.chunks(2) {
+            let (off, on) = (&pair[0], &pair[1]);
+            assert_eq!(on.name, format!("{}-overlap", off.name));
+            let mut want = off.overrides.clone();
+            want.push("sync.overlap=true".into());
+            assert_eq!(on.overrides, want, "{}", on.name);
+            assert_eq!(on.ranks, off.ranks);
+        }
+    }
 }

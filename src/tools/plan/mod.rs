@@ -653,10 +653,16 @@ mod tests {
         );
         assert!((waits.iterations as f64 - 100.0).abs() <= 1.0, "{waits:?}");
         assert!((ahead.iterations as f64 - 180.0).abs() <= 1.0, "{ahead:?}");
-        assert!((waits.wait_fractions[0] - 0.08 / 0.18).abs() < 0.01, "{waits:?}");
+        assert!(
+            (waits.wait_fractions[0] - 0.08 / 0.18).abs() < 0.01,
+            "{waits:?}"
+        );
         assert!(ahead.wait_fractions[0] < 0.01, "{ahead:?}");
         let stale = ahead.staleness.unwrap();
-        assert_eq!((stale.quantile(0.0), stale.quantile(0.02), stale.max()), (0, 1, 1));
+        assert_eq!(
+            (stale.quantile(0.0), stale.quantile(0.02), stale.max()),
+            (0, 1, 1)
+        );
         assert!(stale.mean() > 0.99, "{stale:?}");
     }
 

@@ -229,7 +229,11 @@ pub fn simulate(
                     arrives + compute
                 }
             };
-            let computing = if scheme.overlap { ready_at[r] } else { pushed_at[r] };
+            let computing = if scheme.overlap {
+                ready_at[r]
+            } else {
+                pushed_at[r]
+            };
             wait_s[r] += (arrives.min(horizon_s) - computing.min(horizon_s)).max(0.0);
             heap.push(Reverse((Time(next + latency), r)));
         }
@@ -240,7 +244,11 @@ pub fn simulate(
     for w in 0..n {
         let srv = server_of[w];
         if srv != usize::MAX && servers[srv].clock.is_waiting(slot_of[w]) {
-            let computing = if scheme.overlap { ready_at[w] } else { pushed_at[w] };
+            let computing = if scheme.overlap {
+                ready_at[w]
+            } else {
+                pushed_at[w]
+            };
             wait_s[w] += (horizon_s - computing).max(0.0);
         }
     }
