@@ -15,9 +15,11 @@
 //! only while it is at most s - 1 pushes ahead of the slowest
 //! ([`crate::config::modes::release_gate`]), so a worker starts step c + 1 only while
 //! c - c_min <= s, as without overlap, and no step is computed on weights missing more of
-//! the slowest worker's pushes than s allows. What a step computed ahead misses is the
-//! worker's own last push; its server counts the staleness from the reply it was computed
-//! on. When the reply says stop, the step computed ahead is dropped.
+//! the slowest worker's pushes than s allows. A step computed ahead still reads older
+//! weights than one computed after its reply: it misses the worker's own last push and
+//! whatever the others pushed during that step, so its staleness in versions grows by
+//! about a step of every worker (docs/results.md (o)); its server counts it from the reply
+//! the step was computed on. When the reply says stop, the step computed ahead is dropped.
 
 use std::time::Instant;
 
