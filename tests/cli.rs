@@ -267,7 +267,8 @@ fn plan_predicts_every_mode_and_recommends_a_group_per_tier() {
             "gssp",
             "gssp",
             "gssp",
-            "gssp-local"
+            "gssp-local",
+            "gssp-overlap"
         ]
     );
     let rate = |i: usize| rows[i]["images_per_s"].as_f64().unwrap();
@@ -284,6 +285,11 @@ fn plan_predicts_every_mode_and_recommends_a_group_per_tier() {
     assert!(rate(14) > 0.95 * rate(13), "{} vs {}", rate(14), rate(13));
     let busy = |i: usize| rows[i]["server_busy"].as_f64().unwrap();
     assert!(busy(14) < 0.8 * busy(13), "{} vs {}", busy(14), busy(13));
+    // Computing a step ahead at the recommended 4 groups: their bounds of 0 raised to 1,
+    // and at least gssp's rate (it only removes waits).
+    assert_eq!(rows[15]["servers"], 4);
+    assert_eq!(rows[15]["bounds"], serde_json::json!([1, 1, 1, 1]));
+    assert!(rate(15) >= 0.99 * rate(13), "{} vs {}", rate(15), rate(13));
 
     // `sync.gssp.staleness = "auto"` with 5x spells: each group the bound a run would pick.
     let transient = concat!(
