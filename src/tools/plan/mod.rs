@@ -383,6 +383,16 @@ fn balanced_rows(
     ])
 }
 
+/// A variant of gssp at the recommended group count: its row's name, its workers' local
+/// steps per push (empty: one each), whether they compute a step ahead, and the least
+/// bound a group takes.
+struct GsspVariant {
+    name: &'static str,
+    local_steps: Vec<usize>,
+    overlap: bool,
+    least_bound: usize,
+}
+
 /// gssp whose workers compute a step ahead (`sync.overlap`) at `groups` groups, its bounds
 /// those of the `gssp` row there raised to [`OVERLAP_MIN_STALENESS`], as a run raises
 /// them: the same clock spread as the `gssp` row at bound 0, each step one push staler.
@@ -390,24 +400,15 @@ fn gssp_overlap(
     work: &Workload,
     cost: &CostModel,
     opts: &PlanOptions,
-    (groups, gssp): (usize, &Prediction),
+    at: (usize, &Prediction),
 ) -> Result<Prediction, GroupingError> {
-    let spreads = vec![0.0; work.times.len()];
-    let bounds: Vec<usize> = (gssp.bounds.clone().unwrap_or_default().into_iter())
-        .map(|b| b.max(OVERLAP_MIN_STALENESS))
-        .collect();
-    let scheme = servers::PsScheme {
-        groups: groups_for(&work.times, &spreads, groups)?,
-        bounds: bounds.iter().map(|&b| Some(b)).collect(),
-        round: false,
-        extra_apply_passes: 0.0,
+    let variant = GsspVariant {
+        name: "gssp-overlap",
         local_steps: Vec::new(),
         overlap: true,
+        least_bound: OVERLAP_MIN_STALENESS,
     };
-    let o = servers::simulate(&scheme, work, cost, horizon(work, opts), opts.seed);
-    let mut row = Prediction::from_outcome("gssp-overlap", Some(groups), &o);
-    row.bounds = Some(bounds);
-    Ok(row)
+    gssp_variant(work, cost, opts, at, variant)
 }
 
 /// gssp with local steps at `groups` groups, its bounds those of the `gssp` row there.
@@ -415,24 +416,44 @@ fn gssp_local(
     work: &Workload,
     cost: &CostModel,
     opts: &PlanOptions,
-    (groups, gssp): (usize, &Prediction),
+    at: (usize, &Prediction),
 ) -> Result<Prediction, GroupingError> {
-    let spreads = vec![0.0; work.times.len()];
     let (steps, dynamic) = opts.gssp_local_steps;
-    let bounds = gssp.bounds.clone().unwrap_or_default();
-    let scheme = servers::PsScheme {
-        groups: groups_for(&work.times, &spreads, groups)?,
-        bounds: bounds.iter().map(|&b| Some(b)).collect(),
-        round: false,
-        extra_apply_passes: 0.0,
+    let variant = GsspVariant {
+        name: "gssp-local",
         local_steps: match dynamic {
             true => dynamic_local_steps(steps, &work.times),
             false => vec![steps; work.times.len()],
         },
         overlap: false,
+        least_bound: 0,
+    };
+    gssp_variant(work, cost, opts, at, variant)
+}
+
+/// `variant`'s row at `groups` groups, its bounds those of the `gssp` row there (at least
+/// the variant's least).
+fn gssp_variant(
+    work: &Workload,
+    cost: &CostModel,
+    opts: &PlanOptions,
+    (groups, gssp): (usize, &Prediction),
+    variant: GsspVariant,
+) -> Result<Prediction, GroupingError> {
+    let spreads = vec![0.0; work.times.len()];
+    let bounds: Vec<usize> = (gssp.bounds.clone().unwrap_or_default().into_iter())
+        .map(|b| b.max(variant.least_bound))
+        .collect();
+    let scheme = servers::PsScheme {
+        groups: groups_for(&work.times, &spreads, groups)?,
+        bounds: bounds.iter().map(|&b| Some(b)).collect(),
+        round: false,
+        extra_apply_passes: 0.0,
+        local_steps: variant.local_steps,
+        overlap: variant.overlap,
     };
     let o = servers::simulate(&scheme, work, cost, horizon(work, opts), opts.seed);
-    let mut row = Prediction::from_outcome("gssp-local", Some(groups), &o);
+    let mut row = Prediction::from_outcome(variant.name, Some(groups), &o);
     row.bounds = Some(bounds);
     Ok(row)
 }
