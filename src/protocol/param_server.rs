@@ -188,9 +188,7 @@ impl ParamServer {
         self.weights.copy_from_slice(weights);
         self.version = version;
         self.clock = SspClock::restore(clocks, self.clock.bound());
-        for w in 0..self.last_staleness.len() {
-            self.reads.reset(w, version, weights);
-        }
+        self.reads.reset_all(version, weights);
     }
 
     /// Handles worker `w`'s gradient at the schedule's learning rate `lr`. Fails, with
@@ -352,6 +350,13 @@ impl Reads {
             if let Some(k) = kept.get_mut(w) {
                 k.copy_from_slice(weights);
             }
+        }
+    }
+
+    /// Every worker starts from `version`, `weights` ([`Reads::reset`]).
+    fn reset_all(&mut self, version: u64, weights: &[f32]) {
+        for w in 0..self.versions.len() {
+            self.reset(w, version, weights);
         }
     }
 

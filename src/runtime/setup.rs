@@ -20,7 +20,7 @@ use crate::compute::backend::{self, Backend};
 use crate::compute::model::Trainable;
 use crate::compute::pace::{Pacer, CALIBRATION_ITERATIONS};
 use crate::compute::workload::{ComputeStep, Corpus};
-use crate::config::modes::{LocalSteps, Preparation, OVERLAP_MIN_STALENESS};
+use crate::config::modes::{least_staleness, LocalSteps, Preparation};
 use crate::config::{BatchSplit, CompressionKind, Config, Grouping, Groups, GsspConfig, Staleness};
 use crate::protocol::costmodel::CostModel;
 use crate::protocol::grouping;
@@ -399,10 +399,7 @@ fn apply_groups(cfg: &Config, layout: &mut Layout, formed: WorkerGroups, params:
                 .collect();
             let reply_s = CostModel::new(cfg, params).weights_s();
             let bounds = grouping::auto_staleness(times, worst, &groups, reply_s);
-            let least = match cfg.sync.overlap {
-                true => OVERLAP_MIN_STALENESS,
-                false => 0,
-            };
+            let least = least_staleness(cfg.sync.overlap);
             bounds.into_iter().map(|s| s.max(least)).collect()
         }
         (s, _, _) => vec![s.bound().unwrap_or(0); formed.groups.len()],

@@ -226,6 +226,15 @@ pub fn release_gate(bound: Option<usize>, overlap: bool) -> Option<usize> {
 /// leaves no step to spend.
 pub const OVERLAP_MIN_STALENESS: usize = 1;
 
+/// The least bound a group takes (`"auto"` bounds are raised to it): 0, or
+/// [`OVERLAP_MIN_STALENESS`] when its workers compute a step ahead.
+pub fn least_staleness(overlap: bool) -> usize {
+    match overlap {
+        true => OVERLAP_MIN_STALENESS,
+        false => 0,
+    }
+}
+
 /// The refusal of `sync.overlap` under a fixed bound of `staleness` set by `key`.
 fn bound_too_small(key: &str, staleness: usize) -> Option<String> {
     (staleness < OVERLAP_MIN_STALENESS).then(|| {

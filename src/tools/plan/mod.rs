@@ -45,7 +45,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::compute::model::Trainable;
-use crate::config::modes::OVERLAP_MIN_STALENESS;
+use crate::config::modes::least_staleness;
 use crate::config::Staleness;
 use crate::protocol::costmodel::{groups_for, CostModel, AUTO_GROUPS_TOLERANCE};
 use crate::protocol::grouping::{dynamic_local_steps, GroupingError};
@@ -331,8 +331,18 @@ pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Pla
         .and_then(|p| p.servers)
         .unwrap_or(1);
     let at_recommended = gssp.iter().find(|p| p.servers == Some(recommended_groups));
-    let local = at_recommended.map(|row| gssp_local(work, cost, opts, (recommended_groups, row)));
-    let ahead = at_recommended.map(|row| gssp_overlap(work, cost, opts, (recommended_groups, row)));
+    let variant_row = |variant| {
+        let row = at_recommended?;
+        Some(gssp_variant(
+            work,
+            cost,
+            opts,
+            (recommended_groups, row),
+            variant,
+        ))
+    };
+    let local = variant_row(GsspVariant::local(opts, &work.times));
+    let ahead = variant_row(GsspVariant::overlap());
     predictions.extend(gssp);
     predictions.extend(local.transpose()?);
     predictions.extend(ahead.transpose()?);
@@ -384,55 +394,42 @@ fn balanced_rows(
 }
 
 /// A variant of gssp at the recommended group count: its row's name, its workers' local
-/// steps per push (empty: one each), whether they compute a step ahead, and the least
-/// bound a group takes.
+/// steps per push (empty: one each) and whether they compute a step ahead.
 struct GsspVariant {
     name: &'static str,
     local_steps: Vec<usize>,
     overlap: bool,
-    least_bound: usize,
 }
 
-/// gssp whose workers compute a step ahead (`sync.overlap`) at `groups` groups, its bounds
-/// those of the `gssp` row there raised to [`OVERLAP_MIN_STALENESS`], as a run raises
-/// them: the same clock spread as the `gssp` row at bound 0, each step one push staler.
-fn gssp_overlap(
-    work: &Workload,
-    cost: &CostModel,
-    opts: &PlanOptions,
-    at: (usize, &Prediction),
-) -> Result<Prediction, GroupingError> {
-    let variant = GsspVariant {
-        name: "gssp-overlap",
-        local_steps: Vec::new(),
-        overlap: true,
-        least_bound: OVERLAP_MIN_STALENESS,
-    };
-    gssp_variant(work, cost, opts, at, variant)
-}
+impl GsspVariant {
+    /// gssp with local steps (`opts.gssp_local_steps`, in proportion to each of `times`
+    /// where dynamic), at the `gssp` row's bounds.
+    fn local(opts: &PlanOptions, times: &[f64]) -> GsspVariant {
+        let (steps, dynamic) = opts.gssp_local_steps;
+        GsspVariant {
+            name: "gssp-local",
+            local_steps: match dynamic {
+                true => dynamic_local_steps(steps, times),
+                false => vec![steps; times.len()],
+            },
+            overlap: false,
+        }
+    }
 
-/// gssp with local steps at `groups` groups, its bounds those of the `gssp` row there.
-fn gssp_local(
-    work: &Workload,
-    cost: &CostModel,
-    opts: &PlanOptions,
-    at: (usize, &Prediction),
-) -> Result<Prediction, GroupingError> {
-    let (steps, dynamic) = opts.gssp_local_steps;
-    let variant = GsspVariant {
-        name: "gssp-local",
-        local_steps: match dynamic {
-            true => dynamic_local_steps(steps, &work.times),
-            false => vec![steps; work.times.len()],
-        },
-        overlap: false,
-        least_bound: 0,
-    };
-    gssp_variant(work, cost, opts, at, variant)
+    /// gssp whose workers compute a step ahead (`sync.overlap`), its bounds the `gssp`
+    /// row's raised as a run raises them ([`least_staleness`]): the same clock spread as
+    /// the `gssp` row at bound 0, each step one push staler.
+    fn overlap() -> GsspVariant {
+        GsspVariant {
+            name: "gssp-overlap",
+            local_steps: Vec::new(),
+            overlap: true,
+        }
+    }
 }
 
 /// `variant`'s row at `groups` groups, its bounds those of the `gssp` row there (at least
-/// the variant's least).
+/// the least a run takes).
 fn gssp_variant(
     work: &Workload,
     cost: &CostModel,
@@ -441,8 +438,9 @@ fn gssp_variant(
     variant: GsspVariant,
 ) -> Result<Prediction, GroupingError> {
     let spreads = vec![0.0; work.times.len()];
+    let least = least_staleness(variant.overlap);
     let bounds: Vec<usize> = (gssp.bounds.clone().unwrap_or_default().into_iter())
-        .map(|b| b.max(variant.least_bound))
+        .map(|b| b.max(least))
         .collect();
     let scheme = servers::PsScheme {
         groups: groups_for(&work.times, &spreads, groups)?,

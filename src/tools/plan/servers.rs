@@ -5,7 +5,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
-use super::{Outcome, StalenessHistogram, Workload};
+use super::{Outcome, Sampler, StalenessHistogram, Workload};
 use crate::config::modes::release_gate;
 use crate::protocol::costmodel::CostModel;
 
@@ -33,6 +33,12 @@ impl PsScheme {
     /// Local steps per push of worker `w`.
     fn steps_of(&self, w: usize) -> usize {
         self.local_steps.get(w).copied().unwrap_or(1).max(1)
+    }
+
+    /// Seconds worker `w`'s next push takes to compute (its local steps), drawn from
+    /// `sampler`.
+    fn push_s(&self, sampler: &mut Sampler<'_>, w: usize) -> f64 {
+        (0..self.steps_of(w)).map(|_| sampler.next(w)).sum()
     }
 }
 
@@ -146,9 +152,9 @@ pub fn simulate(
     // The version of each worker's latest reply and of the one before (the one a step
     // computed ahead was computed on).
     let mut read_version = vec![[0u64; 2]; n];
-    let mut pushed_at = vec![0.0f64; n];
-    // `overlap`: when the step each worker computes ahead is done.
-    let mut ready_at = vec![0.0f64; n];
+    // When each worker, having pushed, starts waiting for its reply: at once, or with
+    // `overlap` once the step it computes ahead is done.
+    let mut waits_from = vec![0.0f64; n];
     let mut wait_s = vec![0.0f64; n];
     let mut iterations = 0u64;
     let mut staleness = StalenessHistogram::default();
@@ -158,7 +164,7 @@ pub fn simulate(
             // Waiting for the first weights counts as waiting.
             let start = work.start(w).min(horizon_s);
             wait_s[w] += start;
-            let compute: f64 = (0..scheme.steps_of(w)).map(|_| sampler.next(w)).sum();
+            let compute = scheme.push_s(&mut sampler, w);
             heap.push(Reverse((Time(start + compute + latency), w)));
         }
     }
@@ -167,10 +173,9 @@ pub fn simulate(
         if t > horizon_s {
             break;
         }
-        pushed_at[w] = t - latency;
+        waits_from[w] = t - latency;
         if scheme.overlap {
-            let compute: f64 = (0..scheme.steps_of(w)).map(|_| sampler.next(w)).sum();
-            ready_at[w] = pushed_at[w] + compute;
+            waits_from[w] += scheme.push_s(&mut sampler, w);
         }
         let srv = &mut servers[server_of[w]];
         let start = t.max(srv.free_at);
@@ -223,33 +228,21 @@ pub fn simulate(
             let arrives = end + latency + k as f64 * work.burst_s;
             read_version[r] = [srv.version, read_version[r][0]];
             let next = match scheme.overlap {
-                true => arrives.max(ready_at[r]),
-                false => {
-                    let compute: f64 = (0..scheme.steps_of(r)).map(|_| sampler.next(r)).sum();
-                    arrives + compute
-                }
+                true => arrives.max(waits_from[r]),
+                false => arrives + scheme.push_s(&mut sampler, r),
             };
-            let computing = if scheme.overlap {
-                ready_at[r]
-            } else {
-                pushed_at[r]
-            };
-            wait_s[r] += (arrives.min(horizon_s) - computing.min(horizon_s)).max(0.0);
+            wait_s[r] += (arrives.min(horizon_s) - waits_from[r].min(horizon_s)).max(0.0);
             heap.push(Reverse((Time(next + latency), r)));
         }
         srv.busy_s += end.min(horizon_s) - start.min(horizon_s);
         srv.free_at = end;
     }
-    // Workers still waiting at the horizon waited from their push to it.
+    // Workers still waiting at the horizon waited from their push (or the step they
+    // computed ahead) to it.
     for w in 0..n {
         let srv = server_of[w];
         if srv != usize::MAX && servers[srv].clock.is_waiting(slot_of[w]) {
-            let computing = if scheme.overlap {
-                ready_at[w]
-            } else {
-                pushed_at[w]
-            };
-            wait_s[w] += (horizon_s - computing).max(0.0);
+            wait_s[w] += (horizon_s - waits_from[w]).max(0.0);
         }
     }
     let active: Vec<usize> = (0..n).filter(|&w| server_of[w] != usize::MAX).collect();
