@@ -268,7 +268,9 @@ fn plan_predicts_every_mode_and_recommends_a_group_per_tier() {
             "gssp",
             "gssp",
             "gssp-local",
-            "gssp-overlap"
+            "gssp-overlap",
+            "gssp-sharded",
+            "gssp-sharded-overlap"
         ]
     );
     let rate = |i: usize| rows[i]["images_per_s"].as_f64().unwrap();
@@ -290,6 +292,10 @@ fn plan_predicts_every_mode_and_recommends_a_group_per_tier() {
     assert_eq!(rows[15]["servers"], 4);
     assert_eq!(rows[15]["bounds"], serde_json::json!([1, 1, 1, 1]));
     assert!(rate(15) >= 0.99 * rate(13), "{} vs {}", rate(15), rate(13));
+    // LeNet-5's servers are far from saturated here: sharding them does not pay beyond
+    // the tolerance, so the fewest shards are chosen, at about gssp's rate.
+    assert_eq!(rows[16]["shards"], 2);
+    assert!(rate(16) >= 0.95 * rate(13), "{} vs {}", rate(16), rate(13));
 
     // `sync.gssp.staleness = "auto"` with 5x spells: each group the bound a run would pick.
     let transient = concat!(

@@ -1145,6 +1145,9 @@ fn use_layout(layout: &Layout, world: usize) -> Result<(), TestCaseError> {
                 prop_assert!(layout.servers[group] < world);
                 let _ = layout.staleness[group];
             }
+            Role::Shard { group, shard } => {
+                prop_assert_eq!(layout.shards[group][shard - 1], rank);
+            }
             Role::Collective | Role::Idle => {}
         }
         if let Some(slice) = layout.batch_slice(rank) {

@@ -8,7 +8,9 @@
 //!   layout's own fields are checked against the config and the world where the run takes
 //!   it up, in `runtime::setup`, since the layout's type lives above this layer).
 //! - A mode may refuse its settings' resume ([`Mode::resume_refusal`]): gssp with local
-//!   steps, since a checkpoint does not record its workers' replicas.
+//!   steps, since a checkpoint does not record its workers' replicas; and a run of sharded
+//!   servers (`sync.shards` > 1) is refused whatever its mode, each server's file holding
+//!   one range of the weights.
 //! - On another rank count a mode changes the settings that name the old world's ranks
 //!   ([`Mode::refit_to_world`]): gssp's `grouping = "static"` becomes grouping by profile
 //!   (and the resolved config says so).
@@ -48,6 +50,13 @@ pub fn fit(
 ) -> Result<Fit, String> {
     agrees_with_config(manifest, cfg, &store::manifest_path(dir)).map_err(|e| e.to_string())?;
     let mode = cfg.sync.strategy();
+    if cfg.sync.shards > 1 {
+        return Err(format!(
+            "--resume: {} ran sharded servers (sync.shards = {}), whose files hold one range each, and a resume does not join them yet; it cannot be resumed",
+            dir.display(),
+            cfg.sync.shards
+        ));
+    }
     if let Some(reason) = mode.resume_refusal(&cfg.sync) {
         return Err(format!(
             "--resume: {} {reason}; it cannot be resumed",
@@ -181,6 +190,16 @@ mod tests {
         let err = fit(&mut cfg, &manifest, dir(), 6).unwrap_err();
         assert!(
             err.contains("sync.gssp.local_steps = 4") && err.contains("cannot be resumed"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_run_of_sharded_servers_is_refused() {
+        let (mut cfg, manifest) = saved(&["sync.mode=ssp", "sync.shards=2"], 6);
+        let err = fit(&mut cfg, &manifest, dir(), 6).unwrap_err();
+        assert!(
+            err.contains("sync.shards = 2") && err.contains("cannot be resumed"),
             "{err}"
         );
     }

@@ -400,6 +400,11 @@ pub struct SyncConfig {
     /// it is at most s - 1 pushes ahead of the slowest, so no step is computed on weights
     /// staler than s allows, as without overlap (module docs of `runtime::worker`).
     pub overlap: bool,
+    /// Server ranks per group (asp, ssp, gssp): each holds one contiguous range of the
+    /// parameters, takes that range of every push and answers it with that range of the
+    /// weights, so a group's server traffic is spread over this many links (ps-lite's key
+    /// ranges; module docs of `runtime::shard_links`). 1: one server per group.
+    pub shards: usize,
 }
 
 impl SyncConfig {
@@ -795,6 +800,7 @@ impl Default for SyncConfig {
             async_localsgd: AsyncLocalSgdConfig::default(),
             balance: BalanceConfig::default(),
             overlap: false,
+            shards: 1,
         }
     }
 }
@@ -980,7 +986,7 @@ impl Config {
     /// Number of server ranks the sync mode reserves (ranks `0..num_servers()`; gssp's
     /// `groups = "auto"` may leave some of them idle).
     pub fn num_servers(&self) -> usize {
-        self.sync.strategy().servers(&self.sync).reserved()
+        self.sync.strategy().servers(&self.sync).reserved() * self.sync.shards.max(1)
     }
 
     /// Number of worker ranks in a world of `world_size` ranks (all ranks that are not servers).

@@ -64,6 +64,7 @@ impl Config {
                 return Err(invalid("sync.overlap", &why, true));
             }
         }
+        self.validate_shards()?;
         let regroup_every_s = self.sync.gssp.regroup_every_s;
         if regroup_every_s > 0.0 && self.sync.mode == SyncMode::Gssp {
             ensure(
@@ -157,6 +158,35 @@ impl Config {
             "sync.gssp.dynamic_local_steps",
             "false unless sync.gssp.grouping = \"profile\" (it reads the profile)",
             true,
+        )
+    }
+
+    /// `sync.shards`: at least 1; more only where the mode shards its servers, without
+    /// checkpoints during the run (a checkpoint does not record a sharded server's range
+    /// yet) and without PowerSGD's exchange (it compresses whole matrices, which a range
+    /// may cut).
+    fn validate_shards(&self) -> Result<(), ConfigError> {
+        let shards = self.sync.shards;
+        ensure(shards >= 1, "sync.shards", ">= 1", shards)?;
+        if shards == 1 {
+            return Ok(());
+        }
+        if let Some(why) = self.sync.strategy().shards_refusal(&self.sync) {
+            return Err(invalid("sync.shards", &why, shards));
+        }
+        if self.run.checkpoint_every_s > 0.0 {
+            let why = format!(
+                "1 with run.checkpoint_every_s = {} (a checkpoint does not record sharded servers yet)",
+                self.run.checkpoint_every_s
+            );
+            return Err(invalid("sync.shards", &why, shards));
+        }
+        let powersgd = self.compression.kind == CompressionKind::Powersgd;
+        ensure(
+            !(powersgd && self.sync.mode == SyncMode::Gssp),
+            "sync.shards",
+            "1 with compression.kind = \"powersgd\" (its exchange compresses whole matrices, which a shard's range may cut)",
+            shards,
         )
     }
 
@@ -365,18 +395,27 @@ impl Config {
         Ok(())
     }
 
+    /// gssp's groups on `world_size` ranks: every group server (each of its `sync.shards`
+    /// ranks) and at least one worker per group; a static grouping of the worker ranks
+    /// (those after the servers) holding each exactly once.
     fn validate_groups(&self, world_size: usize) -> Result<(), ConfigError> {
-        let groups = self.num_servers();
+        let servers = self.num_servers();
+        let groups = servers / self.sync.shards.max(1);
         let key = match self.sync.gssp.groups {
             super::Groups::Count(_) => "sync.gssp.groups",
             super::Groups::Auto => "sync.gssp.max_groups",
         };
+        let shards = self.sync.shards.max(1);
+        let why = match shards {
+            1 => "each group server needs at least one worker".to_string(),
+            s => format!("each group's {s} server ranks need at least one worker"),
+        };
         ensure(
-            world_size >= 2 * groups,
+            world_size >= (shards + 1) * groups,
             key,
             &format!(
-                "<= {} on {world_size} ranks (each group server needs at least one worker)",
-                world_size / 2
+                "<= {} on {world_size} ranks ({why})",
+                world_size / (shards + 1)
             ),
             groups,
         )?;
@@ -402,9 +441,9 @@ impl Config {
             )?;
             for &rank in list {
                 ensure(
-                    (groups..world_size).contains(&rank),
+                    (servers..world_size).contains(&rank),
                     &key,
-                    &format!("worker ranks in {groups}..={last} (ranks 0..{groups} are servers)"),
+                    &format!("worker ranks in {servers}..={last} (ranks 0..{servers} are servers)"),
                     rank,
                 )?;
                 ensure(
@@ -415,10 +454,10 @@ impl Config {
                 )?;
             }
         }
-        if let Some(missing) = (groups..world_size).find(|r| !seen.contains(r)) {
+        if let Some(missing) = (servers..world_size).find(|r| !seen.contains(r)) {
             return Err(invalid(
                 "sync.gssp.static_groups",
-                &format!("a list that holds every worker rank {groups}..={last}"),
+                &format!("a list that holds every worker rank {servers}..={last}"),
                 format!("no group for rank {missing}"),
             ));
         }
@@ -706,6 +745,13 @@ mod tests {
             (&["compression.kind=powersgd", "sync.gssp.sparse_transport=accumulate"], "sync.gssp.sparse_transport: must be \"mailbox\" with compression.kind = \"powersgd\" (low-rank factors travel as mailbox messages), got \"accumulate\""),
             (&["device.exchange_select=cuda"], "device.exchange_select: must be \"cpu\" or \"auto\" unless sync.mode = \"gssp\" with compression.kind = \"topk\" (only a gssp group server's top-k selects on a GPU), got \"cuda\""),
             (&["sync.mode=gssp", "compression.kind=dense", "device.exchange_select=cuda"], "device.exchange_select: must be \"cpu\" or \"auto\" unless sync.mode = \"gssp\" with compression.kind = \"topk\" (only a gssp group server's top-k selects on a GPU), got \"cuda\""),
+            (&["sync.mode=ssp", "sync.shards=0"], "sync.shards: must be >= 1, got 0"),
+            (&["sync.mode=bsp", "sync.shards=2"], "sync.shards: must be 1 with sync.mode = \"bsp\" (only asp, ssp and gssp shard their servers), got 2"),
+            (&["sync.mode=gssp", "sync.gssp.groups=auto", "sync.shards=2"], "sync.shards: must be 1 with sync.gssp.groups = \"auto\" (sharded servers need a fixed group count), got 2"),
+            (&["sync.mode=gssp", "sync.gssp.local_steps=4", "sync.shards=2"], "sync.shards: must be 1 with sync.gssp.local_steps = 4 (sharded servers take gradient pushes only), got 2"),
+            (&["sync.mode=gssp", "sync.gssp.regroup_every_s=5", "sync.shards=2"], "sync.shards: must be 1 with sync.gssp.regroup_every_s = 5 (sharded groups do not regroup yet), got 2"),
+            (&["sync.mode=asp", "run.checkpoint_every_s=10", "sync.shards=2"], "sync.shards: must be 1 with run.checkpoint_every_s = 10 (a checkpoint does not record sharded servers yet), got 2"),
+            (&["sync.mode=gssp", "compression.kind=powersgd", "sync.shards=2"], "sync.shards: must be 1 with compression.kind = \"powersgd\" (its exchange compresses whole matrices, which a shard's range may cut), got 2"),
             (&["sync.overlap=true"], "sync.overlap: must be false with sync.mode = \"single\" (workers compute a step ahead only in asp, ssp and gssp without local steps), got true"),
             (&["sync.mode=bsp", "sync.overlap=true"], "sync.overlap: must be false with sync.mode = \"bsp\" (workers compute a step ahead only in asp, ssp and gssp without local steps), got true"),
             (&["sync.mode=ssp", "sync.ssp.staleness=0", "sync.overlap=true"], "sync.overlap: must be false with sync.ssp.staleness = 0 (the step a worker computes ahead needs a bound of at least 1), got true"),
@@ -782,6 +828,8 @@ mod tests {
             (&["sync.mode=ssp"], 1, "sync.mode: must be single, allreduce or localsgd on 1 rank (ssp needs server rank 0 plus at least one worker rank), got ssp"),
             (&["sync.mode=gssp", "sync.gssp.groups=3"], 5, "sync.gssp.groups: must be <= 2 on 5 ranks (each group server needs at least one worker), got 3"),
             (&["sync.mode=gssp", "sync.gssp.groups=auto"], 7, "sync.gssp.max_groups: must be <= 3 on 7 ranks (each group server needs at least one worker), got 4"),
+            (&["sync.mode=gssp", "sync.gssp.groups=2", "sync.shards=3"], 7, "sync.gssp.groups: must be <= 1 on 7 ranks (each group's 3 server ranks need at least one worker), got 2"),
+            (&["sync.mode=gssp", "sync.gssp.groups=2", "sync.shards=2", "sync.gssp.grouping=static", "sync.gssp.static_groups=[[3,4],[5,6]]"], 7, "sync.gssp.static_groups[0]: must be worker ranks in 4..=6 (ranks 0..4 are servers), got 3"),
             (&["sync.mode=gssp", "sync.gssp.groups=2", "sync.gssp.grouping=static", "sync.gssp.static_groups=[[2,3]]"], 5, "sync.gssp.static_groups: must be exactly sync.gssp.groups = 2 lists of worker ranks, got 1 lists"),
             (&["sync.mode=gssp", "sync.gssp.groups=2", "sync.gssp.grouping=static", "sync.gssp.static_groups=[[2,3,4],[]]"], 5, "sync.gssp.static_groups[1]: must be a non-empty list of worker ranks, got []"),
             (&["sync.mode=gssp", "sync.gssp.groups=2", "sync.gssp.grouping=static", "sync.gssp.static_groups=[[1,3],[4]]"], 5, "sync.gssp.static_groups[0]: must be worker ranks in 2..=4 (ranks 0..2 are servers), got 1"),

@@ -14,8 +14,12 @@ use crate::protocol::grouping::AUTO_STALENESS_MAX;
 /// What one rank does in a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
-    /// The server of group `group` (the one server of bsp, asp and ssp is group 0's).
+    /// The server of group `group` (the one server of bsp, asp and ssp is group 0's); with
+    /// `sync.shards` > 1, its first shard.
     Server { group: usize },
+    /// Shard `shard` (1 or more) of group `group`'s server (`sync.shards` > 1): it serves
+    /// that range of the parameters ([`shard_ranges`]) to the group's workers.
+    Shard { group: usize, shard: usize },
     /// A worker of group `group`'s server.
     Worker { group: usize },
     /// A rank of allreduce or localsgd: it trains and averages with every other.
@@ -65,14 +69,31 @@ pub struct Layout {
     /// collective modes cut theirs during the run).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub batches: Vec<usize>,
+    /// `sync.shards` > 1: the world ranks of each group's server shards after the first
+    /// (which is `servers[g]`), in shard order; empty: one server rank per group.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<Vec<usize>>,
 }
 
 impl Layout {
     /// The layout before any grouping: ranks 0..S-1 serve, the rest are workers (one
     /// group), with slowdown factors in rank order.
     pub fn from_config(cfg: &Config, world_size: usize) -> Layout {
-        let servers: Vec<usize> = (0..cfg.num_servers()).collect();
-        let workers: Vec<usize> = (servers.len()..world_size).collect();
+        let per_group = cfg.sync.shards.max(1);
+        let reserved = cfg.num_servers();
+        let servers: Vec<usize> = (0..reserved / per_group).collect();
+        let shards = match per_group {
+            1 => Vec::new(),
+            s => servers
+                .iter()
+                .map(|g| {
+                    (0..s - 1)
+                        .map(|j| servers.len() + g * (s - 1) + j)
+                        .collect()
+                })
+                .collect(),
+        };
+        let workers: Vec<usize> = (reserved..world_size).collect();
         let factors = pace::worker_factors(&cfg.heterogeneity, workers.len());
         let mut slowdown = vec![1.0; world_size];
         for (i, &r) in workers.iter().enumerate() {
@@ -93,6 +114,26 @@ impl Layout {
             idle: Vec::new(),
             local_steps: Vec::new(),
             batches: Vec::new(),
+            shards,
+        }
+    }
+
+    /// Server ranks per group: 1, or `sync.shards`.
+    pub fn shards_per_group(&self) -> usize {
+        self.shards.first().map_or(1, |s| s.len() + 1)
+    }
+
+    /// The range of a model of `n` parameters that world rank `rank` serves: its shard's,
+    /// or the whole model (an unsharded server, and every other role).
+    pub fn served_range(&self, rank: usize, n: usize) -> std::ops::Range<usize> {
+        let shard = match self.role(rank) {
+            Role::Server { .. } => 0,
+            Role::Shard { shard, .. } => shard,
+            _ => return 0..n,
+        };
+        match self.shards_per_group() {
+            1 => 0..n,
+            s => shard_ranges(n, s)[shard].clone(),
         }
     }
 
@@ -123,6 +164,14 @@ impl Layout {
         if let Some(group) = self.servers.iter().position(|&s| s == rank) {
             return Role::Server { group };
         }
+        for (group, shards) in self.shards.iter().enumerate() {
+            if let Some(j) = shards.iter().position(|&s| s == rank) {
+                return Role::Shard {
+                    group,
+                    shard: j + 1,
+                };
+            }
+        }
         let group = self
             .groups
             .iter()
@@ -135,6 +184,24 @@ impl Layout {
     pub fn worker_ranks(&self) -> Vec<usize> {
         self.groups.iter().flatten().copied().collect()
     }
+}
+
+/// The range of the parameters each of `shards` server shards holds, for a model of `n`:
+/// contiguous, in order, covering `0..n`, their lengths differing by at most one (the
+/// first `n % shards` one longer). Key ranges of equal size, as ps-lite's, so every shard
+/// moves the same bytes per push.
+pub fn shard_ranges(n: usize, shards: usize) -> Vec<std::ops::Range<usize>> {
+    let shards = shards.max(1);
+    let (base, longer) = (n / shards, n % shards);
+    let mut start = 0;
+    (0..shards)
+        .map(|j| {
+            let len = base + usize::from(j < longer);
+            let range = start..start + len;
+            start += len;
+            range
+        })
+        .collect()
 }
 
 /// A saved layout that does not fit the run taking it up: the field (`groups`,
@@ -192,7 +259,23 @@ impl Layout {
         self.check_slowdown(cfg)?;
         self.check_batches(cfg)?;
         self.check_local_steps(cfg)?;
+        self.check_shards()?;
         self.check_profile()
+    }
+
+    /// No sharded servers: a run of them is not resumed (`checkpoint::fit` refuses it), so
+    /// a saved layout that has them was edited.
+    fn check_shards(&self) -> Result<(), LayoutError> {
+        match self.shards.is_empty() {
+            true => Ok(()),
+            false => wrong(
+                "shards",
+                format!(
+                    "{:?}, a run of sharded servers cannot be resumed",
+                    self.shards
+                ),
+            ),
+        }
     }
 
     /// The mode and the world size are the run's.
@@ -467,6 +550,60 @@ mod tests {
             &all,
         )
         .expect("a valid config")
+    }
+
+    #[test]
+    fn shard_ranges_cover_the_model_in_order_and_differ_by_at_most_one() {
+        for (n, shards) in [(10, 3), (9, 3), (5, 5), (61_706, 4), (7, 1)] {
+            let ranges = shard_ranges(n, shards);
+            assert_eq!(ranges.len(), shards);
+            assert_eq!(ranges[0].start, 0);
+            assert_eq!(ranges[shards - 1].end, n);
+            for pair in ranges.windows(2) {
+                assert_eq!(pair[0].end, pair[1].start, "{n}/{shards}: {ranges:?}");
+            }
+            let lens: Vec<usize> = ranges.iter().map(|r| r.len()).collect();
+            let (lo, hi) = (lens.iter().min(), lens.iter().max());
+            assert!(hi.unwrap() - lo.unwrap() <= 1, "{n}/{shards}: {lens:?}");
+            assert!(*lo.unwrap() >= 1);
+        }
+        assert_eq!(shard_ranges(10, 3), [0..4, 4..7, 7..10]);
+    }
+
+    /// Two groups of two shards on 8 ranks: the first shards are ranks 0-1, the second
+    /// 2-3 (group 0's, then group 1's), the workers follow; each rank serves its range.
+    #[test]
+    fn sharded_servers_take_the_ranks_after_the_first_shards() {
+        let cfg = config(&["sync.mode=gssp", "sync.gssp.groups=2", "sync.shards=2"]);
+        assert_eq!(cfg.num_servers(), 4);
+        let layout = Layout::from_config(&cfg, 8);
+        assert_eq!(layout.servers, [0, 1]);
+        assert_eq!(layout.shards, [[2], [3]]);
+        assert_eq!(layout.groups, [vec![4, 5, 6, 7]]);
+        assert_eq!(layout.shards_per_group(), 2);
+        let roles: Vec<Role> = (0..5).map(|r| layout.role(r)).collect();
+        let shard = |group| Role::Shard { group, shard: 1 };
+        assert_eq!(
+            roles,
+            [
+                Role::Server { group: 0 },
+                Role::Server { group: 1 },
+                shard(0),
+                shard(1),
+                Role::Worker { group: 0 },
+            ]
+        );
+        assert_eq!(layout.served_range(0, 11), 0..6);
+        assert_eq!(layout.served_range(3, 11), 6..11);
+        assert_eq!(layout.served_range(5, 11), 0..11);
+        let one = Layout::from_config(&config(&["sync.mode=ssp", "sync.shards=3"]), 6);
+        assert_eq!(
+            (one.servers.clone(), one.shards.clone()),
+            (vec![0], vec![vec![1, 2]])
+        );
+        let plain = Layout::from_config(&config(&["sync.mode=ssp"]), 6);
+        assert!(plain.shards.is_empty());
+        assert_eq!(plain.served_range(0, 11), 0..11);
     }
 
     #[test]

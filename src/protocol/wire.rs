@@ -9,7 +9,9 @@
 //! | 2    | loss (`f32`)                | flags: bit 0 stop, bit 1 regroup, bits 2..32 staleness |
 //! | 3..  | the gradient (or change)    | Weights: the weights; Stop: none; Regroup: members    |
 //!
-//! The staleness is that of the worker's last push, saturating at [`MAX_STALENESS`]. A
+//! A push without payload is a leave: a worker of sharded servers that another shard told
+//! to stop (`runtime::shard_links`). The staleness is that of the worker's last push,
+//! saturating at [`MAX_STALENESS`]. A
 //! Regroup's members are the world ranks of the worker's group from now on, its server
 //! first, each a `u32` bit pattern.
 //!

@@ -5,6 +5,11 @@
 //! `GSSP_FAULT_NAN_GRADIENT=RANK:ITERATION` makes the parameter-server worker of world rank
 //! RANK push a gradient holding a NaN at its iteration ITERATION (from 1), to check that
 //! its server stops the job naming both.
+//!
+//! `GSSP_FAULT_SERVER_STOP=RANK:PUSHES` makes the server (or server shard) of world rank
+//! RANK decide the stop once it has applied PUSHES pushes, whatever the budget: with
+//! sharded servers (`sync.shards`) the other shards of its group then learn it from the
+//! workers' leaves (`runtime::shard_links`).
 
 use thiserror::Error;
 
@@ -15,12 +20,17 @@ use crate::compute::workload::ComputeStep;
 /// The environment variable of the NaN-gradient fault.
 pub const NAN_GRADIENT_VAR: &str = "GSSP_FAULT_NAN_GRADIENT";
 
+/// The environment variable of the early server stop.
+pub const SERVER_STOP_VAR: &str = "GSSP_FAULT_SERVER_STOP";
+
 /// A fault-injection variable that cannot be read (every rank reads the same environment, so
 /// all stop together on it, rank 0 naming it).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum FaultError {
     #[error("{NAN_GRADIENT_VAR}: must be RANK:ITERATION (iteration >= 1), got {value:?}")]
     NanGradient { value: String },
+    #[error("{SERVER_STOP_VAR}: must be RANK:PUSHES (pushes >= 1), got {value:?}")]
+    ServerStop { value: String },
 }
 
 /// The faults this rank injects.
@@ -28,14 +38,22 @@ pub enum FaultError {
 pub struct Faults {
     /// The iteration whose gradient gets a NaN before it is pushed.
     pub nan_gradient_at: Option<u64>,
+    /// A server's pushes after which it decides the stop.
+    pub server_stop_after: Option<u64>,
 }
 
 impl Faults {
     /// The faults of world rank `rank`, from the environment.
     pub fn from_env(rank: usize) -> Result<Faults, FaultError> {
         let value = std::env::var(NAN_GRADIENT_VAR).ok();
+        let stop = std::env::var(SERVER_STOP_VAR).ok();
         Ok(Faults {
             nan_gradient_at: nan_gradient_at(value.as_deref(), rank)?,
+            server_stop_after: rank_and_count(stop.as_deref(), rank).map_err(|_| {
+                FaultError::ServerStop {
+                    value: stop.clone().unwrap_or_default(),
+                }
+            })?,
         })
     }
 
@@ -54,6 +72,14 @@ impl Faults {
 /// The iteration at which world rank `rank` injects a NaN, from the value of
 /// [`NAN_GRADIENT_VAR`] (`None` when unset or meant for another rank).
 fn nan_gradient_at(value: Option<&str>, rank: usize) -> Result<Option<u64>, FaultError> {
+    rank_and_count(value, rank).map_err(|_| FaultError::NanGradient {
+        value: value.unwrap_or_default().to_string(),
+    })
+}
+
+/// The count (>= 1) that `value`, `RANK:COUNT`, sets for world rank `rank` (`None` when
+/// unset or meant for another rank); `Err` when it is not of that form.
+fn rank_and_count(value: Option<&str>, rank: usize) -> Result<Option<u64>, ()> {
     let Some(value) = value else { return Ok(None) };
     let parsed = value.split_once(':').and_then(|(r, i)| {
         Some((
@@ -63,9 +89,7 @@ fn nan_gradient_at(value: Option<&str>, rank: usize) -> Result<Option<u64>, Faul
     });
     match parsed {
         Some((r, i)) if i >= 1 => Ok((r == rank).then_some(i)),
-        _ => Err(FaultError::NanGradient {
-            value: value.to_string(),
-        }),
+        _ => Err(()),
     }
 }
 
@@ -89,5 +113,18 @@ mod tests {
                 "{bad}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn server_stop_names_one_rank_and_its_pushes() {
+        assert_eq!(rank_and_count(Some("1:20"), 1), Ok(Some(20)));
+        assert_eq!(rank_and_count(Some("1:20"), 0), Ok(None));
+        assert_eq!(rank_and_count(None, 1), Ok(None));
+        assert_eq!(rank_and_count(Some("1:0"), 1), Err(()));
+        let err = FaultError::ServerStop { value: "x".into() };
+        assert_eq!(
+            err.to_string(),
+            "GSSP_FAULT_SERVER_STOP: must be RANK:PUSHES (pushes >= 1), got \"x\""
+        );
     }
 }

@@ -58,7 +58,8 @@ pub fn finish<B: Backend>(
 ) -> Result<Option<Summary>> {
     let comm = ctx.comm;
     let gathered = gather(ctx, &role)?;
-    let models = models_to_evaluate(ctx, snapshots, role.final_weights)?;
+    let n = step.net.num_params();
+    let models = models_to_evaluate(ctx, n, snapshots, role.final_weights)?;
     if comm.rank() != 0 {
         return Ok(None);
     }
@@ -91,15 +92,21 @@ fn gather(ctx: &RunContext<'_>, role: &RoleOutcome) -> Result<Gathered> {
 }
 
 /// The model to evaluate: the single server's, allreduce rank 0's, or the average of the
-/// gssp group servers' replicas (collective over the servers).
+/// gssp group servers' replicas, each assembled from its shards' ranges with sharded
+/// servers (collective over the servers; `n` the model's parameters).
 fn models_to_evaluate(
     ctx: &RunContext<'_>,
+    n: usize,
     snapshots: Snapshots,
     final_weights: Option<Vec<f32>>,
 ) -> Result<Replicas> {
+    let layout = ctx.layout;
+    let (groups, shards) = (layout.servers.len(), layout.shards_per_group());
     match ctx.comms.servers.as_ref() {
-        Some(sc) if ctx.layout.servers.len() > 1 => {
-            exchange::average_replicas(sc, snapshots, final_weights)
+        Some(sc) if groups > 1 || shards > 1 => {
+            let range = layout.served_range(ctx.comm.rank(), n);
+            let part = (groups, range, n);
+            exchange::average_replicas(sc, part, snapshots, final_weights)
         }
         _ => Ok(Replicas {
             snapshots: snapshots.taken,

@@ -47,9 +47,23 @@ impl ServerModel {
             .collect();
         ServerModel { weights, tensors }
     }
+
+    /// The part a server shard holds: `range` of the weights, and no tensors (only
+    /// PowerSGD's exchange reads them, and it needs every matrix whole, so it is not
+    /// sharded: validated).
+    fn shard(self, range: std::ops::Range<usize>) -> ServerModel {
+        if range.len() == self.weights.len() {
+            return self;
+        }
+        ServerModel {
+            weights: self.weights[range].to_vec(),
+            tensors: Vec::new(),
+        }
+    }
 }
 
-/// Serves group `group`, exchanging with the other groups' servers in gssp (and
+/// Serves group `group` (this rank's range of it, with sharded servers), exchanging with
+/// the other groups' servers in gssp (shard j with the others' shard j; and
 /// regrouping with them, with `sync.gssp.regroup_every_s`); `mirror`: where a gssp server
 /// selects its sparse exchanges (`None`: on the host).
 pub fn serve_group(
@@ -61,10 +75,12 @@ pub fn serve_group(
     saver: &mut Saver<'_, SubComm>,
 ) -> Result<RoleOutcome> {
     let (cfg, layout) = (ctx.cfg, ctx.layout);
-    let rank = layout.servers[group];
+    let rank = ctx.comm.rank();
     let mode = cfg.sync.strategy();
     // gssp with one group has no peers to exchange with: it is ssp with a group server.
     let exchanges = mode.exchanges() && layout.servers.len() > 1;
+    let range = layout.served_range(rank, model.weights.len());
+    let model = model.shard(range);
     let n = model.weights.len();
     let mut regroup = mode
         .regrouping(&cfg.sync)
@@ -95,6 +111,7 @@ pub fn serve_group(
         worker_ranks: &ranks,
         resumed_pushes: resumed.as_ref().map(|f| f.meta.steps),
         batches_per_push: &batches,
+        stop_after: ctx.faults.server_stop_after,
     };
     let mut outcome = RoleOutcome::default();
     let served = (&mut link, &mut ps, &serve_ctx);
@@ -240,7 +257,7 @@ fn exchange_for<'c>(
     weights: &[f32],
     (tensors, mirror, resumed): (&[TensorShape], Option<Mirror>, Option<RankFile<RankMeta>>),
 ) -> Result<GroupExchange<'c>> {
-    let mut ex = GroupExchange::new(ctx.servers()?, ctx.cfg, weights, tensors)?;
+    let mut ex = GroupExchange::new(ctx.exchange()?, ctx.cfg, weights, tensors)?;
     if let Some(device) = mirror {
         ex.select_on(device);
     }

@@ -27,19 +27,19 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use crate::comm::p2p::WorkerLink;
 use crate::comm::Comm;
 use crate::compute::backend::Backend;
 use crate::compute::model::Trainable;
 use crate::compute::optim::{self, NetworkOptimizer};
 use crate::config::Config;
 use crate::runtime::messages::WorkerMessages;
+use crate::runtime::shard_links::ShardLinks;
 use crate::runtime::worker::{finish_link, recv_weights, WorkerContext, WorkerStats};
 use crate::telemetry::WorkerRow;
 
 /// Runs the worker with `local_steps` local steps per push until its server says stop.
 pub fn work_locally<B: Backend>(
-    link: &mut WorkerLink,
+    link: &mut ShardLinks,
     world: &Comm,
     cfg: &Config,
     w: WorkerContext<'_, B>,

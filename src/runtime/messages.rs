@@ -9,6 +9,9 @@
 //!   the worker leaves the server's link: a later push from it is an error, and
 //!   [`ServerMessages::wait_push`] returns `None` once every worker is stopped. The worker
 //!   sends nothing afterwards: a stop closes its link, so a push is refused.
+//! * A push without payload is a leave: the worker's other server shard said stop
+//!   (`sync.shards`, [`crate::runtime::shard_links`]); the server answers it with stop and
+//!   stops its other workers too.
 //! * Regrouping: the server may answer a push (or a worker already waiting) with Regroup
 //!   instead of weights ([`ServerMessages::send_regroup`]): a tag, and the world ranks of the
 //!   worker's group from now on, its server first. Every member of that group then forms
@@ -44,6 +47,12 @@ pub enum MessageError {
     },
     #[error("a Regroup that cannot be sent: {0}")]
     Unsendable(WireError),
+    /// A server shard answered a worker's leave with weights (`runtime::shard_links`).
+    #[error("server shard {shard} answered a leave with weights; it must stop the worker")]
+    LeaveNotStopped { shard: usize },
+    /// A server shard sent a Regroup: sharded groups do not regroup.
+    #[error("server shard {shard} sent a Regroup; sharded groups do not regroup")]
+    ShardRegroup { shard: usize },
 }
 
 /// A worker's new group (a Regroup message): the world ranks of its members, the server

@@ -21,5 +21,6 @@ pub mod run;
 pub mod saver;
 pub mod server;
 pub mod setup;
+pub mod shard_links;
 pub mod single;
 pub mod worker;

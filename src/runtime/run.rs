@@ -5,20 +5,18 @@
 use anyhow::{Context, Result};
 
 use crate::checkpoint::Resume;
-use crate::comm::p2p::WorkerLink;
-use crate::comm::{Collectives, Comm};
+use crate::comm::{Collectives, Comm, SubComm};
 use crate::compute::backend::cpu::Cpu;
 use crate::compute::backend::Backend;
 use crate::compute::model::Trainable;
 use crate::config::Config;
 use crate::protocol::layout::{Layout, Role};
-use crate::protocol::wire::HEADER_WORDS;
 use crate::runtime::collective;
-use crate::runtime::faults::Faults;
 use crate::runtime::finish::{finish, RoleOutcome};
 use crate::runtime::group_server::{serve_group, ServerModel};
 use crate::runtime::local_worker;
 use crate::runtime::setup::{self, RankBackend, RunContext, Setup};
+use crate::runtime::shard_links::ShardLinks;
 use crate::runtime::worker::{self, WorkerContext};
 use crate::telemetry::{RunDir, Snapshots, Summary};
 
@@ -71,6 +69,7 @@ fn run_on<B: Backend>(
         comms: &comms,
         start,
         resume,
+        faults,
     };
     let mut snapshots = Snapshots::new(cfg.run.snapshot_every_s);
     let mut trainer = Trainer {
@@ -82,7 +81,7 @@ fn run_on<B: Backend>(
         // A server rank the chosen group count left over: nothing to do until the end.
         Role::Idle => RoleOutcome::default(),
         Role::Collective => play_collective(&ctx, &mut trainer, &mut snapshots)?,
-        Role::Server { group } => {
+        Role::Server { group } | Role::Shard { group, .. } => {
             let mut saver = ctx.saver(ctx.servers()?);
             let model = ServerModel::of(&trainer.step.net);
             let outcome = serve_group(&ctx, group, model, mirror, &mut snapshots, &mut saver)?;
@@ -91,7 +90,7 @@ fn run_on<B: Backend>(
             }
             outcome
         }
-        Role::Worker { .. } => play_worker(&ctx, &mut trainer, faults)?,
+        Role::Worker { .. } => play_worker(&ctx, &mut trainer)?,
     };
     comm.barrier()?;
     finish(&ctx, &mut step, outcome, snapshots)
@@ -155,18 +154,20 @@ fn play_collective<B: Backend>(
     })
 }
 
-/// A worker of a parameter or group server, on its group's communicator.
+/// A worker of a parameter or group server, on its group's communicator (and one per
+/// further shard of its server).
 fn play_worker<B: Backend>(
     ctx: &RunContext<'_>,
     trainer: &mut Trainer<'_, B>,
-    faults: Faults,
 ) -> Result<RoleOutcome> {
+    let faults = ctx.faults;
     let group = ctx
         .comms
         .group
         .as_ref()
         .context("worker without its group's communicator")?;
-    let mut link = WorkerLink::new(group, 0, HEADER_WORDS, trainer.step.net.num_params())?;
+    let comms: Vec<&SubComm> = std::iter::once(group).chain(&ctx.comms.shards).collect();
+    let mut link = ShardLinks::new(&comms, trainer.step.net.num_params())?;
     let mut log = ctx.run.worker_log(ctx.comm.rank(), ctx.cfg.run.log_every)?;
     let work = trainer.context(ctx, &mut log);
     let stats = match local_steps(ctx)? {

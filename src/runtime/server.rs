@@ -79,6 +79,9 @@ pub struct ServeContext<'a> {
     /// async-localsgd and gssp's local steps: the batches each worker's push stands for,
     /// its local steps (empty: one per push).
     pub batches_per_push: &'a [usize],
+    /// A test's fault: the pushes after which this server decides the stop
+    /// ([`crate::runtime::faults`]).
+    pub stop_after: Option<u64>,
 }
 
 /// Serves until the run's epochs or time budget are used up and every worker has been
@@ -238,6 +241,11 @@ impl Server<'_, '_, '_, '_, '_> {
         let Some(push) = self.link.wait_push()? else {
             return Ok(None);
         };
+        if push.payload.is_empty() {
+            let w = push.worker;
+            self.stop_leaving(w)?;
+            return self.receive_and_apply();
+        }
         let recv_wait_s = (t_wait.elapsed().as_secs_f64() - push.receive_s).max(0.0);
         let (w, loss) = (push.worker, push.loss);
         let time_s = self.ctx.start.elapsed().as_secs_f64();
@@ -281,6 +289,18 @@ impl Server<'_, '_, '_, '_, '_> {
         }))
     }
 
+    /// A leave from worker `w` (sharded servers: another shard of this group told it to
+    /// stop, `runtime::shard_links`): the run is over, so `w` and every waiting worker are
+    /// told stop, as are the others at their next push.
+    fn stop_leaving(&mut self, w: usize) -> Result<()> {
+        log::debug!("worker slot {w} left: another server shard told it to stop");
+        let (link, ps) = (&mut *self.link, &mut *self.ps);
+        link.send_stop(w, ps.version(), ps.last_staleness(w))?;
+        ps.retire(w);
+        self.stopping = true;
+        self.answer()
+    }
+
     /// Everything after a push is applied: regrouping's part, the exchange with the other
     /// groups, snapshots and progress, a meeting if one is due, the answers to the
     /// workers, and the log.
@@ -296,7 +316,8 @@ impl Server<'_, '_, '_, '_, '_> {
         // Stop, or meet, only after a completed step: in bsp every worker is then waiting,
         // so no partial round is left behind.
         let stepped = pushed.stepped;
-        let stop = self.ctx.cfg.run.should_stop(self.epoch, exchanged.time_s);
+        let stop = self.ctx.cfg.run.should_stop(self.epoch, exchanged.time_s)
+            || self.ctx.stop_after.is_some_and(|n| self.own_pushes() >= n);
         self.stopping |= stepped && !self.changing() && stop;
         let t_meet = Instant::now();
         let met = stepped && !self.stopping && self.meet_if_due(exchanged.time_s)?;

@@ -60,11 +60,17 @@ pub fn choose_backend(comm: &Comm, cfg: &Config) -> Result<RankBackend> {
 /// This rank's communicators besides the world.
 #[derive(Default)]
 pub struct Communicators {
-    /// The group servers among themselves (server ranks only).
+    /// The group servers among themselves (server ranks only, every shard).
     pub servers: Option<SubComm>,
-    /// This rank's group: its server at rank 0, then its workers in world-rank order
-    /// (server modes; idle ranks have none).
+    /// The servers that exchange with each other: shard j of every group, ranked by group
+    /// (every group server when groups are not sharded).
+    pub exchange: Option<SubComm>,
+    /// This rank's group: its server (a shard's: that shard) at rank 0, then its workers in
+    /// world-rank order (server modes; idle ranks have none).
     pub group: Option<SubComm>,
+    /// A worker's links to its server's other shards (`sync.shards` > 1), shard 1 first:
+    /// each the shard at rank 0 and the group's workers.
+    pub shards: Vec<SubComm>,
 }
 
 /// Everything a rank has once the run is set up.
@@ -99,6 +105,7 @@ pub fn prepare<B: Backend>(
     let fresh = saved.is_none();
     let corpus = load_corpus(comm, cfg, run)?;
     let mut step = build_step(be, comm, cfg, &corpus)?;
+    comm.fatal_on_all(shards_fit(cfg, step.net.num_params()))?;
     let faults = comm.fatal_on_all(Faults::from_env(rank))?;
     let mut layout = Layout::from_config(cfg, comm.size());
     let mut pacer = pacer_for(cfg, &layout, rank);
@@ -148,6 +155,17 @@ pub fn prepare<B: Backend>(
     })
 }
 
+/// Every server shard holds at least one parameter (a push without payload is a leave).
+fn shards_fit(cfg: &Config, params: usize) -> Result<(), String> {
+    let shards = cfg.sync.shards;
+    match shards <= params {
+        true => Ok(()),
+        false => Err(format!(
+            "sync.shards: must be at most the model's {params} parameters, got {shards}"
+        )),
+    }
+}
+
 /// What every role of a run reads once it is set up.
 pub struct RunContext<'a> {
     pub comm: &'a Comm,
@@ -159,6 +177,8 @@ pub struct RunContext<'a> {
     /// Common time origin of all ranks ([`Setup::start`]).
     pub start: Instant,
     pub resume: Option<&'a Resume>,
+    /// The faults a test injects into this rank (none in a real run).
+    pub faults: Faults,
 }
 
 impl<'a> RunContext<'a> {
@@ -168,6 +188,14 @@ impl<'a> RunContext<'a> {
             .servers
             .as_ref()
             .context("a server without the servers' communicator")
+    }
+
+    /// The communicator a server exchanges with its peers on (shard j with shard j).
+    pub fn exchange(&self) -> Result<&'a SubComm> {
+        self.comms
+            .exchange
+            .as_ref()
+            .context("a server without the exchange's communicator")
     }
 
     /// The checkpoint writer of the ranks of `comm` (those that hold state).
@@ -199,9 +227,9 @@ fn exchange_mirror(
 ) -> Result<Option<Box<dyn MirrorDevice>>> {
     let sparse_exchange =
         cfg.sync.strategy().exchanges() && cfg.compression.kind == CompressionKind::Topk;
-    let Role::Server { .. } = role else {
+    if !matches!(role, Role::Server { .. } | Role::Shard { .. }) {
         return Ok(None);
-    };
+    }
     if !sparse_exchange || !cfg.device.exchange_on_gpu(params) {
         return Ok(None);
     }
@@ -428,6 +456,13 @@ fn describe(cfg: &Config, layout: &Layout, resume: Option<&Resume>) {
         layout.servers,
         layout.groups
     );
+    if !layout.shards.is_empty() {
+        log::info!(
+            "each group's server sharded over {} ranks by key range: further shards {:?}",
+            layout.shards_per_group(),
+            layout.shards
+        );
+    }
     if let Some(rs) = resume.and_then(|r| r.rescale.as_ref()) {
         log::info!(
             "resumed on {} ranks, the checkpoint was taken on {}: laid out anew from the {} saved replicas (see checkpoint::rescale); each of the {} workers continues at batch {} of its shard ({} done in all)",
@@ -488,28 +523,58 @@ fn describe(cfg: &Config, layout: &Layout, resume: Option<&Resume>) {
     }
 }
 
-/// The servers' communicator, and each group's: its server (key 0, so rank 0 there) and
-/// its workers (collective over the world).
+/// The servers' communicator, the exchange's, and each group's: its server (key 0, so
+/// rank 0 there) and its workers; with `sync.shards` > 1 one such communicator per shard
+/// (collective over the world).
 fn split(comm: &Comm, layout: &Layout, role: Role) -> Result<Communicators> {
     let rank = comm.rank() as i32;
-    let is_server = matches!(role, Role::Server { .. });
-    let servers = comm.split(is_server.then_some(0), rank)?;
-    let group = match role {
-        Role::Server { group } | Role::Worker { group } => Some(group as u32),
-        Role::Collective | Role::Idle => None,
+    let (group, shard, is_server) = match role {
+        Role::Server { group } => (Some(group), 0, true),
+        Role::Shard { group, shard } => (Some(group), shard, true),
+        Role::Worker { group } => (Some(group), 0, false),
+        Role::Collective | Role::Idle => (None, 0, false),
     };
-    let key = if is_server { 0 } else { rank + 1 };
-    let group = comm.split(group, key)?;
-    if let (Some(g), Role::Server { group: index }) = (&group, role) {
-        anyhow::ensure!(
-            g.rank() == 0 && g.size() == layout.groups[index].len() + 1,
-            "group {index}'s communicator has {} ranks with the server at {}, expected {} with it at 0",
-            g.size(),
-            g.rank(),
-            layout.groups[index].len() + 1
-        );
+    let servers = comm.split(is_server.then_some(0), rank)?;
+    // Shard j of every group exchanges with the others' shard j, ranked by group.
+    let key = group.unwrap_or(0) as i32;
+    let exchange = comm.split(is_server.then_some(shard as u32), key)?;
+    let mut comms = Communicators {
+        servers,
+        exchange,
+        ..Communicators::default()
+    };
+    for j in 0..layout.shards_per_group() {
+        let member = match role {
+            Role::Worker { .. } => true,
+            _ => is_server && shard == j,
+        };
+        let color = group.filter(|_| member).map(|g| g as u32);
+        let key = if is_server { 0 } else { rank + 1 };
+        let Some(c) = comm.split(color, key)? else {
+            continue;
+        };
+        if is_server {
+            check_group_comm(&c, layout, group.unwrap_or(0))?;
+            comms.group = Some(c);
+        } else if j == 0 {
+            comms.group = Some(c);
+        } else {
+            comms.shards.push(c);
+        }
     }
-    Ok(Communicators { servers, group })
+    Ok(comms)
+}
+
+/// A server's group communicator holds it at rank 0 and its group's workers.
+fn check_group_comm(c: &SubComm, layout: &Layout, index: usize) -> Result<()> {
+    anyhow::ensure!(
+        c.rank() == 0 && c.size() == layout.groups[index].len() + 1,
+        "group {index}'s communicator has {} ranks with the server at {}, expected {} with it at 0",
+        c.size(),
+        c.rank(),
+        layout.groups[index].len() + 1
+    );
+    Ok(())
 }
 
 /// Why a resumed worker cannot tell how many iterations it did before the checkpoint

@@ -25,7 +25,6 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-use crate::comm::p2p::WorkerLink;
 use crate::comm::{Collectives, Comm};
 use crate::compute::backend::cpu::Cpu;
 use crate::compute::backend::Backend;
@@ -34,6 +33,7 @@ use crate::compute::pace::Pacer;
 use crate::compute::workload::{ComputeStep, Corpus};
 use crate::runtime::faults::Faults;
 use crate::runtime::messages::{WeightsHeader, WorkerMessages};
+use crate::runtime::shard_links::ShardLinks;
 use crate::telemetry::{WorkerLog, WorkerRow};
 
 /// What a worker computes with: its model (on its backend: the CPU, or its GPU) and data
@@ -90,7 +90,7 @@ impl WorkerStats {
 /// its reply travel. A regroup moves its link to the communicator of its new group,
 /// formed from `world`.
 pub fn work<B: Backend>(
-    link: &mut WorkerLink,
+    link: &mut ShardLinks,
     world: &Comm,
     w: WorkerContext<'_, B>,
     (faults, ahead): (Faults, bool),
@@ -159,7 +159,7 @@ pub fn work<B: Backend>(
 /// Ends the worker's side of `link` and completes `stats` with its bytes and the wall
 /// time since `start`.
 pub(crate) fn finish_link(
-    link: &mut WorkerLink,
+    link: &mut ShardLinks,
     mut stats: WorkerStats,
     start: Instant,
 ) -> Result<WorkerStats> {
@@ -174,7 +174,7 @@ pub(crate) fn finish_link(
 /// The next weights. A Regroup message on the way moves the link to the worker's new
 /// group: every member forms its communicator, where the server is rank 0.
 pub(crate) fn recv_weights<B: Backend>(
-    link: &mut WorkerLink,
+    link: &mut ShardLinks,
     world: &Comm,
     step: &mut ComputeStep<B>,
     stage: &mut Vec<f32>,
@@ -188,7 +188,7 @@ pub(crate) fn recv_weights<B: Backend>(
         let comm = world
             .create_group(&group.members, group.tag)
             .with_context(|| format!("regroup: joining the group {:?}", group.members))?;
-        link.rebind(&comm, 0)?;
+        link.lead().rebind(&comm, 0)?;
         stats.regroups += 1;
         header = step
             .net

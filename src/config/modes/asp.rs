@@ -30,4 +30,8 @@ impl Mode for Asp {
     fn overlap_refusal(&self, _sync: &SyncConfig) -> Option<String> {
         None
     }
+
+    fn shards_refusal(&self, _sync: &SyncConfig) -> Option<String> {
+        None
+    }
 }

@@ -112,6 +112,30 @@ impl Mode for Gssp {
         }
     }
 
+    /// A sharded group needs a fixed group count (the reserved ranks are laid out per
+    /// group), gradient pushes, and groups that stay as formed.
+    fn shards_refusal(&self, sync: &SyncConfig) -> Option<String> {
+        let g = &sync.gssp;
+        if g.groups.count().is_none() {
+            return Some(
+                "1 with sync.gssp.groups = \"auto\" (sharded servers need a fixed group count)"
+                    .into(),
+            );
+        }
+        if g.takes_local_steps() {
+            return Some(format!(
+                "1 with sync.gssp.local_steps = {} (sharded servers take gradient pushes only)",
+                g.local_steps
+            ));
+        }
+        (g.regroup_every_s > 0.0).then(|| {
+            format!(
+                "1 with sync.gssp.regroup_every_s = {} (sharded groups do not regroup yet)",
+                g.regroup_every_s
+            )
+        })
+    }
+
     /// Static groups name the old world's ranks: the run groups by profile instead.
     fn refit_to_world(&self, sync: &mut SyncConfig) {
         let g = &mut sync.gssp;

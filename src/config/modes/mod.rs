@@ -155,6 +155,16 @@ pub trait Mode: Sync {
             self.mode()
         ))
     }
+    /// Why its group servers cannot be sharded over several ranks (`sync.shards` > 1), as
+    /// the requirement a validation error states (`None`: they can). A shard answers the
+    /// pushes of its range on its own, so a mode whose workers push gradients to servers that
+    /// keep no state of their workers beyond the clock can be; the rest is not built yet.
+    fn shards_refusal(&self, _sync: &SyncConfig) -> Option<String> {
+        Some(format!(
+            "1 with sync.mode = \"{}\" (only asp, ssp and gssp shard their servers)",
+            self.mode()
+        ))
+    }
 }
 
 /// Who a mode's ranks are.

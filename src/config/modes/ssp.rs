@@ -34,4 +34,8 @@ impl Mode for Ssp {
     fn overlap_refusal(&self, sync: &SyncConfig) -> Option<String> {
         super::bound_too_small("sync.ssp.staleness", sync.ssp.staleness)
     }
+
+    fn shards_refusal(&self, _sync: &SyncConfig) -> Option<String> {
+        None
+    }
 }

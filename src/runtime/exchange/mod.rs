@@ -46,6 +46,7 @@
 
 use anyhow::{Context, Result};
 
+use std::ops::Range;
 use std::path::Path;
 use std::time::Duration;
 
@@ -643,24 +644,64 @@ impl Meetings for GroupExchange<'_> {
 
 /// Averages the group servers' replicas: the final weights and each snapshot index that
 /// every server took (collective over the servers' communicator; rank 0 of it gets them).
+/// With sharded servers each rank holds `range` of a model of `n` parameters: the ranges
+/// are laid into the whole model before the sum, so the average over `groups` assembles
+/// the model as well.
 pub fn average_replicas(
     comm: &SubComm,
+    (groups, range, n): (usize, Range<usize>, usize),
     snapshots: Snapshots,
     final_weights: Option<Vec<f32>>,
 ) -> Result<Replicas> {
-    let groups = comm.size() as f32;
+    let groups = groups.max(1) as f32;
     let count = comm.allreduce_min_f64(snapshots.taken.len() as f64)? as usize;
     let mut taken = snapshots.taken;
     taken.truncate(count);
     for (_, w) in &mut taken {
+        *w = laid_into_model(std::mem::take(w), &range, n)?;
         comm.allreduce_sum_f32_in_place(w)?;
         w.iter_mut().for_each(|x| *x /= groups);
     }
-    let mut final_weights = final_weights.context("group server holds no model")?;
+    let final_weights = final_weights.context("group server holds no model")?;
+    let mut final_weights = laid_into_model(final_weights, &range, n)?;
     comm.allreduce_sum_f32_in_place(&mut final_weights)?;
     final_weights.iter_mut().for_each(|x| *x /= groups);
     Ok(Replicas {
         snapshots: taken,
         final_weights: Some(final_weights),
     })
+}
+
+/// `part`, the values of `range`, in a model of `n` parameters that is zero elsewhere
+/// (`part` itself when it is the whole model).
+fn laid_into_model(part: Vec<f32>, range: &Range<usize>, n: usize) -> Result<Vec<f32>> {
+    anyhow::ensure!(
+        part.len() == range.len() && range.end <= n,
+        "a server holds {} values for the range {range:?} of a model of {n}",
+        part.len()
+    );
+    if part.len() == n {
+        return Ok(part);
+    }
+    let mut whole = vec![0.0; n];
+    whole[range.clone()].copy_from_slice(&part);
+    Ok(whole)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shards_range_is_laid_into_a_model_zero_elsewhere() {
+        let whole = laid_into_model(vec![1.0, 2.0], &(2..4), 5).unwrap();
+        assert_eq!(whole, [0.0, 0.0, 1.0, 2.0, 0.0]);
+        let same = laid_into_model(vec![1.0, 2.0, 3.0], &(0..3), 3).unwrap();
+        assert_eq!(same, [1.0, 2.0, 3.0]);
+        let err = laid_into_model(vec![1.0], &(2..4), 5).unwrap_err();
+        assert!(
+            err.to_string().contains("1 values for the range 2..4"),
+            "{err}"
+        );
+    }
 }

@@ -36,6 +36,9 @@ pub struct MeasuredRun {
     /// Its workers computed a step ahead (`sync.overlap`).
     #[serde(default)]
     pub overlap: bool,
+    /// Server ranks per group (`sync.shards`).
+    #[serde(default = "one")]
+    pub shards: usize,
     pub exchange_bytes: f64,
     pub exchange_every: usize,
     /// Each worker's measured seconds per iteration outside waits (compute and push): the
@@ -195,6 +198,7 @@ impl MeasuredRun {
             worker_local_steps: layout.local_steps.clone(),
             delay_compensation: cfg.optim.delay_compensation > 0.0,
             overlap: cfg.sync.overlap,
+            shards: cfg.sync.shards,
             exchange_bytes: cost.exchange_bytes,
             exchange_every: cost.exchange_every,
             times,
@@ -226,6 +230,7 @@ impl MeasuredRun {
                 && r.times.len() == first.times.len()
                 && r.staleness == first.staleness
                 && r.overlap == first.overlap
+                && r.shards == first.shards
                 && r.straggler_prob == first.straggler_prob
                 && r.straggler_factor == first.straggler_factor
                 && r.balance_bounds == first.balance_bounds;
@@ -333,13 +338,16 @@ pub fn check(run: &MeasuredRun, machine: &Machine) -> Check {
         _ => work,
     };
     let p = run.params as f64;
-    let transfer = 2.0 * 4.0 * p / machine.bytes_per_s;
+    // A shard's measured time per push moves, applies and exchanges its range alone.
+    let shards = run.shards.max(1) as f64;
+    let transfer = 2.0 * 4.0 * p / shards / machine.bytes_per_s;
     // The measured server time per push holds both transfers and the apply (and, for gssp,
     // the exchange's share): the apply is what is left.
     let exchange_share = if run.groups.len() > 1 {
         2.0 * (run.groups.len() - 1) as f64 * run.exchange_bytes
             / machine.bytes_per_s
             / run.exchange_every as f64
+            / shards
     } else {
         0.0
     };
@@ -350,7 +358,7 @@ pub fn check(run: &MeasuredRun, machine: &Machine) -> Check {
         params: run.params,
         latency_s: machine.latency_s,
         bytes_per_s: machine.bytes_per_s,
-        apply_s_per_param: apply_s / p / if run.delay_compensation { 2.0 } else { 1.0 },
+        apply_s_per_param: apply_s * shards / p / if run.delay_compensation { 2.0 } else { 1.0 },
         exchange_bytes: run.exchange_bytes,
         exchange_every: run.exchange_every,
         // The simulator takes each worker's local steps from its scheme.
@@ -400,6 +408,7 @@ fn servers_of(run: &MeasuredRun, round: bool) -> servers::PsScheme {
         extra_apply_passes: if run.delay_compensation { 1.0 } else { 0.0 },
         local_steps: run.worker_local_steps.clone(),
         overlap: run.overlap,
+        shards: run.shards,
     }
 }
 
@@ -420,6 +429,7 @@ mod tests {
             worker_local_steps: Vec::new(),
             delay_compensation: false,
             overlap: false,
+            shards: 1,
             exchange_bytes: 80.0,
             exchange_every: 4,
             times,

@@ -22,7 +22,13 @@
 //!   [`crate::protocol::ssp_clock`]; a worker's wait runs from its push to its weights.
 //!   The gssp-overlap row (`sync.overlap`) has each worker compute its next step from the
 //!   moment it pushes, its server releasing at the bound less one: its wait runs from the
-//!   end of that step to its weights.
+//!   end of that step to its weights. The gssp-sharded rows (`sync.shards`, without and
+//!   with overlap) give each group S server ranks on links of their own: each takes a
+//!   share 1/S of every message, apply and exchange, and a worker's own link moves the
+//!   whole gradient and weights, so its push and its reply each arrive (S - 1)/S of a
+//!   whole message later than a shard's share ([`servers::PsScheme::shards`]). The shard
+//!   ranks are extra ranks (nodes of their own, or co-located beside workers: the model
+//!   does not charge a shared node link yet).
 //! - collective modes (allreduce, local SGD): every round waits for the slowest rank, then
 //!   a ring allreduce (2 (N-1) messages of P/N values and the sums).
 //! - the balanced rows (`-balanced`: batches in proportion to speed, `sync.balance`): the
@@ -176,6 +182,9 @@ pub struct Prediction {
     /// gssp: each group's SSP bound.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bounds: Option<Vec<usize>>,
+    /// Server ranks per group where more than one (`sync.shards`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shards: Option<usize>,
 }
 
 impl Prediction {
@@ -197,6 +206,7 @@ impl Prediction {
             exchange_bytes_per_s: (!o.exchange_bytes_per_s.is_empty())
                 .then(|| max(&o.exchange_bytes_per_s)),
             bounds: None,
+            shards: None,
         }
     }
 }
@@ -227,6 +237,10 @@ pub struct PlanOptions {
     pub seed: u64,
     /// The smallest and largest batch of the balanced rows' cut (`sync.balance`).
     pub balance_bounds: (usize, usize),
+    /// The gssp-sharded rows' server ranks per group (`sync.shards`); `None`: the fewest
+    /// powers of two within [`AUTO_GROUPS_TOLERANCE`] of the fastest (up to the smallest
+    /// group's workers, one shard beside each).
+    pub shards: Option<usize>,
 }
 
 /// Why a plan could not be made.
@@ -272,6 +286,7 @@ pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Pla
             extra_apply_passes: extra,
             local_steps: Vec::new(),
             overlap: false,
+            shards: 1,
         };
         servers::simulate(&scheme, work, cost, horizon_s, opts.seed)
     };
@@ -282,6 +297,7 @@ pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Pla
         extra_apply_passes: 0.0,
         local_steps: dynamic_local_steps(opts.async_local_steps, &work.times),
         overlap: false,
+        shards: 1,
     };
     let mut predictions = vec![
         Prediction::from_outcome("bsp", Some(1), &ps(all.clone(), vec![Some(0)], true, 0.0)),
@@ -343,9 +359,11 @@ pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Pla
     };
     let local = variant_row(GsspVariant::local(opts, &work.times));
     let ahead = variant_row(GsspVariant::overlap());
+    let sharded = sharded_rows(work, cost, opts, &gssp)?;
     predictions.extend(gssp);
     predictions.extend(local.transpose()?);
     predictions.extend(ahead.transpose()?);
+    predictions.extend(sharded);
     Ok(Plan {
         workers: n,
         params: cost.params,
@@ -372,6 +390,7 @@ fn balanced_rows(
         extra_apply_passes: 0.0,
         local_steps: Vec::new(),
         overlap: false,
+        shards: 1,
     };
     let (h, seed) = (opts.local_steps, opts.seed);
     Ok(vec![
@@ -393,12 +412,63 @@ fn balanced_rows(
     ])
 }
 
+/// gssp with sharded servers, without and with overlap, at the group count and shards per
+/// group (`opts.shards`, or each power of two from 2 up to the smallest group's workers: no
+/// more shards than one beside each worker) that simulate fastest, taking the fewest
+/// server ranks within [`AUTO_GROUPS_TOLERANCE`] of that; `gssp` holds the `gssp` row of
+/// each group count (its bounds).
+fn sharded_rows(
+    work: &Workload,
+    cost: &CostModel,
+    opts: &PlanOptions,
+    gssp: &[Prediction],
+) -> Result<Vec<Prediction>, GroupingError> {
+    let spreads = vec![0.0; work.times.len()];
+    let row = |at: (usize, &Prediction), shards, overlap| {
+        let variant = GsspVariant::sharded(shards, overlap);
+        gssp_variant(work, cost, opts, at, variant)
+    };
+    let mut tried = Vec::new();
+    for plain in gssp {
+        let Some(groups) = plain.servers else { continue };
+        let smallest = groups_for(&work.times, &spreads, groups)?
+            .iter()
+            .map(Vec::len)
+            .min()
+            .unwrap_or(1);
+        let counts: Vec<usize> = match opts.shards {
+            Some(s) => vec![s],
+            None => (1..=12)
+                .map(|k| 1usize << k)
+                .filter(|&s| s <= smallest.max(2))
+                .collect(),
+        };
+        for shards in counts {
+            tried.push((row((groups, plain), shards, false)?, plain));
+        }
+    }
+    let best = tried.iter().map(|(p, _)| p.images_per_s).fold(0.0, f64::max);
+    let ranks = |p: &Prediction| p.servers.unwrap_or(1) * p.shards.unwrap_or(1);
+    let chosen = tried
+        .iter()
+        .filter(|(p, _)| p.images_per_s >= best * (1.0 - AUTO_GROUPS_TOLERANCE))
+        .min_by_key(|(p, _)| ranks(p));
+    let Some((fastest, plain)) = chosen else {
+        return Ok(Vec::new());
+    };
+    let groups = fastest.servers.unwrap_or(1);
+    let shards = fastest.shards.unwrap_or(1);
+    Ok(vec![fastest.clone(), row((groups, plain), shards, true)?])
+}
+
 /// A variant of gssp at the recommended group count: its row's name, its workers' local
-/// steps per push (empty: one each) and whether they compute a step ahead.
+/// steps per push (empty: one each), whether they compute a step ahead, and its server
+/// ranks per group.
 struct GsspVariant {
     name: &'static str,
     local_steps: Vec<usize>,
     overlap: bool,
+    shards: usize,
 }
 
 impl GsspVariant {
@@ -413,6 +483,21 @@ impl GsspVariant {
                 false => vec![steps; times.len()],
             },
             overlap: false,
+            shards: 1,
+        }
+    }
+
+    /// gssp with `shards` server ranks per group (`sync.shards`), its workers computing a
+    /// step ahead with `overlap`.
+    fn sharded(shards: usize, overlap: bool) -> GsspVariant {
+        GsspVariant {
+            name: match overlap {
+                true => "gssp-sharded-overlap",
+                false => "gssp-sharded",
+            },
+            local_steps: Vec::new(),
+            overlap,
+            shards,
         }
     }
 
@@ -424,6 +509,7 @@ impl GsspVariant {
             name: "gssp-overlap",
             local_steps: Vec::new(),
             overlap: true,
+            shards: 1,
         }
     }
 }
@@ -449,10 +535,12 @@ fn gssp_variant(
         extra_apply_passes: 0.0,
         local_steps: variant.local_steps,
         overlap: variant.overlap,
+        shards: variant.shards,
     };
     let o = servers::simulate(&scheme, work, cost, horizon(work, opts), opts.seed);
     let mut row = Prediction::from_outcome(variant.name, Some(groups), &o);
     row.bounds = Some(bounds);
+    row.shards = (variant.shards > 1).then_some(variant.shards);
     Ok(row)
 }
 
@@ -493,7 +581,11 @@ pub fn render(plan: &Plan) -> String {
         t.push_str(&format!(
             "| {} | {} | {:.0} | {:.3} | {:.3} | {} | {} | {:.1} | {} |\n",
             p.mode,
-            p.servers.map_or_else(dash, |s| s.to_string()),
+            match (p.servers, p.shards) {
+                (Some(g), Some(s)) => format!("{g} x {s}"),
+                (Some(g), None) => g.to_string(),
+                _ => dash(),
+            },
             p.images_per_s,
             p.mean_wait_fraction,
             p.max_wait_fraction,
@@ -586,6 +678,7 @@ mod tests {
             horizon_s: Some(20.0),
             seed: 1,
             balance_bounds: (1, 32),
+            shards: None,
         }
     }
 
@@ -646,6 +739,55 @@ mod tests {
         }
     }
 
+    /// Eight workers at 0.1 s per step on one server whose messages take 0.04 s each way
+    /// (0.08 s a push): alone it takes at most 12.5 pushes a second of the 80 offered. Eight
+    /// shards take an eighth each (0.01 s a push), and a worker's own link moves the other
+    /// seven shards' eighths first, 0.035 s each way: every iteration 0.1 + 2 x (0.005 +
+    /// 0.035) = 0.18 s, the worker's link now the bound, 44 pushes a second.
+    #[test]
+    fn shards_divide_a_saturated_servers_work() {
+        let c = CostModel {
+            bytes_per_s: 4.0 * 1000.0 / 0.04,
+            apply_s_per_param: 0.0,
+            ..cost(1_000, 0.0)
+        };
+        let scheme = |shards| servers::PsScheme {
+            groups: vec![(0..8).collect()],
+            bounds: vec![None],
+            round: false,
+            extra_apply_passes: 0.0,
+            local_steps: Vec::new(),
+            overlap: false,
+            shards,
+        };
+        let eight = work(vec![0.1; 8]);
+        let one = servers::simulate(&scheme(1), &eight, &c, 20.0, 1);
+        let shared = servers::simulate(&scheme(8), &eight, &c, 20.0, 1);
+        let per_s = |o: &Outcome| o.iterations as f64 / 20.0;
+        assert!((per_s(&one) - 12.5).abs() < 0.3, "{one:?}");
+        assert!(one.server_busy[0] > 0.99, "{one:?}");
+        assert!((per_s(&shared) - 8.0 / 0.18).abs() < 1.0, "{shared:?}");
+        assert!(shared.server_busy[0] < 0.5, "{shared:?}");
+        // The plan's sharded rows: gssp at one group (bound 0, in step: 3x here) with the
+        // shards that pay.
+        let plan = plan(
+            &eight,
+            &c,
+            &PlanOptions {
+                group_counts: vec![1],
+                ..opts()
+            },
+        )
+        .unwrap();
+        let sharded = row(&plan, "gssp-sharded", Some(1));
+        assert!(sharded.shards.unwrap_or(1) >= 4, "{sharded:?}");
+        let gssp = row(&plan, "gssp", Some(1));
+        assert!(
+            sharded.images_per_s > 2.5 * gssp.images_per_s,
+            "{sharded:?} {gssp:?}"
+        );
+    }
+
     /// One worker computing 0.1 s per step, a server whose push costs it 0.04 s each way:
     /// without overlap an iteration takes 0.18 s, 0.08 of it waiting; with it the round
     /// trip hides behind the next step (0.1 s, no wait) and every push but the first misses
@@ -664,6 +806,7 @@ mod tests {
             extra_apply_passes: 0.0,
             local_steps: Vec::new(),
             overlap,
+            shards: 1,
         };
         let one = work(vec![0.1]);
         let (waits, ahead) = (
@@ -696,6 +839,7 @@ mod tests {
             extra_apply_passes: 0.0,
             local_steps: Vec::new(),
             overlap,
+            shards: 1,
         };
         let c = cost(1_000, 0.0);
         let pair = work(vec![0.01, 0.04]);
@@ -722,8 +866,10 @@ mod tests {
             row(&plan, "gssp-local", Some(2)),
         );
         let n = plan.predictions.len();
-        assert_eq!(plan.predictions.get(n - 2), Some(local));
-        assert_eq!(plan.predictions[n - 1].mode, "gssp-overlap");
+        assert_eq!(plan.predictions.get(n - 4), Some(local));
+        assert_eq!(plan.predictions[n - 3].mode, "gssp-overlap");
+        assert_eq!(plan.predictions[n - 2].mode, "gssp-sharded");
+        assert_eq!(plan.predictions[n - 1].mode, "gssp-sharded-overlap");
         assert!(
             (local.images_per_s / gssp.images_per_s - 1.0).abs() < 0.02,
             "{local:?}"
@@ -852,6 +998,7 @@ mod tests {
             extra_apply_passes: 0.0,
             local_steps: Vec::new(),
             overlap: false,
+            shards: 1,
         };
         let gssp = servers::simulate(&lockstep, &work, &free, 100.0, 1);
         let allreduce = collective::simulate(1, &work, &free, 100.0, 1);

@@ -27,6 +27,12 @@ pub struct PsScheme {
     /// `sync.overlap`: a worker computes its next step from the moment it pushes, and its
     /// server releases it at each bound less one ([`release_gate`]).
     pub overlap: bool,
+    /// `sync.shards`: server ranks per group, each with its own link. Every shard takes
+    /// every push of its group in the same order, so one queue stands for them all, each
+    /// message and apply a shard's share (1/S); a worker's own link still moves the whole
+    /// gradient and the whole weights, so its push reaches the last shard, and the last
+    /// shard's reply reaches it, (S - 1)/S of a whole message later than one shard's share.
+    pub shards: usize,
 }
 
 impl PsScheme {
@@ -142,11 +148,14 @@ pub fn simulate(
     let groups = scheme.groups.len();
     let p = cost.params as f64;
     // The server spends a message's transfer; the latency is flight time.
-    let message = cost.transfer_s(4.0 * p);
-    let latency = cost.latency_s;
-    let apply = p * cost.apply_s_per_param;
-    let exchange = cost.exchange_s(groups);
-    let exchange_bytes = 2.0 * groups.saturating_sub(1) as f64 * cost.exchange_bytes;
+    let shards = scheme.shards.max(1) as f64;
+    let whole_message = cost.transfer_s(4.0 * p);
+    let message = cost.transfer_s(4.0 * p / shards);
+    // The worker's link moves the other shards' shares before the last one's arrives.
+    let latency = cost.latency_s + whole_message * (shards - 1.0) / shards;
+    let apply = p * cost.apply_s_per_param / shards;
+    let exchange = cost.exchange_s(groups) / shards;
+    let exchange_bytes = 2.0 * groups.saturating_sub(1) as f64 * cost.exchange_bytes / shards;
     let (mut servers, server_of, slot_of) = servers_of(scheme, n);
     let mut sampler = work.sampler(seed);
     // The version of each worker's latest reply and of the one before (the one a step
@@ -185,7 +194,7 @@ pub fn simulate(
         // work not done.
         let within = end <= horizon_s;
         if within {
-            srv.bytes += 4.0 * p;
+            srv.bytes += 4.0 * p / shards;
         }
         if scheme.round {
             srv.round_pushes += 1;
@@ -223,7 +232,7 @@ pub fn simulate(
             let r = srv.members[slot];
             end += message;
             if end <= horizon_s {
-                srv.bytes += 4.0 * p;
+                srv.bytes += 4.0 * p / shards;
             }
             let arrives = end + latency + k as f64 * work.burst_s;
             read_version[r] = [srv.version, read_version[r][0]];

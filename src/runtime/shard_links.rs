@@ -1,0 +1,170 @@
+//! A worker's links to its group's server, one per shard (`sync.shards`).
+//!
+//! With S shards, group g's server is S ranks; shard j holds range j of the parameters
+//! ([`shard_ranges`]: contiguous, equal to within one value) and runs the parameter-server
+//! loop over that range alone, on its own communicator with the group's workers
+//! (`runtime::setup`). A worker sends range j of each gradient to shard j, then waits for
+//! every shard's answer and writes range j of the weights from shard j's. Each shard sees
+//! every push of every worker of its group in its own order, so each keeps the same SSP
+//! clocks and releases a worker on the same rule; a worker starts its next step once
+//! every shard has released it, so no worker is more than s steps ahead of the group's
+//! slowest at any shard. A group's server traffic per push is spread over S links: this
+//! is ps-lite's and BytePS's key-range sharding, the way a server keeps up with many
+//! workers on a large model.
+//!
+//! Stopping: each shard decides on its own (the same epochs, its own clock), so a worker
+//! may be told stop by one shard and sent weights by another for the same push. It then
+//! sends each shard that sent weights a push without payload, a leave; such a shard
+//! answers it with stop and stops its other workers too ([`crate::protocol::wire`]). Every
+//! push a shard took is applied, so every push reaches every shard or, past the stop, none
+//! of its work is lost at any shard that applied it. Regrouping and the workers of local
+//! steps take one shard only (validated).
+
+use std::ops::Range;
+
+use anyhow::Result;
+
+use crate::comm::p2p::{LinkStats, WorkerLink};
+use crate::comm::{Collectives, CommError};
+use crate::protocol::layout::shard_ranges;
+use crate::protocol::wire::HEADER_WORDS;
+use crate::runtime::messages::{MessageError, WeightsHeader, WorkerMessages};
+
+/// A worker's links to its server's shards, shard 0 first.
+pub struct ShardLinks {
+    links: Vec<WorkerLink>,
+    ranges: Vec<Range<usize>>,
+}
+
+impl ShardLinks {
+    /// Links to the server at rank 0 of each of `comms` (shard 0 first) for a model of `n`
+    /// parameters. Not collective.
+    pub fn new<C: Collectives>(comms: &[&C], n: usize) -> Result<ShardLinks, CommError> {
+        let ranges = shard_ranges(n, comms.len());
+        let links = comms
+            .iter()
+            .zip(&ranges)
+            .map(|(c, r)| WorkerLink::new(*c, 0, HEADER_WORDS, r.len()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ShardLinks { links, ranges })
+    }
+
+    /// The link to shard 0 (the only one without sharding): regrouping moves it.
+    pub fn lead(&mut self) -> &mut WorkerLink {
+        &mut self.links[0]
+    }
+
+    /// Counters of every link together.
+    pub fn stats(&self) -> LinkStats {
+        self.links.iter().fold(LinkStats::default(), |mut s, l| {
+            let t = l.stats();
+            s.bytes_sent += t.bytes_sent;
+            s.bytes_received += t.bytes_received;
+            s.messages_sent += t.messages_sent;
+            s.messages_received += t.messages_received;
+            s.wait_seconds += t.wait_seconds;
+            s
+        })
+    }
+
+    /// Ends every link ([`WorkerLink::finish`]).
+    pub fn finish(&mut self) -> Result<(), CommError> {
+        self.links.iter_mut().try_for_each(WorkerLink::finish)
+    }
+
+    /// Sends a leave to each shard that answered `headers` with weights, and takes its stop.
+    fn leave_open(&mut self, headers: &[WeightsHeader], clock: u64) -> Result<(), MessageError> {
+        let mut scratch = Vec::new();
+        for j in open_shards(headers) {
+            let link = &mut self.links[j];
+            link.push(clock, 0.0, &[])?;
+            scratch.resize(self.ranges[j].len(), 0.0);
+            let reply = link.recv_weights(&mut scratch)?;
+            if !reply.stop {
+                return Err(MessageError::LeaveNotStopped { shard: j });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl WorkerMessages for ShardLinks {
+    fn push(&mut self, clock: u64, loss: f32, payload: &[f32]) -> Result<(), MessageError> {
+        for (link, range) in self.links.iter_mut().zip(&self.ranges) {
+            link.push(clock, loss, &payload[range.clone()])?;
+        }
+        Ok(())
+    }
+
+    fn recv_weights(&mut self, out: &mut [f32]) -> Result<WeightsHeader, MessageError> {
+        if self.links.len() == 1 {
+            return self.links[0].recv_weights(out);
+        }
+        let mut headers = Vec::with_capacity(self.links.len());
+        for (j, (link, range)) in self.links.iter_mut().zip(&self.ranges).enumerate() {
+            let header = link.recv_weights(&mut out[range.clone()])?;
+            if header.regroup.is_some() {
+                return Err(MessageError::ShardRegroup { shard: j });
+            }
+            headers.push(header);
+        }
+        if headers.iter().any(|h| h.stop) {
+            self.leave_open(&headers, headers[0].version)?;
+        }
+        Ok(combine(&headers))
+    }
+}
+
+/// The shards whose answer was weights, not stop.
+fn open_shards(headers: &[WeightsHeader]) -> Vec<usize> {
+    (0..headers.len()).filter(|&j| !headers[j].stop).collect()
+}
+
+/// The answer of every shard as one: stop if any said stop (the others are left then),
+/// shard 0's version, the largest staleness, the weights of every range.
+fn combine(headers: &[WeightsHeader]) -> WeightsHeader {
+    let stop = headers.iter().any(|h| h.stop);
+    WeightsHeader {
+        version: headers.first().map_or(0, |h| h.version),
+        stop,
+        staleness: headers.iter().map(|h| h.staleness).max().unwrap_or(0),
+        len: match stop {
+            true => 0,
+            false => headers.iter().map(|h| h.len).sum(),
+        },
+        regroup: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(version: u64, stop: bool, staleness: u64, len: usize) -> WeightsHeader {
+        WeightsHeader {
+            version,
+            stop,
+            staleness,
+            len,
+            regroup: None,
+        }
+    }
+
+    #[test]
+    fn every_shards_weights_make_one_answer_at_the_first_shards_version() {
+        let h = combine(&[header(7, false, 1, 4), header(9, false, 3, 3)]);
+        assert_eq!(h, header(7, false, 3, 7));
+        assert!(open_shards(&[header(7, false, 1, 4), header(9, false, 3, 3)]).len() == 2);
+    }
+
+    #[test]
+    fn one_shards_stop_stops_the_worker_and_leaves_the_others() {
+        let headers = [
+            header(7, false, 1, 4),
+            header(9, true, 0, 0),
+            header(8, false, 2, 3),
+        ];
+        assert_eq!(combine(&headers), header(7, true, 2, 0));
+        assert_eq!(open_shards(&headers), [0, 2]);
+    }
+}
