@@ -317,4 +317,27 @@ mod tests {
             assert_eq!(on.ranks, off.ranks);
         }
     }
+
+    /// The shard pairs load on both sizes' configs, differ in `sync.shards` alone, and
+    /// reserve the three further shards of each group server as ranks.
+    #[test]
+    fn the_shard_variants_pair_each_variant_with_one_and_four_server_ranks_per_group() {
+        let file = Path::new("configs/bench/variants_shards.toml");
+        for (config, workers) in [
+            ("configs/scale_lenet5_mnist_32.toml", 32),
+            ("configs/scale_lenet5_mnist_64.toml", 64),
+        ] {
+            let variants = load(file, Path::new(config), &[]).unwrap();
+            assert_eq!(variants.len(), 5, "{config}");
+            for pair in variants[..4].chunks(2) {
+                let (one, four) = (&pair[0], &pair[1]);
+                assert_eq!(four.name, format!("{}-shards4", one.name));
+                let mut want = one.overrides.clone();
+                want.push("sync.shards=4".into());
+                assert_eq!(four.overrides, want, "{}", four.name);
+                let groups = one.ranks - workers;
+                assert_eq!(four.ranks, workers + 4 * groups, "{}", four.name);
+            }
+        }
+    }
 }

@@ -29,9 +29,10 @@ pub struct PsScheme {
     pub overlap: bool,
     /// `sync.shards`: server ranks per group, each with its own link. Every shard takes
     /// every push of its group in the same order, so one queue stands for them all, each
-    /// message and apply a shard's share (1/S); a worker's own link still moves the whole
-    /// gradient and the whole weights, so its push reaches the last shard, and the last
-    /// shard's reply reaches it, (S - 1)/S of a whole message later than one shard's share.
+    /// message and apply a shard's share (1/S); a worker's own link still sends the whole
+    /// gradient, one share after another, so its push reaches the last shard (S - 1)/S of a
+    /// whole message later than one shard's share, and the replies, each sent as its shard
+    /// answers, come in one after another behind it.
     pub shards: usize,
 }
 
@@ -151,8 +152,11 @@ pub fn simulate(
     let shards = scheme.shards.max(1) as f64;
     let whole_message = cost.transfer_s(4.0 * p);
     let message = cost.transfer_s(4.0 * p / shards);
-    // The worker's link moves the other shards' shares before the last one's arrives.
-    let latency = cost.latency_s + whole_message * (shards - 1.0) / shards;
+    let latency = cost.latency_s;
+    // A push reaches the last shard once the worker's link has moved every other shard's
+    // share before it; the replies come back as each shard answers, so the last one is
+    // in a share after that.
+    let to_server = latency + whole_message - message;
     let apply = p * cost.apply_s_per_param / shards;
     let exchange = cost.exchange_s(groups) / shards;
     let exchange_bytes = 2.0 * groups.saturating_sub(1) as f64 * cost.exchange_bytes / shards;
@@ -174,7 +178,7 @@ pub fn simulate(
             let start = work.start(w).min(horizon_s);
             wait_s[w] += start;
             let compute = scheme.push_s(&mut sampler, w);
-            heap.push(Reverse((Time(start + compute + latency), w)));
+            heap.push(Reverse((Time(start + compute + to_server), w)));
         }
     }
     let mut ready = Vec::new();
@@ -182,7 +186,7 @@ pub fn simulate(
         if t > horizon_s {
             break;
         }
-        waits_from[w] = t - latency;
+        waits_from[w] = t - to_server;
         if scheme.overlap {
             waits_from[w] += scheme.push_s(&mut sampler, w);
         }
@@ -241,7 +245,7 @@ pub fn simulate(
                 false => arrives + scheme.push_s(&mut sampler, r),
             };
             wait_s[r] += (arrives.min(horizon_s) - waits_from[r].min(horizon_s)).max(0.0);
-            heap.push(Reverse((Time(next + latency), r)));
+            heap.push(Reverse((Time(next + to_server), r)));
         }
         srv.busy_s += end.min(horizon_s) - start.min(horizon_s);
         srv.free_at = end;
