@@ -34,6 +34,8 @@ use crate::runtime::messages::{MessageError, WeightsHeader, WorkerMessages};
 pub struct ShardLinks {
     links: Vec<WorkerLink>,
     ranges: Vec<Range<usize>>,
+    /// Each shard's answer to the last push, kept to be refilled without allocating.
+    headers: Vec<WeightsHeader>,
 }
 
 impl ShardLinks {
@@ -46,7 +48,12 @@ impl ShardLinks {
             .zip(&ranges)
             .map(|(c, r)| WorkerLink::new(*c, 0, HEADER_WORDS, r.len()))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(ShardLinks { links, ranges })
+        let headers = Vec::with_capacity(links.len());
+        Ok(ShardLinks {
+            links,
+            ranges,
+            headers,
+        })
     }
 
     /// The link to shard 0 (the only one without sharding): regrouping moves it.
@@ -100,7 +107,8 @@ impl WorkerMessages for ShardLinks {
         if self.links.len() == 1 {
             return self.links[0].recv_weights(out);
         }
-        let mut headers = Vec::with_capacity(self.links.len());
+        let mut headers = std::mem::take(&mut self.headers);
+        headers.clear();
         for (j, (link, range)) in self.links.iter_mut().zip(&self.ranges).enumerate() {
             let header = link.recv_weights(&mut out[range.clone()])?;
             if header.regroup.is_some() {
@@ -108,10 +116,13 @@ impl WorkerMessages for ShardLinks {
             }
             headers.push(header);
         }
-        if headers.iter().any(|h| h.stop) {
-            self.leave_open(&headers, headers[0].version)?;
-        }
-        Ok(combine(&headers))
+        let left = match headers.iter().any(|h| h.stop) {
+            true => self.leave_open(&headers, headers[0].version),
+            false => Ok(()),
+        };
+        let combined = combine(&headers);
+        self.headers = headers;
+        left.map(|()| combined)
     }
 }
 
