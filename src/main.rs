@@ -1,5 +1,6 @@
 //! The `gssp` command line.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -140,6 +141,22 @@ enum Command {
         #[arg(long)]
         json: bool,
         /// Override a config key, e.g. --set compression.ratio=0.01.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        overrides: Vec<String>,
+    },
+    /// Where the ranks of a config's job sit (cluster.nodes, cluster.distribution) and what
+    /// each does there, with the sbatch/srun/mpirun options that place them so.
+    Placement {
+        /// TOML config file.
+        #[arg(long)]
+        config: PathBuf,
+        /// The job's world size (default: the config's `# ranks: N` line).
+        #[arg(long)]
+        ranks: Option<usize>,
+        /// What to print: the table, or one value for a script.
+        #[arg(long, value_enum, default_value = "table")]
+        print: gssp::tools::placement::Print,
+        /// Override a config key, e.g. --set cluster.nodes=32.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
     },
@@ -411,7 +428,40 @@ fn main() -> ExitCode {
             ),
             json,
         )),
+        Command::Placement {
+            config,
+            ranks,
+            print,
+            overrides,
+        } => report(placement(&config, &overrides, ranks, print)),
     }
+}
+
+/// `gssp placement`: `config`'s job on `ranks` ranks (default: its `# ranks: N`), printed.
+fn placement(
+    config: &Path,
+    overrides: &[String],
+    ranks: Option<usize>,
+    print: gssp::tools::placement::Print,
+) -> anyhow::Result<()> {
+    let cfg = Config::load(config, overrides)?;
+    cfg.validate()?;
+    let world = match ranks {
+        Some(0) => anyhow::bail!("--ranks must be at least 1"),
+        Some(n) => n,
+        None => {
+            let text = std::fs::read_to_string(config)
+                .with_context(|| format!("reading {}", config.display()))?;
+            gssp::tools::bench::configs::declared_ranks(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?
+                .unwrap_or(1)
+        }
+    };
+    let text = gssp::tools::placement::describe(&cfg, world, print)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
+    // A closed pipe (`| head`) ends the output, not the program with a panic.
+    let _ = writeln!(std::io::stdout().lock(), "{}", text.trim_end());
+    Ok(())
 }
 
 /// The config of a run, and the checkpoint it resumes from (`--resume`): the run's config

@@ -176,3 +176,48 @@ fn an_emulated_link_holds_every_message_for_its_transfer() {
         );
     }
 }
+
+#[test]
+fn ranks_on_one_node_share_its_emulated_link() {
+    // One server and two workers on one node (`cluster.nodes = 1`): every byte any of them
+    // sends leaves through the node's one 0.05 Gbit/s link, so all they sent together takes
+    // at least that long. On links of their own, the server's replies and the workers'
+    // pushes would go out side by side, twice as much in the same time.
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let rate = 0.05e9 / 8.0;
+    let (run, job) = scratch.train_ok_env(
+        "link-shared",
+        3,
+        &[
+            "sync.mode=asp",
+            "heterogeneity.link_gbps=0.05",
+            "cluster.nodes=1",
+            "run.time_budget_s=3",
+        ],
+        &[("RUST_LOG", "info")],
+        Duration::from_secs(300),
+    );
+    assert!(
+        job.stderr
+            .contains("emulated network: 3 ranks on 1 nodes of up to 3 (block)"),
+        "no shared-link line:\n{}",
+        job.stderr
+    );
+    // The server answers every push but the workers' last two with the weights.
+    let server = run.rank_csv(0);
+    let pushes = server.last("pushes");
+    assert!(pushes >= 10.0, "only {pushes} pushes");
+    let mut sent = (pushes - 2.0) * 4.0 * MLP_PARAMS;
+    let mut wall = server.last("time_s");
+    for rank in 1..3 {
+        let log = run.rank_csv(rank);
+        sent += log.col("bytes_sent").iter().sum::<f64>();
+        wall = wall.max(log.last("time_s"));
+    }
+    assert!(
+        sent / rate <= 1.05 * wall,
+        "{sent} bytes went out in {wall} s, faster than the node's one link carries them ({} s)",
+        sent / rate
+    );
+}

@@ -31,18 +31,34 @@ impl EmulatedLink {
     /// Seconds a sender must hold back, at `now`, before it may hand `bytes` to MPI: until
     /// its outgoing side has carried them after whatever it was given before.
     pub fn send(&mut self, now: f64, bytes: u64) -> f64 {
-        self.egress_free = self.egress_free.max(now) + bytes as f64 / self.bytes_per_s;
+        self.egress_free = egress_after(self.egress_free, now, self.transfer_s(bytes));
         self.egress_free - now
+    }
+
+    /// Seconds `bytes` take on the link.
+    pub fn transfer_s(&self, bytes: u64) -> f64 {
+        bytes as f64 / self.bytes_per_s
     }
 
     /// Seconds a receiver must wait, at `now`, for `bytes` that MPI just delivered: none if
     /// its incoming side was free while they were sent, else until they are in after the
     /// message before.
     pub fn receive(&mut self, now: f64, bytes: u64) -> f64 {
-        let done = now.max(self.ingress_free + bytes as f64 / self.bytes_per_s);
-        self.ingress_free = done;
-        done - now
+        self.ingress_free = ingress_after(self.ingress_free, now, self.transfer_s(bytes));
+        self.ingress_free - now
     }
+}
+
+/// When an outgoing side that was busy until `free` has carried a transfer of
+/// `transfer_s` seconds handed to it at `now`.
+pub fn egress_after(free: f64, now: f64, transfer_s: f64) -> f64 {
+    free.max(now) + transfer_s
+}
+
+/// When an incoming side that finished its last message at `free` has taken in a message
+/// of `transfer_s` seconds that MPI delivered at `now`.
+pub fn ingress_after(free: f64, now: f64, transfer_s: f64) -> f64 {
+    now.max(free + transfer_s)
 }
 
 #[cfg(test)]

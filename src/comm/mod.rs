@@ -24,7 +24,7 @@ pub mod link;
 pub mod p2p;
 pub mod rma;
 
-pub use emulation::emulate_link;
+pub use emulation::{emulate_link, share_link};
 pub use idle::IdleWaitError;
 
 use mpi::ffi;

@@ -695,6 +695,41 @@ pub struct ClusterConfig {
     pub bandwidth_gbps: f64,
     /// A server's time to apply a push, nanoseconds per parameter.
     pub apply_ns_per_param: f64,
+    /// Nodes the job's ranks are placed on (Slurm's `--nodes`); the ranks of a node share
+    /// its network link ([`crate::protocol::placement`]). 0: a node for every rank.
+    pub nodes: usize,
+    /// How ranks are laid over the nodes (Slurm's `--distribution`): `block` keeps the
+    /// servers (the first ranks) on nodes of their own, `cyclic` puts them beside workers.
+    pub distribution: Distribution,
+}
+
+/// How consecutive ranks are laid over the nodes.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Distribution {
+    /// Rank r on node r / ceil(ranks / nodes).
+    #[default]
+    Block,
+    /// Rank r on node r mod nodes.
+    Cyclic,
+}
+
+impl Distribution {
+    /// The name Slurm's `--distribution` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Distribution::Block => "block",
+            Distribution::Cyclic => "cyclic",
+        }
+    }
+
+    /// mpirun's option that places ranks the same way.
+    pub fn mpirun_map_by(self) -> &'static str {
+        match self {
+            Distribution::Block => "slot",
+            Distribution::Cyclic => "node",
+        }
+    }
 }
 
 impl Default for ClusterConfig {
@@ -703,6 +738,8 @@ impl Default for ClusterConfig {
             latency_us: 1.0,
             bandwidth_gbps: 80.0,
             apply_ns_per_param: 0.55,
+            nodes: 0,
+            distribution: Distribution::Block,
         }
     }
 }

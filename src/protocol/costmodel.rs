@@ -61,6 +61,7 @@ impl CostModel {
             latency_us,
             bandwidth_gbps,
             apply_ns_per_param,
+            ..
         } = cfg.cluster;
         // An emulated link is the network the run sees.
         let link = cfg.heterogeneity.link_gbps;

@@ -11,6 +11,7 @@ use crate::compute::backend::Backend;
 use crate::compute::model::Trainable;
 use crate::config::Config;
 use crate::protocol::layout::{Layout, Role};
+use crate::protocol::placement::Placement;
 use crate::runtime::collective;
 use crate::runtime::finish::{finish, RoleOutcome};
 use crate::runtime::group_server::{serve_group, ServerModel};
@@ -29,7 +30,7 @@ pub fn run(
     resume: Option<&Resume>,
 ) -> Result<Option<Summary>> {
     crate::compute::backend::cpu::set_threads(cfg.run.threads);
-    crate::comm::emulate_link(cfg.heterogeneity.link_gbps);
+    emulate_network(comm, cfg)?;
     match setup::choose_backend(comm, cfg)? {
         RankBackend::Cpu => run_on(Cpu, comm, cfg, run, resume),
         #[cfg(feature = "cuda")]
@@ -38,6 +39,29 @@ pub fn run(
             run_on(cuda, comm, cfg, run, resume)
         }
     }
+}
+
+/// Charges this rank's messages to an emulated link (`heterogeneity.link_gbps`), shared
+/// with the ranks `cluster.ranks_per_node` and `cluster.distribution` put on its node.
+fn emulate_network(comm: &Comm, cfg: &Config) -> Result<()> {
+    let gbps = cfg.heterogeneity.link_gbps;
+    let placement = Placement::of(&cfg.cluster);
+    let (rank, world) = (comm.rank(), comm.size());
+    placement.check(world).map_err(anyhow::Error::msg)?;
+    if gbps > 0.0 && placement.shares_nodes(world) {
+        crate::comm::share_link(comm, gbps, placement.node_of(rank, world))?;
+        if rank == 0 {
+            log::info!(
+                "emulated network: {world} ranks on {} nodes of up to {} ({}), each node's ranks sharing one {gbps} Gbit/s link",
+                placement.node_count(world),
+                placement.ranks_per_node(world),
+                placement.distribution.name()
+            );
+        }
+    } else {
+        crate::comm::emulate_link(gbps);
+    }
+    Ok(())
 }
 
 /// [`run`], this rank computing on `be`.
