@@ -270,7 +270,9 @@ fn plan_predicts_every_mode_and_recommends_a_group_per_tier() {
             "gssp-local",
             "gssp-overlap",
             "gssp-sharded",
-            "gssp-sharded-overlap"
+            "gssp-sharded-overlap",
+            "gssp-sharded-colocated",
+            "gssp-sharded-colocated-overlap"
         ]
     );
     let rate = |i: usize| rows[i]["images_per_s"].as_f64().unwrap();
@@ -296,6 +298,12 @@ fn plan_predicts_every_mode_and_recommends_a_group_per_tier() {
     // the tolerance, so the fewest shards are chosen, at about gssp's rate.
     assert_eq!(rows[16]["shards"], 2);
     assert!(rate(16) >= 0.95 * rate(13), "{} vs {}", rate(16), rate(13));
+    // Every row counts its nodes, a worker to a node: the servers' on top, unless they
+    // sit beside the workers.
+    let nodes = |i: usize| rows[i]["nodes"].as_u64().unwrap();
+    assert_eq!((nodes(0), nodes(4), nodes(13)), (17, 16, 20));
+    assert_eq!((nodes(16), nodes(18)), (16 + 8, 16));
+    assert_eq!(rows[18]["shards"], 2);
 
     // `sync.gssp.staleness = "auto"` with 5x spells: each group the bound a run would pick.
     let transient = concat!(

@@ -165,11 +165,17 @@ pub fn share_link<C: HasHandle>(comm: &C, gbps: f64, node: usize) -> Result<(), 
 
 /// On the ranks of `node_comm`, more than one: a shared window of the node link's two
 /// free times (both "never busy"), and how many ranks map it; `None` for a rank alone.
-fn allocate_sides(node_comm: ffi::MPI_Comm) -> Result<Option<(*const [AtomicU64; 2], usize)>, CommError> {
+fn allocate_sides(
+    node_comm: ffi::MPI_Comm,
+) -> Result<Option<(*const [AtomicU64; 2], usize)>, CommError> {
     let (mut rank, mut size): (c_int, c_int) = (0, 0);
     // SAFETY: live communicator, valid out-pointers.
-    check("MPI_Comm_rank", unsafe { ffi::MPI_Comm_rank(node_comm, &mut rank) })?;
-    check("MPI_Comm_size", unsafe { ffi::MPI_Comm_size(node_comm, &mut size) })?;
+    check("MPI_Comm_rank", unsafe {
+        ffi::MPI_Comm_rank(node_comm, &mut rank)
+    })?;
+    check("MPI_Comm_size", unsafe {
+        ffi::MPI_Comm_size(node_comm, &mut size)
+    })?;
     if size <= 1 {
         return Ok(None);
     }

@@ -64,7 +64,9 @@ fn table(cfg: &Config, placement: Placement, world: usize) -> String {
         nodes.len()
     ));
     if placement.distribution == Distribution::Block && layout.servers.len() > 1 {
-        out.push_str("(block: the servers fill the first nodes; cyclic puts each beside workers)\n");
+        out.push_str(
+            "(block: the servers fill the first nodes; cyclic puts each beside workers)\n",
+        );
     }
     out
 }
@@ -101,18 +103,36 @@ mod tests {
             "cluster.distribution=cyclic",
         ]);
         let text = describe(&cfg, 10, Print::Table).expect("table");
-        assert!(text.starts_with("10 ranks on 6 nodes, cyclic (at most 2 a node, sharing"), "{text}");
-        assert!(text.contains("\n0     0,6    server g0, worker\n"), "{text}");
-        assert!(text.contains("\n2     2,8    shard 1 of g0, worker\n"), "{text}");
+        assert!(
+            text.starts_with("10 ranks on 6 nodes, cyclic (at most 2 a node, sharing"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n0     0,6    server g0, worker\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n2     2,8    shard 1 of g0, worker\n"),
+            "{text}"
+        );
         assert!(text.contains("\n4     4      worker\n"), "{text}");
-        assert!(text.contains("sbatch --nodes=6 --ntasks=10 --distribution=cyclic"), "{text}");
-        assert_eq!(describe(&cfg, 10, Print::Srun).unwrap(), "--distribution=cyclic");
+        assert!(
+            text.contains("sbatch --nodes=6 --ntasks=10 --distribution=cyclic"),
+            "{text}"
+        );
+        assert_eq!(
+            describe(&cfg, 10, Print::Srun).unwrap(),
+            "--distribution=cyclic"
+        );
         assert_eq!(describe(&cfg, 10, Print::Mpirun).unwrap(), "--map-by node");
         assert_eq!(describe(&cfg, 10, Print::Nodes).unwrap(), "6");
         let unplaced = config(&[]);
         assert_eq!(describe(&unplaced, 4, Print::Srun).unwrap(), "");
         assert_eq!(describe(&unplaced, 4, Print::Nodes).unwrap(), "0");
         let err = describe(&cfg, 5, Print::Nodes).unwrap_err();
-        assert!(err.contains("cluster.nodes = 6 is more than the job's 5 ranks"), "{err}");
+        assert!(
+            err.contains("cluster.nodes = 6 is more than the job's 5 ranks"),
+            "{err}"
+        );
     }
 }

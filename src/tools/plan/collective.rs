@@ -52,6 +52,8 @@ pub fn simulate(
         wait_fractions: wait_s.iter().map(|w| w / horizon_s).collect(),
         staleness: None,
         server_busy: Vec::new(),
+        server_out_bytes_per_s: Vec::new(),
+        worker_pushes_per_s: Vec::new(),
         // Each rank sends (and receives) this much per round.
         server_bytes_per_s: vec![bytes * rounds_per_s],
         exchange_bytes_per_s: Vec::new(),

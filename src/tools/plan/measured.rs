@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{collective, servers, Outcome, Workload};
 use crate::config::modes::Simulation;
-use crate::config::{Config, SyncMode};
+use crate::config::{Config, Distribution, SyncMode};
 use crate::protocol::costmodel::CostModel;
 
 /// A measured run, reduced to what the simulator takes and what it predicts.
@@ -39,6 +39,10 @@ pub struct MeasuredRun {
     /// Server ranks per group (`sync.shards`).
     #[serde(default = "one")]
     pub shards: usize,
+    /// The server ranks sat beside workers, a worker to a node (`cluster.distribution =
+    /// "cyclic"` over `cluster.nodes` = the workers), sharing their links.
+    #[serde(default)]
+    pub colocated: bool,
     pub exchange_bytes: f64,
     pub exchange_every: usize,
     /// Each worker's measured seconds per iteration outside waits (compute and push): the
@@ -199,6 +203,8 @@ impl MeasuredRun {
             delay_compensation: cfg.optim.delay_compensation > 0.0,
             overlap: cfg.sync.overlap,
             shards: cfg.sync.shards,
+            colocated: cfg.cluster.distribution == Distribution::Cyclic
+                && cfg.cluster.nodes == times.len(),
             exchange_bytes: cost.exchange_bytes,
             exchange_every: cost.exchange_every,
             times,
@@ -375,7 +381,10 @@ pub fn check(run: &MeasuredRun, machine: &Machine) -> Check {
         }
         Simulation::Servers { round } => {
             let scheme = servers_of(run, round);
-            servers::simulate(&scheme, &work, &cost, horizon, 1)
+            match run.colocated {
+                true => servers::colocated(&scheme, &work, &cost, horizon, 1),
+                false => servers::simulate(&scheme, &work, &cost, horizon, 1),
+            }
         }
     };
     Check {
@@ -409,6 +418,8 @@ fn servers_of(run: &MeasuredRun, round: bool) -> servers::PsScheme {
         local_steps: run.worker_local_steps.clone(),
         overlap: run.overlap,
         shards: run.shards,
+        server_link_factor: Vec::new(),
+        worker_link_factor: Vec::new(),
     }
 }
 
@@ -430,6 +441,7 @@ mod tests {
             delay_compensation: false,
             overlap: false,
             shards: 1,
+            colocated: false,
             exchange_bytes: 80.0,
             exchange_every: 4,
             times,

@@ -158,6 +158,10 @@ pub struct Outcome {
     pub server_bytes_per_s: Vec<f64>,
     /// gssp: each group server's exchange bytes (to and from its peers) per second.
     pub exchange_bytes_per_s: Vec<f64>,
+    /// Parameter-server modes: each server's (shard's) replies' bytes per second.
+    pub server_out_bytes_per_s: Vec<f64>,
+    /// Parameter-server modes: each worker's pushes answered per second.
+    pub worker_pushes_per_s: Vec<f64>,
 }
 
 /// One row of a plan: one mode (gssp: one group count).
@@ -185,6 +189,9 @@ pub struct Prediction {
     /// Server ranks per group where more than one (`sync.shards`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shards: Option<usize>,
+    /// Nodes the mode takes, a worker to a node: the workers' nodes, and one more for each
+    /// server rank unless it sits beside a worker (the co-located rows).
+    pub nodes: usize,
 }
 
 impl Prediction {
@@ -207,6 +214,7 @@ impl Prediction {
                 .then(|| max(&o.exchange_bytes_per_s)),
             bounds: None,
             shards: None,
+            nodes: o.wait_fractions.len() + servers.unwrap_or(0),
         }
     }
 }
@@ -287,6 +295,8 @@ pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Pla
             local_steps: Vec::new(),
             overlap: false,
             shards: 1,
+            server_link_factor: Vec::new(),
+            worker_link_factor: Vec::new(),
         };
         servers::simulate(&scheme, work, cost, horizon_s, opts.seed)
     };
@@ -298,6 +308,8 @@ pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Pla
         local_steps: dynamic_local_steps(opts.async_local_steps, &work.times),
         overlap: false,
         shards: 1,
+        server_link_factor: Vec::new(),
+        worker_link_factor: Vec::new(),
     };
     let mut predictions = vec![
         Prediction::from_outcome("bsp", Some(1), &ps(all.clone(), vec![Some(0)], true, 0.0)),
@@ -391,6 +403,8 @@ fn balanced_rows(
         local_steps: Vec::new(),
         overlap: false,
         shards: 1,
+        server_link_factor: Vec::new(),
+        worker_link_factor: Vec::new(),
     };
     let (h, seed) = (opts.local_steps, opts.seed);
     Ok(vec![
@@ -463,7 +477,53 @@ fn sharded_rows(
     };
     let groups = fastest.servers.unwrap_or(1);
     let shards = fastest.shards.unwrap_or(1);
-    Ok(vec![fastest.clone(), row((groups, plain), shards, true)?])
+    let mut rows = vec![fastest.clone(), row((groups, plain), shards, true)?];
+    rows.extend(colocated_rows(work, cost, opts, (groups, plain))?);
+    Ok(rows)
+}
+
+/// The sharded rows on the workers' nodes alone (`cluster.distribution = "cyclic"`, a
+/// shard beside a worker, sharing its link: [`servers::colocated`]), without and with
+/// overlap, at `groups` groups (the gssp row `plain`'s) and the shards per group that
+/// simulate fastest (the fewest within [`AUTO_GROUPS_TOLERANCE`]), no more shard ranks
+/// than workers.
+fn colocated_rows(
+    work: &Workload,
+    cost: &CostModel,
+    opts: &PlanOptions,
+    (groups, plain): (usize, &Prediction),
+) -> Result<Vec<Prediction>, GroupingError> {
+    let n = work.times.len();
+    let spreads = vec![0.0; n];
+    let smallest = groups_for(&work.times, &spreads, groups)?
+        .iter()
+        .map(Vec::len)
+        .min()
+        .unwrap_or(1);
+    let counts: Vec<usize> = match opts.shards {
+        Some(s) => vec![s],
+        None => (1..=12)
+            .map(|k| 1usize << k)
+            .filter(|&s| s <= smallest.max(2))
+            .collect(),
+    };
+    let row = |shards, overlap| {
+        let variant = GsspVariant::colocated(shards, overlap);
+        gssp_variant(work, cost, opts, (groups, plain), variant)
+    };
+    let mut tried = Vec::new();
+    for shards in counts.into_iter().filter(|s| groups * s <= n) {
+        tried.push(row(shards, false)?);
+    }
+    let best = tried.iter().map(|p| p.images_per_s).fold(0.0, f64::max);
+    let Some(fastest) = tried
+        .into_iter()
+        .find(|p| p.images_per_s >= best * (1.0 - AUTO_GROUPS_TOLERANCE))
+    else {
+        return Ok(Vec::new());
+    };
+    let shards = fastest.shards.unwrap_or(1);
+    Ok(vec![fastest, row(shards, true)?])
 }
 
 /// A variant of gssp at the recommended group count: its row's name, its workers' local
@@ -474,6 +534,8 @@ struct GsspVariant {
     local_steps: Vec<usize>,
     overlap: bool,
     shards: usize,
+    /// The shards sit beside workers, sharing their links ([`servers::colocated`]).
+    colocated: bool,
 }
 
 impl GsspVariant {
@@ -489,6 +551,7 @@ impl GsspVariant {
             },
             overlap: false,
             shards: 1,
+            colocated: false,
         }
     }
 
@@ -503,6 +566,19 @@ impl GsspVariant {
             local_steps: Vec::new(),
             overlap,
             shards,
+            colocated: false,
+        }
+    }
+
+    /// [`GsspVariant::sharded`] with each shard beside a worker, on the workers' nodes.
+    fn colocated(shards: usize, overlap: bool) -> GsspVariant {
+        GsspVariant {
+            name: match overlap {
+                true => "gssp-sharded-colocated-overlap",
+                false => "gssp-sharded-colocated",
+            },
+            colocated: true,
+            ..GsspVariant::sharded(shards, overlap)
         }
     }
 
@@ -515,6 +591,7 @@ impl GsspVariant {
             local_steps: Vec::new(),
             overlap: true,
             shards: 1,
+            colocated: false,
         }
     }
 }
@@ -541,11 +618,21 @@ fn gssp_variant(
         local_steps: variant.local_steps,
         overlap: variant.overlap,
         shards: variant.shards,
+        server_link_factor: Vec::new(),
+        worker_link_factor: Vec::new(),
     };
-    let o = servers::simulate(&scheme, work, cost, horizon(work, opts), opts.seed);
+    let simulate = match variant.colocated {
+        true => servers::colocated,
+        false => servers::simulate,
+    };
+    let o = simulate(&scheme, work, cost, horizon(work, opts), opts.seed);
     let mut row = Prediction::from_outcome(variant.name, Some(groups), &o);
     row.bounds = Some(bounds);
     row.shards = (variant.shards > 1).then_some(variant.shards);
+    row.nodes = match variant.colocated {
+        true => work.times.len(),
+        false => work.times.len() + groups * variant.shards.max(1),
+    };
     Ok(row)
 }
 
@@ -577,20 +664,21 @@ fn gssp_bounds(
 pub fn render(plan: &Plan) -> String {
     let mut t = format!(
         "{} workers, {} parameters, {:.1} s simulated\n\n\
-         | mode | servers | images/s | wait (mean) | wait (max) | staleness mean / p99 / max | busiest server | MB/s per server | exchange MB/s |\n\
-         |---|---:|---:|---:|---:|---|---:|---:|---:|\n",
+         | mode | servers | nodes | images/s | wait (mean) | wait (max) | staleness mean / p99 / max | busiest server | MB/s per server | exchange MB/s |\n\
+         |---|---:|---:|---:|---:|---:|---|---:|---:|---:|\n",
         plan.workers, plan.params, plan.horizon_s
     );
     for p in &plan.predictions {
         let dash = || "-".to_string();
         t.push_str(&format!(
-            "| {} | {} | {:.0} | {:.3} | {:.3} | {} | {} | {:.1} | {} |\n",
+            "| {} | {} | {} | {:.0} | {:.3} | {:.3} | {} | {} | {:.1} | {} |\n",
             p.mode,
             match (p.servers, p.shards) {
                 (Some(g), Some(s)) => format!("{g} x {s}"),
                 (Some(g), None) => g.to_string(),
                 _ => dash(),
             },
+            p.nodes,
             p.images_per_s,
             p.mean_wait_fraction,
             p.max_wait_fraction,
@@ -764,6 +852,8 @@ mod tests {
             local_steps: Vec::new(),
             overlap: false,
             shards,
+            server_link_factor: Vec::new(),
+            worker_link_factor: Vec::new(),
         };
         let eight = work(vec![0.1; 8]);
         let one = servers::simulate(&scheme(1), &eight, &c, 20.0, 1);
@@ -793,6 +883,53 @@ mod tests {
         );
     }
 
+    /// The eight shards of [`shards_divide_a_saturated_servers_work`], each beside one of
+    /// the workers on its node: a worker's pushes and replies (0.04 s each) and its shard's
+    /// messages share one link. At x pushes a second per worker each side is 0.04 x busy
+    /// with the other's traffic, so every message of the other moves at 1 / (1 - 0.04 x)
+    /// of its pace: an iteration 0.1 + 0.045 / (1 - 0.04 x) s, which settles at 0.16 s
+    /// (x = 6.25, 50 pushes a second in all, against 55 on nodes of their own).
+    #[test]
+    fn shards_beside_workers_share_their_links() {
+        let c = CostModel {
+            bytes_per_s: 4.0 * 1000.0 / 0.04,
+            apply_s_per_param: 0.0,
+            ..cost(1_000, 0.0)
+        };
+        let scheme = servers::PsScheme {
+            groups: vec![(0..8).collect()],
+            bounds: vec![None],
+            round: false,
+            extra_apply_passes: 0.0,
+            local_steps: Vec::new(),
+            overlap: false,
+            shards: 8,
+            server_link_factor: Vec::new(),
+            worker_link_factor: Vec::new(),
+        };
+        let eight = work(vec![0.1; 8]);
+        let own = servers::simulate(&scheme, &eight, &c, 20.0, 1);
+        let beside = servers::colocated(&scheme, &eight, &c, 20.0, 1);
+        let per_s = |o: &Outcome| o.iterations as f64 / 20.0;
+        assert!((per_s(&beside) - 50.0).abs() < 2.0, "{beside:?}");
+        assert!(per_s(&beside) < 0.95 * per_s(&own), "{beside:?} {own:?}");
+        // The plan's co-located rows take the workers' nodes alone.
+        let plan = plan(
+            &eight,
+            &c,
+            &PlanOptions {
+                group_counts: vec![1],
+                shards: Some(8),
+                ..opts()
+            },
+        )
+        .unwrap();
+        let colocated = row(&plan, "gssp-sharded-colocated", Some(1));
+        assert_eq!((colocated.nodes, colocated.shards), (8, Some(8)));
+        assert_eq!(row(&plan, "gssp-sharded", Some(1)).nodes, 16);
+        assert_eq!(row(&plan, "gssp", Some(1)).nodes, 9);
+    }
+
     /// One worker computing 0.1 s per step, a server whose push costs it 0.04 s each way:
     /// without overlap an iteration takes 0.18 s, 0.08 of it waiting; with it the round
     /// trip hides behind the next step (0.1 s, no wait) and every push but the first misses
@@ -812,6 +949,8 @@ mod tests {
             local_steps: Vec::new(),
             overlap,
             shards: 1,
+            server_link_factor: Vec::new(),
+            worker_link_factor: Vec::new(),
         };
         let one = work(vec![0.1]);
         let (waits, ahead) = (
@@ -845,6 +984,8 @@ mod tests {
             local_steps: Vec::new(),
             overlap,
             shards: 1,
+            server_link_factor: Vec::new(),
+            worker_link_factor: Vec::new(),
         };
         let c = cost(1_000, 0.0);
         let pair = work(vec![0.01, 0.04]);
@@ -871,10 +1012,21 @@ mod tests {
             row(&plan, "gssp-local", Some(2)),
         );
         let n = plan.predictions.len();
-        assert_eq!(plan.predictions.get(n - 4), Some(local));
-        assert_eq!(plan.predictions[n - 3].mode, "gssp-overlap");
-        assert_eq!(plan.predictions[n - 2].mode, "gssp-sharded");
-        assert_eq!(plan.predictions[n - 1].mode, "gssp-sharded-overlap");
+        assert_eq!(plan.predictions.get(n - 6), Some(local));
+        let last: Vec<&str> = plan.predictions[n - 5..]
+            .iter()
+            .map(|p| p.mode.as_str())
+            .collect();
+        assert_eq!(
+            last,
+            [
+                "gssp-overlap",
+                "gssp-sharded",
+                "gssp-sharded-overlap",
+                "gssp-sharded-colocated",
+                "gssp-sharded-colocated-overlap"
+            ]
+        );
         assert!(
             (local.images_per_s / gssp.images_per_s - 1.0).abs() < 0.02,
             "{local:?}"
@@ -1004,6 +1156,8 @@ mod tests {
             local_steps: Vec::new(),
             overlap: false,
             shards: 1,
+            server_link_factor: Vec::new(),
+            worker_link_factor: Vec::new(),
         };
         let gssp = servers::simulate(&lockstep, &work, &free, 100.0, 1);
         let allreduce = collective::simulate(1, &work, &free, 100.0, 1);

@@ -34,9 +34,25 @@ pub struct PsScheme {
     /// whole message later than one shard's share, and the replies, each sent as its shard
     /// answers, come in one after another behind it.
     pub shards: usize,
+    /// How much slower each group's shards move their messages than their link's rate
+    /// (>= 1; empty: 1), because a node's link is shared with a worker ([`colocated`]).
+    pub server_link_factor: Vec<f64>,
+    /// How much slower each worker sends its push than its link's rate (>= 1; empty: 1),
+    /// because its node's link is shared with a shard.
+    pub worker_link_factor: Vec<f64>,
 }
 
 impl PsScheme {
+    /// Group `g`'s factor on its shards' messages.
+    fn server_factor(&self, g: usize) -> f64 {
+        self.server_link_factor.get(g).copied().unwrap_or(1.0)
+    }
+
+    /// Worker `w`'s factor on its own sending.
+    fn worker_factor(&self, w: usize) -> f64 {
+        self.worker_link_factor.get(w).copied().unwrap_or(1.0)
+    }
+
     /// Local steps per push of worker `w`.
     fn steps_of(&self, w: usize) -> usize {
         self.local_steps.get(w).copied().unwrap_or(1).max(1)
@@ -134,6 +150,8 @@ struct Server {
     /// bsp: pushes summed in the round under way.
     round_pushes: u64,
     bytes: f64,
+    /// Replies' bytes (a shard's share of each).
+    out_bytes: f64,
     exchange_bytes: f64,
 }
 
@@ -156,7 +174,7 @@ pub fn simulate(
     // A push reaches the last shard once the worker's link has moved every other shard's
     // share before it; the replies come back as each shard answers, so the last one is
     // in a share after that.
-    let to_server = latency + whole_message - message;
+    let to_server = |w: usize| latency + (whole_message - message) * scheme.worker_factor(w);
     let apply = p * cost.apply_s_per_param / shards;
     let exchange = cost.exchange_s(groups) / shards;
     let exchange_bytes = 2.0 * groups.saturating_sub(1) as f64 * cost.exchange_bytes / shards;
@@ -170,6 +188,8 @@ pub fn simulate(
     let mut waits_from = vec![0.0f64; n];
     let mut wait_s = vec![0.0f64; n];
     let mut iterations = 0u64;
+    // Each worker's replies within the horizon (each a push of its it sent before).
+    let mut pushes_of = vec![0u64; n];
     let mut staleness = StalenessHistogram::default();
     let mut heap = BinaryHeap::new();
     for (w, &srv) in server_of.iter().enumerate() {
@@ -178,7 +198,7 @@ pub fn simulate(
             let start = work.start(w).min(horizon_s);
             wait_s[w] += start;
             let compute = scheme.push_s(&mut sampler, w);
-            heap.push(Reverse((Time(start + compute + to_server), w)));
+            heap.push(Reverse((Time(start + compute + to_server(w)), w)));
         }
     }
     let mut ready = Vec::new();
@@ -186,10 +206,11 @@ pub fn simulate(
         if t > horizon_s {
             break;
         }
-        waits_from[w] = t - to_server;
+        waits_from[w] = t - to_server(w);
         if scheme.overlap {
             waits_from[w] += scheme.push_s(&mut sampler, w);
         }
+        let message = message * scheme.server_factor(server_of[w]);
         let srv = &mut servers[server_of[w]];
         let start = t.max(srv.free_at);
         let mut end = start + message + apply * (1.0 + scheme.extra_apply_passes);
@@ -237,6 +258,8 @@ pub fn simulate(
             end += message;
             if end <= horizon_s {
                 srv.bytes += 4.0 * p / shards;
+                srv.out_bytes += 4.0 * p / shards;
+                pushes_of[r] += 1;
             }
             let arrives = end + latency + k as f64 * work.burst_s;
             read_version[r] = [srv.version, read_version[r][0]];
@@ -245,7 +268,7 @@ pub fn simulate(
                 false => arrives + scheme.push_s(&mut sampler, r),
             };
             wait_s[r] += (arrives.min(horizon_s) - waits_from[r].min(horizon_s)).max(0.0);
-            heap.push(Reverse((Time(next + to_server), r)));
+            heap.push(Reverse((Time(next + to_server(r)), r)));
         }
         srv.busy_s += end.min(horizon_s) - start.min(horizon_s);
         srv.free_at = end;
@@ -260,12 +283,63 @@ pub fn simulate(
     }
     let active: Vec<usize> = (0..n).filter(|&w| server_of[w] != usize::MAX).collect();
     let waits = active.iter().map(|&w| wait_s[w] / horizon_s).collect();
-    outcome(
+    let mut o = outcome(
         &servers,
         (iterations, staleness, waits),
         work.batch,
         horizon_s,
-    )
+    );
+    o.worker_pushes_per_s = pushes_of.iter().map(|&k| k as f64 / horizon_s).collect();
+    o
+}
+
+/// [`simulate`] with each of `scheme`'s shard ranks on the node of a worker, sharing its
+/// link, as `cluster.distribution = "cyclic"` over one node per worker places them: shard
+/// rank k (the first shards of the groups, then each group's others, as
+/// [`crate::protocol::layout::Layout`] numbers them) beside the worker of rank
+/// `shard ranks + i` with `(shard ranks + i) mod n = k`, that is worker `n - shard ranks + k`.
+/// A shared link is taken as shared in proportion to use: a shard's messages move at the
+/// share of its link its worker leaves free (its pushes and replies, each a whole model,
+/// per second), a worker's pushes at the share its shard's replies leave; the shares come
+/// from the simulation before, three times over (fluid sharing, no packet-level detail).
+/// Every shard of a group takes every push, so a group moves at its busiest shard's pace.
+pub fn colocated(
+    scheme: &PsScheme,
+    work: &Workload,
+    cost: &CostModel,
+    horizon_s: f64,
+    seed: u64,
+) -> Outcome {
+    let n = work.times.len();
+    let (groups, shards) = (scheme.groups.len(), scheme.shards.max(1));
+    let ranks = groups * shards;
+    // Shard rank k serves group g: the first shards 0..groups, then groups' others in turn.
+    let group_of = |k: usize| match k < groups {
+        true => k,
+        false => (k - groups) / (shards - 1).max(1),
+    };
+    let beside = |k: usize| (n + k).checked_sub(ranks).filter(|&w| w < n);
+    let mut sharing = scheme.clone();
+    let mut o = simulate(&sharing, work, cost, horizon_s, seed);
+    let whole = cost.transfer_s(4.0 * cost.params as f64);
+    let free = |used: f64| 1.0 / (1.0 - used.min(0.9));
+    for _ in 0..3 {
+        let mut server_factor = vec![1.0f64; groups];
+        let mut worker_factor = vec![1.0f64; n];
+        for k in 0..ranks.min(n) {
+            let Some(w) = beside(k) else { continue };
+            let g = group_of(k);
+            let worker_use = o.worker_pushes_per_s.get(w).copied().unwrap_or(0.0) * whole;
+            let shard_use =
+                cost.transfer_s(o.server_out_bytes_per_s.get(g).copied().unwrap_or(0.0));
+            server_factor[g] = server_factor[g].max(free(worker_use));
+            worker_factor[w] = free(shard_use);
+        }
+        sharing.server_link_factor = server_factor;
+        sharing.worker_link_factor = worker_factor;
+        o = simulate(&sharing, work, cost, horizon_s, seed);
+    }
+    o
 }
 
 /// The servers of `scheme` over `n` workers, and each worker's server and slot there
@@ -296,6 +370,7 @@ fn servers_of(scheme: &PsScheme, n: usize) -> (Vec<Server>, Vec<usize>, Vec<usiz
                 pushes: 0,
                 round_pushes: 0,
                 bytes: 0.0,
+                out_bytes: 0.0,
                 exchange_bytes: 0.0,
             }
         })
@@ -324,6 +399,8 @@ fn outcome(
             .collect(),
         server_bytes_per_s: per_s(|s| s.bytes + s.exchange_bytes),
         exchange_bytes_per_s: per_s(|s| s.exchange_bytes),
+        server_out_bytes_per_s: per_s(|s| s.out_bytes),
+        worker_pushes_per_s: Vec::new(),
     }
 }
 
