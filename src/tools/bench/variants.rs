@@ -318,6 +318,35 @@ mod tests {
         }
     }
 
+    /// The co-located variants take the 32 workers' nodes alone: cyclic over 32 nodes puts
+    /// each shard rank (gssp's 16, DC-ASGD's 4) beside a worker on one of the first nodes.
+    #[test]
+    fn the_colocated_variants_sit_on_the_workers_nodes() {
+        use crate::protocol::placement::Placement;
+        let file = Path::new("configs/bench/variants_colocated.toml");
+        let config = Path::new("configs/scale_lenet5_mnist_32.toml");
+        let variants = load(file, config, &[]).unwrap();
+        let names: Vec<&str> = variants.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "gssp-gdtopk-shards4",
+                "gssp-gdtopk-shards4-colocated",
+                "asp-dc-shards4-colocated",
+                "allreduce-balanced"
+            ]
+        );
+        for (v, ranks) in variants[1..3].iter().zip([48, 36]) {
+            assert_eq!(v.ranks, ranks, "{}", v.name);
+            let cfg = Config::load(config, &v.overrides).unwrap();
+            let nodes = Placement::of(&cfg.cluster).ranks_by_node(v.ranks);
+            assert_eq!(nodes.len(), 32, "{}", v.name);
+            assert_eq!(nodes[0], vec![0, 32], "{}", v.name);
+            assert_eq!(nodes[31], vec![31], "{}", v.name);
+        }
+        assert_eq!(variants[3].ranks, 32);
+    }
+
     /// The shard pairs load on both sizes' configs, differ in `sync.shards` alone, and
     /// reserve the three further shards of each group server as ranks.
     #[test]

@@ -478,7 +478,16 @@ fn sharded_rows(
     let groups = fastest.servers.unwrap_or(1);
     let shards = fastest.shards.unwrap_or(1);
     let mut rows = vec![fastest.clone(), row((groups, plain), shards, true)?];
-    rows.extend(colocated_rows(work, cost, opts, (groups, plain))?);
+    // Beside the workers: at the group count of the fastest row whose shard ranks fit on
+    // the workers' nodes.
+    let fits = tried
+        .iter()
+        .filter(|(p, _)| ranks(p) <= work.times.len())
+        .max_by(|(a, _), (b, _)| a.images_per_s.total_cmp(&b.images_per_s));
+    if let Some((p, plain)) = fits {
+        let groups = p.servers.unwrap_or(1);
+        rows.extend(colocated_rows(work, cost, opts, (groups, plain))?);
+    }
     Ok(rows)
 }
 
@@ -486,7 +495,7 @@ fn sharded_rows(
 /// shard beside a worker, sharing its link: [`servers::colocated`]), without and with
 /// overlap, at `groups` groups (the gssp row `plain`'s) and the shards per group that
 /// simulate fastest (the fewest within [`AUTO_GROUPS_TOLERANCE`]), no more shard ranks
-/// than workers.
+/// than workers (so no more nodes than allreduce takes).
 fn colocated_rows(
     work: &Workload,
     cost: &CostModel,
