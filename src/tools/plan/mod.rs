@@ -437,7 +437,6 @@ fn sharded_rows(
     opts: &PlanOptions,
     gssp: &[Prediction],
 ) -> Result<Vec<Prediction>, GroupingError> {
-    let spreads = vec![0.0; work.times.len()];
     let row = |at: (usize, &Prediction), shards, overlap| {
         let variant = GsspVariant::sharded(shards, overlap);
         gssp_variant(work, cost, opts, at, variant)
@@ -447,19 +446,7 @@ fn sharded_rows(
         let Some(groups) = plain.servers else {
             continue;
         };
-        let smallest = groups_for(&work.times, &spreads, groups)?
-            .iter()
-            .map(Vec::len)
-            .min()
-            .unwrap_or(1);
-        let counts: Vec<usize> = match opts.shards {
-            Some(s) => vec![s],
-            None => (1..=12)
-                .map(|k| 1usize << k)
-                .filter(|&s| s <= smallest.max(2))
-                .collect(),
-        };
-        for shards in counts {
+        for shards in shard_counts(work, opts, groups)? {
             tried.push((row((groups, plain), shards, false)?, plain));
         }
     }
@@ -491,6 +478,29 @@ fn sharded_rows(
     Ok(rows)
 }
 
+/// The shards per group the sharded rows try at `groups` groups: `opts.shards`, or each
+/// power of two from 2 up to the smallest group's workers (no more shards than one beside
+/// each worker).
+fn shard_counts(
+    work: &Workload,
+    opts: &PlanOptions,
+    groups: usize,
+) -> Result<Vec<usize>, GroupingError> {
+    if let Some(s) = opts.shards {
+        return Ok(vec![s]);
+    }
+    let spreads = vec![0.0; work.times.len()];
+    let smallest = groups_for(&work.times, &spreads, groups)?
+        .iter()
+        .map(Vec::len)
+        .min()
+        .unwrap_or(1);
+    Ok((1..=12)
+        .map(|k| 1usize << k)
+        .filter(|&s| s <= smallest.max(2))
+        .collect())
+}
+
 /// The sharded rows on the workers' nodes alone (`cluster.distribution = "cyclic"`, a
 /// shard beside a worker, sharing its link: [`servers::colocated`]), without and with
 /// overlap, at `groups` groups (the gssp row `plain`'s) and the shards per group that
@@ -503,19 +513,7 @@ fn colocated_rows(
     (groups, plain): (usize, &Prediction),
 ) -> Result<Vec<Prediction>, GroupingError> {
     let n = work.times.len();
-    let spreads = vec![0.0; n];
-    let smallest = groups_for(&work.times, &spreads, groups)?
-        .iter()
-        .map(Vec::len)
-        .min()
-        .unwrap_or(1);
-    let counts: Vec<usize> = match opts.shards {
-        Some(s) => vec![s],
-        None => (1..=12)
-            .map(|k| 1usize << k)
-            .filter(|&s| s <= smallest.max(2))
-            .collect(),
-    };
+    let counts = shard_counts(work, opts, groups)?;
     let row = |shards, overlap| {
         let variant = GsspVariant::colocated(shards, overlap);
         gssp_variant(work, cost, opts, (groups, plain), variant)
