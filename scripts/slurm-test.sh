@@ -5,7 +5,8 @@
 #
 #   1. the main job, configs/fashion_mnist_gssp.toml on its 6 ranks (1 epoch);
 #   2. the same config on 10 ranks (2 servers + 8 workers in two speed tiers, 0.5 epochs):
-#      more ranks than this machine has cores (`sbatch --overcommit`),
+#      more ranks than this machine has cores (`sbatch --overcommit`), placed by the config
+#      (`cluster.distribution = "cyclic"`: the launcher must be given it),
 #   3. the main job requeued (`scontrol requeue`) after its first checkpoint: it resumes
 #      from the checkpoint under the same job id and completes.
 #
@@ -337,6 +338,15 @@ run_job() {
     result=$(grep -E '^gssp .* test accuracy [0-9.]+% after' "$log" | tail -n 1) \
         || { tail -n 40 "$log" >&2; die "$label: no final accuracy line in $log"; }
     grep -q "exit status 0" "$log" || die "$label: $log does not report exit status 0"
+    # A stated placement reaches the launcher (srun --distribution, or mpirun --map-by).
+    local kv dist map
+    for kv in "$@"; do
+        [[ "$kv" == cluster.distribution=* ]] || continue
+        dist=${kv#*=}
+        case "$dist" in block) map=slot ;; *) map=node ;; esac
+        grep -Eq "^gssp.sbatch: .*(--distribution=$dist|--map-by $map) " "$log" \
+            || die "$label: the launcher was not placed $dist: $(grep -m 1 '^gssp.sbatch: ' "$log")"
+    done
     if grep -q "warning: the job has" "$log" && [ "$ntasks" -eq "$declared" ]; then
         die "$label: gssp.sbatch warned about the task count: $(grep 'warning' "$log")"
     fi
@@ -356,9 +366,12 @@ run_job() {
 # 1. The main job: its 6 ranks (2 group servers + 4 workers in tiers 1x, 2x), one epoch.
 # Accuracy bounds: a few points under what a correct run reaches (chance is 10%).
 run_job "main job" 0.78 "$declared" run.epochs=1
-# 2. More ranks than cores: 2 group servers + 8 workers (4 at 1x, 4 at 2x) on 10 ranks.
+# 2. More ranks than cores: 2 group servers + 8 workers (4 at 1x, 4 at 2x) on 10 ranks,
+#    placed as a config states it (`cluster.nodes`, `cluster.distribution`: the one node,
+#    cyclic), which gssp.sbatch hands the launcher.
 run_job "10 ranks" 0.70 10 run.epochs=0.5 \
-    "heterogeneity.tiers=[{factor=1.0, workers=4}, {factor=2.0, workers=4}]"
+    "heterogeneity.tiers=[{factor=1.0, workers=4}, {factor=2.0, workers=4}]" \
+    cluster.nodes=1 cluster.distribution=cyclic
 
 # 3. Requeue: a job killed by `scontrol requeue` after its first checkpoint keeps its job id
 #    and run directory; gssp.sbatch resumes it from the checkpoint, and it completes.
