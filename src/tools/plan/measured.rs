@@ -418,8 +418,7 @@ fn servers_of(run: &MeasuredRun, round: bool) -> servers::PsScheme {
         local_steps: run.worker_local_steps.clone(),
         overlap: run.overlap,
         shards: run.shards,
-        server_link_factor: Vec::new(),
-        worker_link_factor: Vec::new(),
+        ..servers::PsScheme::default()
     }
 }
 

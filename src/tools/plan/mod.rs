@@ -292,24 +292,15 @@ pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Pla
             bounds,
             round,
             extra_apply_passes: extra,
-            local_steps: Vec::new(),
-            overlap: false,
-            shards: 1,
-            server_link_factor: Vec::new(),
-            worker_link_factor: Vec::new(),
+            ..servers::PsScheme::default()
         };
         servers::simulate(&scheme, work, cost, horizon_s, opts.seed)
     };
     let async_local = servers::PsScheme {
         groups: all.clone(),
         bounds: vec![None],
-        round: false,
-        extra_apply_passes: 0.0,
         local_steps: dynamic_local_steps(opts.async_local_steps, &work.times),
-        overlap: false,
-        shards: 1,
-        server_link_factor: Vec::new(),
-        worker_link_factor: Vec::new(),
+        ..servers::PsScheme::default()
     };
     let mut predictions = vec![
         Prediction::from_outcome("bsp", Some(1), &ps(all.clone(), vec![Some(0)], true, 0.0)),
@@ -399,12 +390,7 @@ fn balanced_rows(
         groups: all,
         bounds: vec![Some(0)],
         round: true,
-        extra_apply_passes: 0.0,
-        local_steps: Vec::new(),
-        overlap: false,
-        shards: 1,
-        server_link_factor: Vec::new(),
-        worker_link_factor: Vec::new(),
+        ..servers::PsScheme::default()
     };
     let (h, seed) = (opts.local_steps, opts.seed);
     Ok(vec![
@@ -620,13 +606,10 @@ fn gssp_variant(
     let scheme = servers::PsScheme {
         groups: groups_for(&work.times, &spreads, groups)?,
         bounds: bounds.iter().map(|&b| Some(b)).collect(),
-        round: false,
-        extra_apply_passes: 0.0,
         local_steps: variant.local_steps,
         overlap: variant.overlap,
         shards: variant.shards,
-        server_link_factor: Vec::new(),
-        worker_link_factor: Vec::new(),
+        ..servers::PsScheme::default()
     };
     let simulate = match variant.colocated {
         true => servers::colocated,
@@ -839,6 +822,15 @@ mod tests {
         }
     }
 
+    /// A model of 1,000 parameters whose message takes 0.04 s on a link, applied at no cost.
+    fn slow_link() -> CostModel {
+        CostModel {
+            bytes_per_s: 4.0 * 1000.0 / 0.04,
+            apply_s_per_param: 0.0,
+            ..cost(1_000, 0.0)
+        }
+    }
+
     /// Eight workers at 0.1 s per step on one server whose messages take 0.04 s each way
     /// (0.08 s a push): alone it takes at most 12.5 pushes a second of the 80 offered. Eight
     /// shards take an eighth each (0.01 s a push), and a worker's own link sends the other
@@ -846,21 +838,12 @@ mod tests {
     /// 0.145 s, 55 pushes a second, the shards 55% busy.
     #[test]
     fn shards_divide_a_saturated_servers_work() {
-        let c = CostModel {
-            bytes_per_s: 4.0 * 1000.0 / 0.04,
-            apply_s_per_param: 0.0,
-            ..cost(1_000, 0.0)
-        };
+        let c = slow_link();
         let scheme = |shards| servers::PsScheme {
             groups: vec![(0..8).collect()],
             bounds: vec![None],
-            round: false,
-            extra_apply_passes: 0.0,
-            local_steps: Vec::new(),
-            overlap: false,
             shards,
-            server_link_factor: Vec::new(),
-            worker_link_factor: Vec::new(),
+            ..servers::PsScheme::default()
         };
         let eight = work(vec![0.1; 8]);
         let one = servers::simulate(&scheme(1), &eight, &c, 20.0, 1);
@@ -898,21 +881,12 @@ mod tests {
     /// (x = 6.25, 50 pushes a second in all, against 55 on nodes of their own).
     #[test]
     fn shards_beside_workers_share_their_links() {
-        let c = CostModel {
-            bytes_per_s: 4.0 * 1000.0 / 0.04,
-            apply_s_per_param: 0.0,
-            ..cost(1_000, 0.0)
-        };
+        let c = slow_link();
         let scheme = servers::PsScheme {
             groups: vec![(0..8).collect()],
             bounds: vec![None],
-            round: false,
-            extra_apply_passes: 0.0,
-            local_steps: Vec::new(),
-            overlap: false,
             shards: 8,
-            server_link_factor: Vec::new(),
-            worker_link_factor: Vec::new(),
+            ..servers::PsScheme::default()
         };
         let eight = work(vec![0.1; 8]);
         let own = servers::simulate(&scheme, &eight, &c, 20.0, 1);
@@ -943,21 +917,12 @@ mod tests {
     /// exactly its own push before it.
     #[test]
     fn overlap_hides_a_round_trip_shorter_than_a_step() {
-        let c = CostModel {
-            bytes_per_s: 4.0 * 1000.0 / 0.04,
-            apply_s_per_param: 0.0,
-            ..cost(1_000, 0.0)
-        };
+        let c = slow_link();
         let scheme = |overlap| servers::PsScheme {
             groups: vec![vec![0]],
             bounds: vec![None],
-            round: false,
-            extra_apply_passes: 0.0,
-            local_steps: Vec::new(),
             overlap,
-            shards: 1,
-            server_link_factor: Vec::new(),
-            worker_link_factor: Vec::new(),
+            ..servers::PsScheme::default()
         };
         let one = work(vec![0.1]);
         let (waits, ahead) = (
@@ -986,13 +951,8 @@ mod tests {
         let scheme = |bound, overlap| servers::PsScheme {
             groups: vec![vec![0, 1]],
             bounds: vec![Some(bound)],
-            round: false,
-            extra_apply_passes: 0.0,
-            local_steps: Vec::new(),
             overlap,
-            shards: 1,
-            server_link_factor: Vec::new(),
-            worker_link_factor: Vec::new(),
+            ..servers::PsScheme::default()
         };
         let c = cost(1_000, 0.0);
         let pair = work(vec![0.01, 0.04]);
@@ -1158,13 +1118,7 @@ mod tests {
         let lockstep = servers::PsScheme {
             groups: vec![(0..4).collect()],
             bounds: vec![Some(0)],
-            round: false,
-            extra_apply_passes: 0.0,
-            local_steps: Vec::new(),
-            overlap: false,
-            shards: 1,
-            server_link_factor: Vec::new(),
-            worker_link_factor: Vec::new(),
+            ..servers::PsScheme::default()
         };
         let gssp = servers::simulate(&lockstep, &work, &free, 100.0, 1);
         let allreduce = collective::simulate(1, &work, &free, 100.0, 1);

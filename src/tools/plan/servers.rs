@@ -42,6 +42,23 @@ pub struct PsScheme {
     pub worker_link_factor: Vec<f64>,
 }
 
+/// No groups; one shard each, nothing else: the fields a scheme leaves unsaid.
+impl Default for PsScheme {
+    fn default() -> Self {
+        PsScheme {
+            groups: Vec::new(),
+            bounds: Vec::new(),
+            round: false,
+            extra_apply_passes: 0.0,
+            local_steps: Vec::new(),
+            overlap: false,
+            shards: 1,
+            server_link_factor: Vec::new(),
+            worker_link_factor: Vec::new(),
+        }
+    }
+}
+
 impl PsScheme {
     /// Group `g`'s factor on its shards' messages.
     fn server_factor(&self, g: usize) -> f64 {
