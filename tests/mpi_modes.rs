@@ -1617,6 +1617,64 @@ fn gssp_sharded_servers_take_every_push_and_keep_the_bound() {
     assert!(accuracy >= 0.55, "accuracy {accuracy}");
 }
 
+/// 16-bit pushes and replies (`compression.push` and `compression.reply` = "bf16") between
+/// sharded gssp servers and their workers (as the test above): each shard's range travels
+/// as bfloat16, two values a word, and is widened before it is applied or computed on.
+/// Every push reaches both shards, the replicas agree, the model learns as with f32, and
+/// each push and reply moves half the words: the test MLP has 784 x 32 + 32 + 32 x 10 + 10
+/// = 25,450 parameters, 12,725 a shard, so a push or a reply is 2 x (3 + 6,363) words =
+/// 50,928 bytes (101,824 in f32).
+#[test]
+fn bf16_pushes_and_replies_move_half_the_bytes_and_learn() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let sets = [
+        "sync.mode=gssp",
+        "sync.gssp.groups=2",
+        "sync.gssp.staleness=1",
+        "sync.gssp.grouping=static",
+        "sync.gssp.static_groups=[[4,5],[6,7]]",
+        "sync.shards=2",
+        "compression.push=bf16",
+        "compression.reply=bf16",
+        "run.epochs=1",
+        "heterogeneity.slowdown=[1.0,1.0,3.0,3.0]",
+        "heterogeneity.unit_s=0.01",
+    ];
+    let run = scratch.train_ok("gssp-bf16", 8, &sets, DEADLINE);
+    for (shards, workers) in [([0, 2], [4, 5]), ([1, 3], [6, 7])] {
+        let its: u64 = iterations(&run, &workers).iter().sum();
+        assert_eq!(
+            pushes_applied(&run, &shards),
+            [its, its],
+            "shards {shards:?}"
+        );
+        for w in workers {
+            let csv = run.rank_csv(w);
+            let (sent, received) = (csv.col("bytes_sent"), csv.col("bytes_recv"));
+            assert!(!sent.is_empty(), "worker rank {w} logged no iteration");
+            assert!(
+                sent.iter().all(|&b| b == 50_928.0),
+                "worker rank {w}: bytes per push {sent:?}"
+            );
+            // Every iteration's reply was weights but the last one's, the stop.
+            let replies = &received[..received.len() - 1];
+            assert!(
+                replies.iter().all(|&b| b == 50_928.0),
+                "worker rank {w}: bytes per reply {received:?}"
+            );
+        }
+    }
+    let summary = run.summary();
+    let error = num(&summary, "replica_max_error");
+    assert!(error < 1e-5, "replica_max_error {error}");
+    // 1 epoch: 0.745 in f32 (the test above); a value packed into the wrong half of a word
+    // or widened into the wrong place would not learn.
+    let accuracy = num(&summary, "final_test_accuracy");
+    eprintln!("gssp-bf16: accuracy {accuracy}");
+    assert!(accuracy >= 0.55, "accuracy {accuracy}");
+}
+
 /// asp with its server sharded over three ranks, the middle shard (rank 1) deciding the
 /// stop after 20 pushes (`GSSP_FAULT_SERVER_STOP`) while the others would train for an
 /// epoch: its workers, told stop by it and sent weights by the others, leave those, which

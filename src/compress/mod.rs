@@ -1,11 +1,12 @@
 //! Update compression between group servers: exact top-k selection ([`topk`]), low-rank
 //! PowerSGD ([`powersgd`]), error feedback ([`feedback`]), the device its selection may run on ([`mirror`]) and the per-group upload ratio of
-//! GDTopK ([`ratio`]).
+//! GDTopK ([`ratio`]); and between a worker and its server, 16-bit pushes ([`bf16`]).
 //!
 //! Everything here is pure: the inter-group exchange in [`crate::runtime::exchange`] sends the
 //! index/value pairs and low-rank factors this module produces, through the RMA windows of
 //! `comm`.
 
+pub mod bf16;
 pub mod feedback;
 pub mod mirror;
 pub mod powersgd;

@@ -591,6 +591,33 @@ pub struct CompressionConfig {
     /// powersgd: the rank r of every weight matrix's factors at the ratio `ratio` (a group
     /// at another ratio under the `speed` policy or the warm-up scales it alike).
     pub rank: usize,
+    /// What a worker's push to its server carries (every mode with servers).
+    pub push: Precision,
+    /// What a server's reply to a worker (the weights it computes on) carries.
+    pub reply: Precision,
+}
+
+/// The values of a message between a worker and its server.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Precision {
+    /// Each value as it was computed.
+    #[default]
+    F32,
+    /// Each value rounded to bfloat16, two a word ([`crate::compress::bf16`]): half the
+    /// bytes. A push carries what rounding dropped into the worker's next push; a reply's
+    /// weights are rounded as mixed-precision training rounds the weights it computes on.
+    Bf16,
+}
+
+impl Precision {
+    /// Bytes a message of `values` values moves.
+    pub fn bytes(self, values: usize) -> f64 {
+        match self {
+            Precision::F32 => 4.0 * values as f64,
+            Precision::Bf16 => 4.0 * values.div_ceil(2) as f64,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -899,6 +926,8 @@ impl Default for CompressionConfig {
             warmup_epochs: 0.0,
             speed_ema: 0.2,
             rank: 4,
+            push: Precision::F32,
+            reply: Precision::F32,
         }
     }
 }
@@ -1065,6 +1094,7 @@ display_as_config_name!(
     BatchSplit,
     CompressionKind,
     RatioPolicy,
+    Precision,
     DeviceKind,
     ExchangeSelect,
     Augment,

@@ -4,10 +4,11 @@
 use std::collections::BTreeSet;
 use std::fmt::Display;
 
+use super::modes::Roles;
 use super::MAX_CLASSES;
 use super::{
     CompressionKind, Config, ConfigError, DataConfig, DatasetKind, ExchangeSelect, Grouping,
-    GsspConfig, OuterConfig, SparseTransport, SyncMode,
+    GsspConfig, OuterConfig, Precision, SparseTransport, SyncMode,
 };
 
 /// Upper bound of `sync.gssp.mailbox_messages`: the ring's size, messages x (1 + 2k) words
@@ -277,6 +278,23 @@ impl Config {
             "sync.gssp.sparse_transport",
             "\"mailbox\" with compression.kind = \"powersgd\" (low-rank factors travel as mailbox messages)",
             "\"accumulate\"",
+        )?;
+        let mode = self.sync.mode;
+        let servers = self.sync.strategy().roles() == Roles::Servers;
+        for (key, precision) in [("compression.push", c.push), ("compression.reply", c.reply)] {
+            ensure(
+                precision == Precision::F32 || servers,
+                key,
+                &format!("\"f32\" with sync.mode = \"{mode}\" (its workers talk to no server)"),
+                format!("\"{precision}\""),
+            )?;
+        }
+        let regroup_every_s = self.sync.gssp.regroup_every_s;
+        ensure(
+            c.reply == Precision::F32 || mode != SyncMode::Gssp || regroup_every_s == 0.0,
+            "compression.reply",
+            &format!("\"f32\" with sync.gssp.regroup_every_s = {regroup_every_s} (a regrouped worker's first weights travel in f32)"),
+            format!("\"{}\"", c.reply),
         )
     }
 
@@ -742,6 +760,10 @@ mod tests {
             (&["compression.speed_ema=0"], "compression.speed_ema: must be in (0, 1], got 0"),
             (&["compression.rank=0"], "compression.rank: must be in 1..=65536, got 0"),
             (&["compression.rank=70000"], "compression.rank: must be in 1..=65536, got 70000"),
+            (&["sync.mode=allreduce", "compression.push=bf16"], "compression.push: must be \"f32\" with sync.mode = \"allreduce\" (its workers talk to no server), got \"bf16\""),
+            (&["sync.mode=single", "compression.push=bf16"], "compression.push: must be \"f32\" with sync.mode = \"single\" (its workers talk to no server), got \"bf16\""),
+            (&["sync.mode=localsgd", "compression.reply=bf16"], "compression.reply: must be \"f32\" with sync.mode = \"localsgd\" (its workers talk to no server), got \"bf16\""),
+            (&["sync.mode=gssp", "sync.gssp.regroup_every_s=5", "compression.reply=bf16"], "compression.reply: must be \"f32\" with sync.gssp.regroup_every_s = 5 (a regrouped worker's first weights travel in f32), got \"bf16\""),
             (&["compression.kind=powersgd", "sync.gssp.sparse_transport=accumulate"], "sync.gssp.sparse_transport: must be \"mailbox\" with compression.kind = \"powersgd\" (low-rank factors travel as mailbox messages), got \"accumulate\""),
             (&["device.exchange_select=cuda"], "device.exchange_select: must be \"cpu\" or \"auto\" unless sync.mode = \"gssp\" with compression.kind = \"topk\" (only a gssp group server's top-k selects on a GPU), got \"cuda\""),
             (&["sync.mode=gssp", "compression.kind=dense", "device.exchange_select=cuda"], "device.exchange_select: must be \"cpu\" or \"auto\" unless sync.mode = \"gssp\" with compression.kind = \"topk\" (only a gssp group server's top-k selects on a GPU), got \"cuda\""),
@@ -796,6 +818,22 @@ mod tests {
         ])
         .unwrap();
         cfg.validate().unwrap();
+    }
+
+    #[test]
+    fn bf16_pushes_and_replies_pass_in_every_mode_with_servers() {
+        for mode in ["bsp", "asp", "ssp", "gssp", "async-localsgd"] {
+            let mode = format!("sync.mode={mode}");
+            let sets = [
+                mode.as_str(),
+                "compression.push=bf16",
+                "compression.reply=bf16",
+            ];
+            let cfg = with(&sets).unwrap();
+            cfg.validate().unwrap_or_else(|e| panic!("{mode}: {e}"));
+            assert_eq!(cfg.compression.push, super::Precision::Bf16);
+            assert_eq!(cfg.compression.reply, super::Precision::Bf16);
+        }
     }
 
     #[test]

@@ -46,6 +46,10 @@ pub struct CostModel {
     pub apply_s_per_param: f64,
     /// Bytes of one exchange message.
     pub exchange_bytes: f64,
+    /// Bytes of one worker's push and of one server's reply: the model in f32, or half of
+    /// that in bfloat16 (`compression.push`, `compression.reply`).
+    pub push_bytes: f64,
+    pub reply_bytes: f64,
     /// Pushes between two exchanges of a group server.
     pub exchange_every: usize,
     /// The workers' local steps per push of the fastest worker (1: one batch per push;
@@ -82,6 +86,8 @@ impl CostModel {
             bytes_per_s: network_gbps * 1e9 / 8.0,
             apply_s_per_param: apply_ns_per_param * 1e-9,
             exchange_bytes,
+            push_bytes: c.push.bytes(params),
+            reply_bytes: c.reply.bytes(params),
             exchange_every: cfg.sync.gssp.inter_group_every.max(1),
             local_steps: cfg
                 .sync
@@ -104,16 +110,21 @@ impl CostModel {
         bytes / self.bytes_per_s
     }
 
-    /// Seconds one reply (the whole model, 4 bytes a value) takes on a server's link.
-    pub fn weights_s(&self) -> f64 {
-        self.transfer_s(4.0 * self.params as f64)
+    /// Seconds one reply (the whole model's weights) takes on a server's link.
+    pub fn reply_s(&self) -> f64 {
+        self.transfer_s(self.reply_bytes)
+    }
+
+    /// Seconds one worker's push takes on a link.
+    pub fn push_s(&self) -> f64 {
+        self.transfer_s(self.push_bytes)
     }
 
     /// Seconds a group server works per push with `groups` groups: the gradient in, its
     /// apply, the weights out, and its share of an exchange.
     pub fn server_s_per_push(&self, groups: usize) -> f64 {
         let p = self.params as f64;
-        let push = 2.0 * self.transfer_s(4.0 * p) + p * self.apply_s_per_param;
+        let push = self.push_s() + self.reply_s() + p * self.apply_s_per_param;
         push + self.exchange_s(groups) / self.exchange_every as f64
     }
 
@@ -255,6 +266,8 @@ mod tests {
             bytes_per_s: 10e9,
             apply_s_per_param: 0.55e-9,
             exchange_bytes: 4.0 * params as f64,
+            push_bytes: 4.0 * params as f64,
+            reply_bytes: 4.0 * params as f64,
             exchange_every: 8,
             local_steps: (1, false),
         }
@@ -273,6 +286,32 @@ mod tests {
         // Measured: 59 us (33 applying, 26 answering); the model counts the push's copy
         // in too.
         assert!((55.0..=90.0).contains(&us), "{us} us per push");
+    }
+
+    #[test]
+    fn bf16_pushes_and_replies_are_half_the_f32_ones_rounded_up_to_a_word() {
+        let cfg = |push: &str| {
+            crate::config::Config::from_str_with_overrides(
+                "[data]\ndataset = \"synthetic\"\n[model]\nname = \"mlp\"\n[sync]\nmode = \"asp\"\n",
+                "test",
+                &[format!("compression.push={push}"), format!("compression.reply={push}")],
+            )
+            .unwrap()
+        };
+        let (f32_model, bf16_model) = (
+            CostModel::new(&cfg("f32"), 1001),
+            CostModel::new(&cfg("bf16"), 1001),
+        );
+        assert_eq!(
+            (f32_model.push_bytes, f32_model.reply_bytes),
+            (4004.0, 4004.0)
+        );
+        assert_eq!(
+            (bf16_model.push_bytes, bf16_model.reply_bytes),
+            (2004.0, 2004.0)
+        );
+        assert_eq!(bf16_model.push_s() * 2.0, bf16_model.transfer_s(4008.0));
+        assert_eq!(bf16_model.reply_s() * 2.0, bf16_model.transfer_s(4008.0));
     }
 
     #[test]

@@ -510,6 +510,8 @@ mod tests {
             bytes_per_s: 10e9,
             apply_s_per_param: 0.55e-9,
             exchange_bytes: 4.0 * 61_706.0,
+            push_bytes: 4.0 * 61_706.0,
+            reply_bytes: 4.0 * 61_706.0,
             exchange_every: 8,
             local_steps: (1, false),
         }

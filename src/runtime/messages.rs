@@ -53,6 +53,12 @@ pub enum MessageError {
     /// A server shard sent a Regroup: sharded groups do not regroup.
     #[error("server shard {shard} sent a Regroup; sharded groups do not regroup")]
     ShardRegroup { shard: usize },
+    /// A 16-bit reply (`compression.reply = "bf16"`) of the wrong length.
+    #[error("server shard {shard} sent 16-bit weights that do not fit its range: {error}")]
+    PackedReply {
+        shard: usize,
+        error: crate::compress::bf16::PackedLength,
+    },
 }
 
 /// A worker's new group (a Regroup message): the world ranks of its members, the server

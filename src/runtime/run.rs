@@ -191,7 +191,9 @@ fn play_worker<B: Backend>(
         .as_ref()
         .context("worker without its group's communicator")?;
     let comms: Vec<&SubComm> = std::iter::once(group).chain(&ctx.comms.shards).collect();
-    let mut link = ShardLinks::new(&comms, trainer.step.net.num_params())?;
+    let params = trainer.step.net.num_params();
+    let formats = (ctx.cfg.compression.push, ctx.cfg.compression.reply);
+    let mut link = ShardLinks::new(&comms, params, formats)?;
     let mut log = ctx.run.worker_log(ctx.comm.rank(), ctx.cfg.run.log_every)?;
     let work = trainer.context(ctx, &mut log);
     let stats = match local_steps(ctx)? {

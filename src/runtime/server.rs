@@ -8,13 +8,14 @@
 
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::checkpoint::{RankMeta, WEIGHTS};
 use crate::comm::p2p::ServerLink;
 use crate::comm::SubComm;
+use crate::compress::bf16;
 use crate::compute::optim;
-use crate::config::Config;
+use crate::config::{Config, Precision};
 use crate::protocol::param_server::ParamServer;
 use crate::runtime::messages::{PushRef, ServerMessages};
 use crate::runtime::peers::{Exchanged, Meet, Peers, SavedPeers};
@@ -118,6 +119,8 @@ pub fn serve(
         shown: Progress::new(ctx.cfg, ctx.train_len, ctx.show_progress),
         pace,
         slowest_due_s: 0.0,
+        widened: Vec::new(),
+        packed: Vec::new(),
     };
     server.send_first_weights()?;
     while let Some(pushed) = server.receive_and_apply()? {
@@ -187,6 +190,10 @@ struct Server<'a, 'c, 's, 'p, 'w> {
     pace: WorkerPace,
     /// When this server next tells its peers its slowest worker (seconds on the clock).
     slowest_due_s: f64,
+    /// With 16-bit pushes (`compression.push = "bf16"`), the last push widened to f32.
+    widened: Vec<f32>,
+    /// With 16-bit replies (`compression.reply = "bf16"`), the last weights sent, packed.
+    packed: Vec<f32>,
 }
 
 impl Server<'_, '_, '_, '_, '_> {
@@ -212,15 +219,18 @@ impl Server<'_, '_, '_, '_, '_> {
     /// SSP bound lets go first (every worker then waits for weights).
     fn send_first_weights(&mut self) -> Result<()> {
         let (link, ps) = (&mut *self.link, &mut *self.ps);
+        let reply = self.ctx.cfg.compression.reply;
         if self.ctx.resumed_pushes.is_some() {
             ps.release(&mut self.ready);
-            link.send_weights(&self.ready, ps.version(), ps.weights(), |_| 0)?;
+            let weights = reply_payload(&self.ready, ps.weights(), reply, &mut self.packed);
+            link.send_weights(&self.ready, ps.version(), weights, |_| 0)?;
             return Ok(());
         }
         // A regrouping server has slots for the other groups' workers too.
         let workers = link.workers();
         let everyone: Vec<usize> = (0..workers).filter(|&w| !link.has_left(w)).collect();
-        link.send_weights(&everyone, ps.version(), ps.weights(), |_| 0)?;
+        let weights = reply_payload(&everyone, ps.weights(), reply, &mut self.packed);
+        link.send_weights(&everyone, ps.version(), weights, |_| 0)?;
         let time_s = self.time_s();
         for &w in &everyone {
             self.pace.sent(w, time_s);
@@ -255,13 +265,24 @@ impl Server<'_, '_, '_, '_, '_> {
         }
         let rank = self.ctx.worker_ranks.get(w).copied().unwrap_or(w);
         let params = self.ps.weights().len();
-        if push.payload.len() != params {
-            anyhow::bail!(
+        let push = match cfg.compression.push {
+            Precision::F32 if push.payload.len() != params => anyhow::bail!(
                 "worker {w} (rank {rank}) pushed {} values at its iteration {}; the model has {params}",
                 push.payload.len(),
                 push.clock
-            );
-        }
+            ),
+            Precision::F32 => push,
+            Precision::Bf16 => {
+                self.widened.resize(params, 0.0);
+                bf16::decode(push.payload, &mut self.widened).with_context(|| {
+                    format!("worker {w} (rank {rank}), its iteration {}", push.clock)
+                })?;
+                PushRef {
+                    payload: &self.widened,
+                    ..push
+                }
+            }
+        };
         check_push(&push, rank, self.stats.pushes, cfg.optim.lr)?;
         let progress = cfg.run.progress(self.epoch, time_s);
         let lr = optim::lr_at(&cfg.optim, self.epoch, progress);
@@ -442,9 +463,9 @@ impl Server<'_, '_, '_, '_, '_> {
         }
         self.ready.clear();
         ps.release(&mut self.ready);
-        link.send_weights(&self.ready, ps.version(), ps.weights(), |w| {
-            ps.last_staleness(w)
-        })?;
+        let reply = self.ctx.cfg.compression.reply;
+        let weights = reply_payload(&self.ready, ps.weights(), reply, &mut self.packed);
+        link.send_weights(&self.ready, ps.version(), weights, |w| ps.last_staleness(w))?;
         let time_s = self.ctx.start.elapsed().as_secs_f64();
         for &w in &self.ready {
             self.pace.sent(w, time_s);
@@ -491,6 +512,23 @@ impl Server<'_, '_, '_, '_, '_> {
             drained_from: e.exchanged.drained_from,
             meet_s,
         })
+    }
+}
+
+/// The weights as a reply to `workers` carries them (`compression.reply`): as they are, or
+/// rounded to bfloat16 and packed into `packed` (not when no worker is answered).
+fn reply_payload<'a>(
+    workers: &[usize],
+    weights: &'a [f32],
+    reply: Precision,
+    packed: &'a mut Vec<f32>,
+) -> &'a [f32] {
+    match reply {
+        Precision::Bf16 if !workers.is_empty() => {
+            bf16::pack_rounded(weights, packed);
+            packed
+        }
+        _ => weights,
     }
 }
 

@@ -425,7 +425,7 @@ fn apply_groups(cfg: &Config, layout: &mut Layout, formed: WorkerGroups, params:
                 .iter()
                 .map(|g| g.iter().map(index).collect())
                 .collect();
-            let reply_s = CostModel::new(cfg, params).weights_s();
+            let reply_s = CostModel::new(cfg, params).reply_s();
             let bounds = grouping::auto_staleness(times, worst, &groups, reply_s);
             let least = least_staleness(cfg.sync.overlap);
             bounds.into_iter().map(|s| s.max(least)).collect()
@@ -887,7 +887,7 @@ mod tests {
             &times,
             &worst,
             &[vec![0, 1], vec![2, 3]],
-            CostModel::new(&cfg, 100).weights_s(),
+            CostModel::new(&cfg, 100).reply_s(),
         );
         apply_groups(&cfg, &mut layout, formed(groups, Some((times, worst))), 100);
         assert_eq!(layout.staleness, want);

@@ -19,6 +19,11 @@
 //! push a shard took is applied, so every push reaches every shard or, past the stop, none
 //! of its work is lost at any shard that applied it. Regrouping and the workers of local
 //! steps take one shard only (validated).
+//!
+//! With `compression.push = "bf16"` each shard's range of a push travels as bfloat16, two
+//! values a word, each range with its own error feedback ([`crate::compress::bf16`]); the
+//! shard widens it back before it applies it. With `compression.reply = "bf16"` each
+//! shard's range of the weights comes the same way and is widened into the worker's model.
 
 use std::ops::Range;
 
@@ -26,6 +31,8 @@ use anyhow::Result;
 
 use crate::comm::p2p::{LinkStats, WorkerLink};
 use crate::comm::{Collectives, CommError};
+use crate::compress::bf16;
+use crate::config::Precision;
 use crate::protocol::layout::shard_ranges;
 use crate::protocol::wire::HEADER_WORDS;
 use crate::runtime::messages::{MessageError, WeightsHeader, WorkerMessages};
@@ -36,12 +43,23 @@ pub struct ShardLinks {
     ranges: Vec<Range<usize>>,
     /// Each shard's answer to the last push, kept to be refilled without allocating.
     headers: Vec<WeightsHeader>,
+    /// With 16-bit pushes, each shard's range's encoder (empty: f32 pushes).
+    encoders: Vec<bf16::Encoder>,
+    /// A range of the last push, packed.
+    packed: Vec<f32>,
+    /// What the replies carry; with bfloat16, a range of the last reply as it came.
+    reply: Precision,
+    reply_words: Vec<f32>,
 }
 
 impl ShardLinks {
     /// Links to the server at rank 0 of each of `comms` (shard 0 first) for a model of `n`
-    /// parameters. Not collective.
-    pub fn new<C: Collectives>(comms: &[&C], n: usize) -> Result<ShardLinks, CommError> {
+    /// parameters, whose pushes and replies carry `(push, reply)`. Not collective.
+    pub fn new<C: Collectives>(
+        comms: &[&C],
+        n: usize,
+        (push, reply): (Precision, Precision),
+    ) -> Result<ShardLinks, CommError> {
         let ranges = shard_ranges(n, comms.len());
         let links = comms
             .iter()
@@ -49,11 +67,36 @@ impl ShardLinks {
             .map(|(c, r)| WorkerLink::new(*c, 0, HEADER_WORDS, r.len()))
             .collect::<Result<Vec<_>, _>>()?;
         let headers = Vec::with_capacity(links.len());
+        let encoders = match push {
+            Precision::F32 => Vec::new(),
+            Precision::Bf16 => ranges.iter().map(|r| bf16::Encoder::new(r.len())).collect(),
+        };
         Ok(ShardLinks {
             links,
             ranges,
             headers,
+            encoders,
+            packed: Vec::new(),
+            reply,
+            reply_words: Vec::new(),
         })
+    }
+
+    /// Shard `j`'s answer, the weights of its range written into `out`: as they came, or
+    /// widened from bfloat16 (`compression.reply`).
+    fn recv_range(&mut self, j: usize, out: &mut [f32]) -> Result<WeightsHeader, MessageError> {
+        let link = &mut self.links[j];
+        if self.reply == Precision::F32 {
+            return link.recv_weights(out);
+        }
+        self.reply_words.resize(bf16::words_for(out.len()), 0.0);
+        let mut header = link.recv_weights(&mut self.reply_words)?;
+        if !header.stop && header.regroup.is_none() {
+            bf16::decode(&self.reply_words[..header.len], out)
+                .map_err(|error| MessageError::PackedReply { shard: j, error })?;
+            header.len = out.len();
+        }
+        Ok(header)
     }
 
     /// The link to shard 0 (the only one without sharding): regrouping moves it.
@@ -97,20 +140,28 @@ impl ShardLinks {
 
 impl WorkerMessages for ShardLinks {
     fn push(&mut self, clock: u64, loss: f32, payload: &[f32]) -> Result<(), MessageError> {
-        for (link, range) in self.links.iter_mut().zip(&self.ranges) {
-            link.push(clock, loss, &payload[range.clone()])?;
+        for (j, (link, range)) in self.links.iter_mut().zip(&self.ranges).enumerate() {
+            let values = &payload[range.clone()];
+            match self.encoders.get_mut(j) {
+                Some(encoder) => {
+                    encoder.encode(values, &mut self.packed);
+                    link.push(clock, loss, &self.packed)?;
+                }
+                None => link.push(clock, loss, values)?,
+            }
         }
         Ok(())
     }
 
     fn recv_weights(&mut self, out: &mut [f32]) -> Result<WeightsHeader, MessageError> {
         if self.links.len() == 1 {
-            return self.links[0].recv_weights(out);
+            return self.recv_range(0, out);
         }
         let mut headers = std::mem::take(&mut self.headers);
         headers.clear();
-        for (j, (link, range)) in self.links.iter_mut().zip(&self.ranges).enumerate() {
-            let header = link.recv_weights(&mut out[range.clone()])?;
+        for j in 0..self.links.len() {
+            let range = self.ranges[j].clone();
+            let header = self.recv_range(j, &mut out[range])?;
             if header.regroup.is_some() {
                 return Err(MessageError::ShardRegroup { shard: j });
             }

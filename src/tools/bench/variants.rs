@@ -347,6 +347,43 @@ mod tests {
         assert_eq!(variants[3].ranks, 32);
     }
 
+    /// The 16-bit variants load on the 32 workers' config, on the same ranks as the variant
+    /// before them, from which each differs in `compression.push` (and `compression.reply`
+    /// unless it is a "-bf16-push" variant) alone.
+    #[test]
+    fn the_bf16_variants_differ_from_the_one_before_in_their_precision_alone() {
+        let file = Path::new("configs/bench/variants_bf16.toml");
+        let config = Path::new("configs/scale_lenet5_mnist_32.toml");
+        let variants = load(file, config, &[]).unwrap();
+        let names: Vec<&str> = variants.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "gssp-gdtopk",
+                "gssp-gdtopk-bf16-push",
+                "gssp-gdtopk-bf16",
+                "gssp-gdtopk-shards4",
+                "gssp-gdtopk-shards4-bf16",
+                "asp-dc",
+                "asp-dc-bf16"
+            ]
+        );
+        let push = "compression.push=bf16".to_string();
+        let reply = "compression.reply=bf16".to_string();
+        for (base, bf16, sets) in [
+            (0, 1, vec![push.clone()]),
+            (0, 2, vec![push.clone(), reply.clone()]),
+            (3, 4, vec![push.clone(), reply.clone()]),
+            (5, 6, vec![push.clone(), reply.clone()]),
+        ] {
+            let (base, bf16) = (&variants[base], &variants[bf16]);
+            let mut want = base.overrides.clone();
+            want.extend(sets);
+            assert_eq!(bf16.overrides, want, "{}", bf16.name);
+            assert_eq!(bf16.ranks, base.ranks, "{}", bf16.name);
+        }
+    }
+
     /// The shard pairs load on both sizes' configs, differ in `sync.shards` alone, and
     /// reserve the three further shards of each group server as ranks.
     #[test]

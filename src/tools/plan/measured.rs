@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{collective, servers, Outcome, Workload};
 use crate::config::modes::Simulation;
-use crate::config::{Config, Distribution, SyncMode};
+use crate::config::{Config, Distribution, Precision, SyncMode};
 use crate::protocol::costmodel::CostModel;
 
 /// A measured run, reduced to what the simulator takes and what it predicts.
@@ -43,6 +43,12 @@ pub struct MeasuredRun {
     /// "cyclic"` over `cluster.nodes` = the workers), sharing their links.
     #[serde(default)]
     pub colocated: bool,
+    /// What its workers' pushes and its servers' replies carried (`compression.push`,
+    /// `compression.reply`).
+    #[serde(default)]
+    pub push: Precision,
+    #[serde(default)]
+    pub reply: Precision,
     pub exchange_bytes: f64,
     pub exchange_every: usize,
     /// Each worker's measured seconds per iteration outside waits (compute and push): the
@@ -205,6 +211,8 @@ impl MeasuredRun {
             shards: cfg.sync.shards,
             colocated: cfg.cluster.distribution == Distribution::Cyclic
                 && cfg.cluster.nodes == times.len(),
+            push: cfg.compression.push,
+            reply: cfg.compression.reply,
             exchange_bytes: cost.exchange_bytes,
             exchange_every: cost.exchange_every,
             times,
@@ -346,7 +354,8 @@ pub fn check(run: &MeasuredRun, machine: &Machine) -> Check {
     let p = run.params as f64;
     // A shard's measured time per push moves, applies and exchanges its range alone.
     let shards = run.shards.max(1) as f64;
-    let transfer = 2.0 * 4.0 * p / shards / machine.bytes_per_s;
+    let (push_bytes, reply_bytes) = (run.push.bytes(run.params), run.reply.bytes(run.params));
+    let transfer = (push_bytes + reply_bytes) / shards / machine.bytes_per_s;
     // The measured server time per push holds both transfers and the apply (and, for gssp,
     // the exchange's share): the apply is what is left.
     let exchange_share = if run.groups.len() > 1 {
@@ -366,6 +375,8 @@ pub fn check(run: &MeasuredRun, machine: &Machine) -> Check {
         bytes_per_s: machine.bytes_per_s,
         apply_s_per_param: apply_s * shards / p / if run.delay_compensation { 2.0 } else { 1.0 },
         exchange_bytes: run.exchange_bytes,
+        push_bytes,
+        reply_bytes,
         exchange_every: run.exchange_every,
         // The simulator takes each worker's local steps from its scheme.
         local_steps: (1, false),
@@ -441,6 +452,8 @@ mod tests {
             overlap: false,
             shards: 1,
             colocated: false,
+            push: Precision::F32,
+            reply: Precision::F32,
             exchange_bytes: 80.0,
             exchange_every: 4,
             times,

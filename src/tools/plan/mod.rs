@@ -332,7 +332,7 @@ pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Pla
     let mut gssp = Vec::new();
     for &g in opts.group_counts.iter().filter(|&&g| (1..=n).contains(&g)) {
         let groups = groups_for(&work.times, &spreads, g)?;
-        let bounds = gssp_bounds(work, &groups, opts.gssp_staleness, cost.weights_s());
+        let bounds = gssp_bounds(work, &groups, opts.gssp_staleness, cost.reply_s());
         let o = ps(
             groups,
             bounds.iter().map(|&b| Some(b)).collect(),
@@ -734,6 +734,8 @@ mod tests {
             bytes_per_s: 10e9,
             apply_s_per_param: 1e-9,
             exchange_bytes: 4.0 * params as f64,
+            push_bytes: 4.0 * params as f64,
+            reply_bytes: 4.0 * params as f64,
             exchange_every: 4,
             local_steps: (1, false),
         }
@@ -871,6 +873,33 @@ mod tests {
             sharded.images_per_s > 2.5 * gssp.images_per_s,
             "{sharded:?} {gssp:?}"
         );
+    }
+
+    /// The saturated server of [`shards_divide_a_saturated_servers_work`] with 16-bit pushes
+    /// (`compression.push = "bf16"`): a push takes 0.02 s on its link instead of 0.04, the
+    /// reply still 0.04, so the server takes 1 / 0.06 pushes a second instead of 1 / 0.08.
+    #[test]
+    fn half_size_pushes_lift_a_saturated_server_by_the_bytes_they_save() {
+        let f32_push = slow_link();
+        let bf16_push = CostModel {
+            push_bytes: 2.0 * 1000.0,
+            ..slow_link()
+        };
+        let scheme = servers::PsScheme {
+            groups: vec![(0..8).collect()],
+            bounds: vec![None],
+            ..servers::PsScheme::default()
+        };
+        let eight = work(vec![0.1; 8]);
+        let per_s = |c: &CostModel| {
+            let o = servers::simulate(&scheme, &eight, c, 20.0, 1);
+            assert!(o.server_busy[0] > 0.99, "{o:?}");
+            o.iterations as f64 / 20.0
+        };
+        assert!((per_s(&f32_push) - 12.5).abs() < 0.3);
+        assert!((per_s(&bf16_push) - 1.0 / 0.06).abs() < 0.4);
+        assert!((f32_push.server_s_per_push(1) - 0.08).abs() < 1e-12);
+        assert!((bf16_push.server_s_per_push(1) - 0.06).abs() < 1e-12);
     }
 
     /// The eight shards of [`shards_divide_a_saturated_servers_work`], each beside one of

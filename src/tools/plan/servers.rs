@@ -185,13 +185,15 @@ pub fn simulate(
     let p = cost.params as f64;
     // The server spends a message's transfer; the latency is flight time.
     let shards = scheme.shards.max(1) as f64;
-    let whole_message = cost.transfer_s(4.0 * p);
-    let message = cost.transfer_s(4.0 * p / shards);
+    // A push and a reply (each f32 or bfloat16: `compression.push`, `compression.reply`),
+    // whole and a shard's.
+    let whole_push = cost.push_s();
+    let (push_share, reply_share) = (whole_push / shards, cost.reply_s() / shards);
     let latency = cost.latency_s;
     // A push reaches the last shard once the worker's link has moved every other shard's
     // share before it; the replies come back as each shard answers, so the last one is
     // in a share after that.
-    let to_server = |w: usize| latency + (whole_message - message) * scheme.worker_factor(w);
+    let to_server = |w: usize| latency + (whole_push - push_share) * scheme.worker_factor(w);
     let apply = p * cost.apply_s_per_param / shards;
     let exchange = cost.exchange_s(groups) / shards;
     let exchange_bytes = 2.0 * groups.saturating_sub(1) as f64 * cost.exchange_bytes / shards;
@@ -227,16 +229,16 @@ pub fn simulate(
         if scheme.overlap {
             waits_from[w] += scheme.push_s(&mut sampler, w);
         }
-        let message = message * scheme.server_factor(server_of[w]);
+        let factor = scheme.server_factor(server_of[w]);
         let srv = &mut servers[server_of[w]];
         let start = t.max(srv.free_at);
-        let mut end = start + message + apply * (1.0 + scheme.extra_apply_passes);
+        let mut end = start + push_share * factor + apply * (1.0 + scheme.extra_apply_passes);
         // An iteration (its bytes, its staleness) counts once its push is applied within
         // the horizon, bsp's once its round is: a saturated server's queue at the end is
         // work not done.
         let within = end <= horizon_s;
         if within {
-            srv.bytes += 4.0 * p / shards;
+            srv.bytes += cost.push_bytes / shards;
         }
         if scheme.round {
             srv.round_pushes += 1;
@@ -272,10 +274,10 @@ pub fn simulate(
         }
         for (k, &slot) in ready.iter().enumerate() {
             let r = srv.members[slot];
-            end += message;
+            end += reply_share * factor;
             if end <= horizon_s {
-                srv.bytes += 4.0 * p / shards;
-                srv.out_bytes += 4.0 * p / shards;
+                srv.bytes += cost.reply_bytes / shards;
+                srv.out_bytes += cost.reply_bytes / shards;
                 pushes_of[r] += 1;
             }
             let arrives = end + latency + k as f64 * work.burst_s;
@@ -316,8 +318,8 @@ pub fn simulate(
 /// [`crate::protocol::layout::Layout`] numbers them) beside the worker of rank
 /// `shard ranks + i` with `(shard ranks + i) mod n = k`, that is worker `n - shard ranks + k`.
 /// A shared link is taken as shared in proportion to use: a shard's messages move at the
-/// share of its link its worker leaves free (its pushes and replies, each a whole model,
-/// per second), a worker's pushes at the share its shard's replies leave; the shares come
+/// share of its link its worker leaves free (the time its whole pushes take a second), a
+/// worker's pushes at the share its shard's replies leave; the shares come
 /// from the simulation before, three times over (fluid sharing, no packet-level detail).
 /// Every shard of a group takes every push, so a group moves at its busiest shard's pace.
 pub fn colocated(
@@ -338,7 +340,7 @@ pub fn colocated(
     let beside = |k: usize| (n + k).checked_sub(ranks).filter(|&w| w < n);
     let mut sharing = scheme.clone();
     let mut o = simulate(&sharing, work, cost, horizon_s, seed);
-    let whole = cost.transfer_s(4.0 * cost.params as f64);
+    let whole = cost.push_s();
     let free = |used: f64| 1.0 / (1.0 - used.min(0.9));
     for _ in 0..3 {
         let mut server_factor = vec![1.0f64; groups];
