@@ -1574,6 +1574,20 @@ fn pushes_applied(run: &Run, ranks: &[usize]) -> Vec<u64> {
         .collect()
 }
 
+/// gssp in 2 groups of workers at 1x and 3x (ranks 4-5 and 6-7), each group's server
+/// sharded over two ranks (0 and 2, 1 and 3), staleness 1, one epoch.
+const SHARDED_GSSP: [&str; 9] = [
+    "sync.mode=gssp",
+    "sync.gssp.groups=2",
+    "sync.gssp.staleness=1",
+    "sync.gssp.grouping=static",
+    "sync.gssp.static_groups=[[4,5],[6,7]]",
+    "sync.shards=2",
+    "run.epochs=1",
+    "heterogeneity.slowdown=[1.0,1.0,3.0,3.0]",
+    "heterogeneity.unit_s=0.01",
+];
+
 /// gssp with each group's server sharded over two ranks (`sync.shards = 2`): 2 groups of
 /// workers at 1x and 3x, ranks 0-1 the first shards, 2-3 the second, 4-7 the workers. Every
 /// push reaches both shards of its group (each applied exactly its workers' iterations), the
@@ -1584,18 +1598,7 @@ fn gssp_sharded_servers_take_every_push_and_keep_the_bound() {
     let _lock = job_lock();
     let scratch = Scratch::new();
     let s = 1usize;
-    let sets = [
-        "sync.mode=gssp",
-        "sync.gssp.groups=2",
-        "sync.gssp.staleness=1",
-        "sync.gssp.grouping=static",
-        "sync.gssp.static_groups=[[4,5],[6,7]]",
-        "sync.shards=2",
-        "run.epochs=1",
-        "heterogeneity.slowdown=[1.0,1.0,3.0,3.0]",
-        "heterogeneity.unit_s=0.01",
-    ];
-    let run = scratch.train_ok("gssp-shards", 8, &sets, DEADLINE);
+    let run = scratch.train_ok("gssp-shards", 8, &SHARDED_GSSP, DEADLINE);
     for (group, shards, workers) in [(0, [0, 2], [4, 5]), (1, [1, 3], [6, 7])] {
         let applied = pushes_applied(&run, &shards);
         let its: u64 = iterations(&run, &workers).iter().sum();
@@ -1628,19 +1631,8 @@ fn gssp_sharded_servers_take_every_push_and_keep_the_bound() {
 fn bf16_pushes_and_replies_move_half_the_bytes_and_learn() {
     let _lock = job_lock();
     let scratch = Scratch::new();
-    let sets = [
-        "sync.mode=gssp",
-        "sync.gssp.groups=2",
-        "sync.gssp.staleness=1",
-        "sync.gssp.grouping=static",
-        "sync.gssp.static_groups=[[4,5],[6,7]]",
-        "sync.shards=2",
-        "compression.push=bf16",
-        "compression.reply=bf16",
-        "run.epochs=1",
-        "heterogeneity.slowdown=[1.0,1.0,3.0,3.0]",
-        "heterogeneity.unit_s=0.01",
-    ];
+    let mut sets = SHARDED_GSSP.to_vec();
+    sets.extend(["compression.push=bf16", "compression.reply=bf16"]);
     let run = scratch.train_ok("gssp-bf16", 8, &sets, DEADLINE);
     for (shards, workers) in [([0, 2], [4, 5]), ([1, 3], [6, 7])] {
         let its: u64 = iterations(&run, &workers).iter().sum();
