@@ -390,6 +390,44 @@ fn every_mode_resumes_its_final_checkpoint_and_trains_on() {
     }
 }
 
+/// A run of sharded servers (gssp in 2 groups of 2 workers, each group's server 2 ranks:
+/// 0 and 2, 1 and 3) resumes its final checkpoint on its own 8 ranks, each shard from its
+/// own file (its range), and trains on: over both runs every push reached both shards of
+/// its group and the replicas agree. On another rank count it is refused, naming both.
+#[test]
+fn a_sharded_run_resumes_its_final_checkpoint_on_its_own_ranks() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let sets = [
+        "sync.mode=gssp",
+        "sync.gssp.groups=2",
+        "sync.gssp.grouping=static",
+        "sync.gssp.static_groups=[[4,5],[6,7]]",
+        "sync.shards=2",
+        "run.epochs=1",
+    ];
+    let first = scratch.train_ok("gssp-sharded", 8, &sets, HANG_GUARD);
+    let layout = first.layout();
+    resume_trains_on(&first, "gssp-sharded", 8, 2);
+    assert_eq!(first.layout(), layout, "the layout changed");
+    for (shards, workers) in [([0, 2], [4, 5]), ([1, 3], [6, 7])] {
+        let applied: Vec<f64> = shards
+            .iter()
+            .map(|&r| first.rank_csv(r).last("pushes"))
+            .collect();
+        let iterations: f64 = workers
+            .iter()
+            .map(|&w| first.rank_csv(w).last("iteration"))
+            .sum();
+        assert_eq!(applied, [iterations; 2], "shards {shards:?}");
+    }
+    let err = resume_fails(&first.dir, 9, &["run.epochs=3"]);
+    assert!(
+        err.contains("--resume on 9 ranks") && err.contains("resume it on 8 ranks"),
+        "another rank count:\n{err}"
+    );
+}
+
 /// Resumes `run` on `ranks` ranks until epoch `epochs`; checks that it trained on from the
 /// checkpoint (more iterations, accuracy kept within 2 points), that its layout has
 /// `ranks` ranks, and that its replicas agree.

@@ -271,8 +271,10 @@ fn plan_predicts_every_mode_and_recommends_a_group_per_tier() {
             "gssp-overlap",
             "gssp-sharded",
             "gssp-sharded-overlap",
+            "gssp-sharded-local",
             "gssp-sharded-colocated",
-            "gssp-sharded-colocated-overlap"
+            "gssp-sharded-colocated-overlap",
+            "gssp-sharded-colocated-local"
         ]
     );
     let rate = |i: usize| rows[i]["images_per_s"].as_f64().unwrap();
@@ -302,8 +304,14 @@ fn plan_predicts_every_mode_and_recommends_a_group_per_tier() {
     // sit beside the workers.
     let nodes = |i: usize| rows[i]["nodes"].as_u64().unwrap();
     assert_eq!((nodes(0), nodes(4), nodes(13)), (17, 16, 20));
-    assert_eq!((nodes(16), nodes(18)), (16 + 8, 16));
-    assert_eq!(rows[18]["shards"], 2);
+    assert_eq!((nodes(16), nodes(19)), (16 + 8, 16));
+    assert_eq!(rows[19]["shards"], 2);
+    // The sharded rows with gssp-local's local steps, on the same shards and nodes.
+    for (local, sharded) in [(18, 16), (21, 19)] {
+        assert_eq!(rows[local]["shards"], rows[sharded]["shards"]);
+        assert_eq!(nodes(local), nodes(sharded));
+        assert!(busy(local) < busy(sharded), "{local}: {}", busy(local));
+    }
 
     // `sync.gssp.staleness = "auto"` with 5x spells: each group the bound a run would pick.
     let transient = concat!(

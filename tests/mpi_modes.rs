@@ -1667,6 +1667,42 @@ fn bf16_pushes_and_replies_move_half_the_bytes_and_learn() {
     assert!(accuracy >= 0.55, "accuracy {accuracy}");
 }
 
+/// Sharded gssp servers (as the tests above) whose workers take 2 local steps per push
+/// (`sync.gssp.local_steps = 2`, the same for all): each push is the change of a worker's
+/// 2 steps, cut by key range like a gradient, and each shard applies its range of it. Every
+/// worker pushes after exactly its 2 steps, each shard of a group applies every push of its
+/// workers, the SSP bound holds at every shard, the replicas agree, and the model learns.
+#[test]
+fn sharded_servers_take_the_changes_of_local_steps() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let mut sets = SHARDED_GSSP.to_vec();
+    sets.extend([
+        "sync.gssp.local_steps=2",
+        "sync.gssp.dynamic_local_steps=false",
+    ]);
+    let run = scratch.train_ok("gssp-shards-local", 8, &sets, DEADLINE);
+    for (shards, workers) in [([0, 2], [4, 5]), ([1, 3], [6, 7])] {
+        let pushes: u64 = workers
+            .iter()
+            .map(|&w| assert_pushes_every(&run, w, 2) as u64)
+            .sum();
+        let applied = pushes_applied(&run, &shards);
+        assert_eq!(applied, [pushes, pushes], "shards {shards:?}");
+        for r in shards {
+            let spread = run.rank_csv(r).col("clock_spread");
+            let max = spread.iter().cloned().fold(0.0, f64::max);
+            assert!(max <= 1.0, "shard rank {r}: clock_spread {max} > 1");
+        }
+    }
+    let summary = run.summary();
+    let error = num(&summary, "replica_max_error");
+    assert!(error < 1e-5, "replica_max_error {error}");
+    let accuracy = num(&summary, "final_test_accuracy");
+    eprintln!("gssp-shards-local: accuracy {accuracy}");
+    assert!(accuracy >= 0.55, "accuracy {accuracy}");
+}
+
 /// asp with its server sharded over three ranks, the middle shard (rank 1) deciding the
 /// stop after 20 pushes (`GSSP_FAULT_SERVER_STOP`) while the others would train for an
 /// epoch: its workers, told stop by it and sent weights by the others, leave those, which

@@ -8,9 +8,9 @@
 //!   layout's own fields are checked against the config and the world where the run takes
 //!   it up, in `runtime::setup`, since the layout's type lives above this layer).
 //! - A mode may refuse its settings' resume ([`Mode::resume_refusal`]): gssp with local
-//!   steps, since a checkpoint does not record its workers' replicas; and a run of sharded
-//!   servers (`sync.shards` > 1) is refused whatever its mode, each server's file holding
-//!   one range of the weights.
+//!   steps, since a checkpoint does not record its workers' replicas. A run of sharded
+//!   servers (`sync.shards` > 1) resumes on its own rank count only, each shard from its
+//!   own file (one range of the weights), whatever its mode.
 //! - On another rank count a mode changes the settings that name the old world's ranks
 //!   ([`Mode::refit_to_world`]): gssp's `grouping = "static"` becomes grouping by profile
 //!   (and the resolved config says so).
@@ -50,9 +50,10 @@ pub fn fit(
 ) -> Result<Fit, String> {
     agrees_with_config(manifest, cfg, &store::manifest_path(dir)).map_err(|e| e.to_string())?;
     let mode = cfg.sync.strategy();
-    if cfg.sync.shards > 1 {
+    let saved = manifest.world_size;
+    if cfg.sync.shards > 1 && world_size != saved {
         return Err(format!(
-            "--resume: {} ran sharded servers (sync.shards = {}), whose files hold one range each, and a resume does not join them yet; it cannot be resumed",
+            "--resume on {world_size} ranks: {} ran sharded servers (sync.shards = {}) on {saved} ranks, whose files hold one range each, and a resume on another rank count does not join and cut them anew yet; resume it on {saved} ranks",
             dir.display(),
             cfg.sync.shards
         ));
@@ -63,7 +64,6 @@ pub fn fit(
             dir.display()
         ));
     }
-    let saved = manifest.world_size;
     if world_size != saved {
         mode.refit_to_world(&mut cfg.sync);
     }
@@ -195,11 +195,15 @@ mod tests {
     }
 
     #[test]
-    fn a_run_of_sharded_servers_is_refused() {
+    fn a_run_of_sharded_servers_resumes_on_its_own_rank_count_only() {
         let (mut cfg, manifest) = saved(&["sync.mode=ssp", "sync.shards=2"], 6);
-        let err = fit(&mut cfg, &manifest, dir(), 6).unwrap_err();
+        let fitted = fit(&mut cfg.clone(), &manifest, dir(), 6).unwrap();
+        assert_eq!(fitted.workers, 4);
+        let err = fit(&mut cfg, &manifest, dir(), 7).unwrap_err();
         assert!(
-            err.contains("sync.shards = 2") && err.contains("cannot be resumed"),
+            err.starts_with("--resume on 7 ranks")
+                && err.contains("sync.shards = 2")
+                && err.contains("resume it on 6 ranks"),
             "{err}"
         );
     }

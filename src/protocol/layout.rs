@@ -259,20 +259,21 @@ impl Layout {
         self.check_slowdown(cfg)?;
         self.check_batches(cfg)?;
         self.check_local_steps(cfg)?;
-        self.check_shards()?;
+        self.check_shards(cfg, world_size)?;
         self.check_profile()
     }
 
-    /// No sharded servers: a run of them is not resumed (`checkpoint::fit` refuses it), so
-    /// a saved layout that has them was edited.
-    fn check_shards(&self) -> Result<(), LayoutError> {
-        match self.shards.is_empty() {
+    /// Each group server's further shards at the ranks a fresh layout gives them (none
+    /// without `sync.shards`): a resumed shard takes up the file of its own rank.
+    fn check_shards(&self, cfg: &Config, world_size: usize) -> Result<(), LayoutError> {
+        let want = Layout::from_config(cfg, world_size).shards;
+        match self.shards == want {
             true => Ok(()),
             false => wrong(
                 "shards",
                 format!(
-                    "{:?}, a run of sharded servers cannot be resumed",
-                    self.shards
+                    "{:?}, the config's sync.shards = {} puts them at {want:?}",
+                    self.shards, cfg.sync.shards
                 ),
             ),
         }
@@ -600,6 +601,16 @@ mod tests {
         assert_eq!(
             (one.servers.clone(), one.shards.clone()),
             (vec![0], vec![vec![1, 2]])
+        );
+        // A saved layout's shards must be where the config puts them.
+        let ssp = config(&["sync.mode=ssp", "sync.shards=3"]);
+        assert_eq!(one.validate_for(&ssp, 6), Ok(()));
+        let mut edited = one.clone();
+        edited.shards = vec![vec![2, 1]];
+        let err = edited.validate_for(&ssp, 6).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "shards: [[2, 1]], the config's sync.shards = 3 puts them at [[1, 2]]"
         );
         let plain = Layout::from_config(&config(&["sync.mode=ssp"]), 6);
         assert!(plain.shards.is_empty());

@@ -238,9 +238,16 @@ fn restore(
         return Ok(None);
     };
     let every_s = ctx.cfg.run.snapshot_every_s;
-    let rank = ctx.layout.servers[group];
+    // Each shard restores its own file (its range); an unsharded server is its group's rank.
+    let rank = ctx.comm.rank();
     let sizes: Vec<usize> = ctx.layout.groups.iter().map(Vec::len).collect();
     let (file, restored) = saver::restore_server(r, rank, ps, every_s, (group, &sizes))?;
+    let first = ctx.layout.servers[group];
+    if rank != first {
+        let theirs = r.load(first)?;
+        let paths = (r.path(rank), r.path(first));
+        saver::shards_agree(&file.meta, &theirs.meta, paths)?;
+    }
     *snapshots = restored;
     Ok(Some(file))
 }

@@ -243,6 +243,45 @@ pub fn restore_server(
     Ok((file, snapshots))
 }
 
+/// Checks that a shard's saved state (`mine`, from the file at `paths.0`) is at the point
+/// of its group's first shard's (`first`, at `paths.1`): every worker at the same clock and
+/// the same pushes applied. A group's shards save at the end of a run, once every push has
+/// reached every shard; files that differ were not saved so, and resuming them would apply
+/// some pushes to one range of the model and not to another.
+pub fn shards_agree(
+    mine: &RankMeta,
+    first: &RankMeta,
+    paths: (std::path::PathBuf, std::path::PathBuf),
+) -> Result<()> {
+    let (a, b) = (&mine.worker_clocks, &first.worker_clocks);
+    let differs = |what: String, theirs: String| {
+        anyhow::anyhow!(
+            "{}: {what}, {} {theirs}: the shards of a group were not saved at one point; it cannot be resumed",
+            paths.0.display(),
+            paths.1.display()
+        )
+    };
+    if a.len() != b.len() {
+        return Err(differs(
+            format!("clocks of {} workers", a.len()),
+            format!("of {}", b.len()),
+        ));
+    }
+    if let Some(w) = (0..a.len()).find(|&w| a[w] != b[w]) {
+        return Err(differs(
+            format!("worker {w} at clock {}", a[w]),
+            format!("at {}", b[w]),
+        ));
+    }
+    if mine.steps != first.steps {
+        return Err(differs(
+            format!("{} pushes applied", mine.steps),
+            format!("{}", first.steps),
+        ));
+    }
+    Ok(())
+}
+
 /// What a server of a run resumed on another rank count starts from: the saved servers'
 /// files merged ([`rescale::merge`]: the mean replica, the mean optimizer and outer-optimizer
 /// state, the snapshots all took), with the counts of the new layout: every worker at the
@@ -270,4 +309,41 @@ fn rescaled_server_file(
     m.group_pushes = sizes.iter().map(|&w| clock * w as u64).collect();
     m.speed *= mine as f64 / rs.workers.max(1) as f64;
     Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(clocks: &[u64], steps: u64) -> RankMeta {
+        RankMeta {
+            worker_clocks: clocks.to_vec(),
+            steps,
+            ..RankMeta::default()
+        }
+    }
+
+    #[test]
+    fn shards_agree_only_at_one_point_and_a_difference_names_both_files() {
+        let paths = || ("C/rank-00002.bin".into(), "C/rank-00000.bin".into());
+        let first = meta(&[6, 7], 13);
+        assert!(shards_agree(&meta(&[6, 7], 13), &first, paths()).is_ok());
+        let err = shards_agree(&meta(&[6, 8], 14), &first, paths()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "C/rank-00002.bin: worker 1 at clock 8, C/rank-00000.bin at 7: the shards of a group were not saved at one point; it cannot be resumed"
+        );
+        let err = shards_agree(&meta(&[6], 6), &first, paths()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("clocks of 1 workers, C/rank-00000.bin of 2"),
+            "{err}"
+        );
+        let err = shards_agree(&meta(&[6, 7], 12), &first, paths()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("12 pushes applied, C/rank-00000.bin 13"),
+            "{err}"
+        );
+    }
 }

@@ -113,7 +113,7 @@ impl Mode for Gssp {
     }
 
     /// A sharded group needs a fixed group count (the reserved ranks are laid out per
-    /// group), gradient pushes, and groups that stay as formed.
+    /// group) and groups that stay as formed.
     fn shards_refusal(&self, sync: &SyncConfig) -> Option<String> {
         let g = &sync.gssp;
         if g.groups.count().is_none() {
@@ -121,12 +121,6 @@ impl Mode for Gssp {
                 "1 with sync.gssp.groups = \"auto\" (sharded servers need a fixed group count)"
                     .into(),
             );
-        }
-        if g.takes_local_steps() {
-            return Some(format!(
-                "1 with sync.gssp.local_steps = {} (sharded servers take gradient pushes only)",
-                g.local_steps
-            ));
         }
         (g.regroup_every_s > 0.0).then(|| {
             format!(

@@ -406,4 +406,21 @@ mod tests {
             }
         }
     }
+
+    /// The local-steps pair loads on the 32 workers' config, differs in
+    /// `sync.gssp.local_steps` alone, and takes the same ranks (4 groups of 4 shards).
+    #[test]
+    fn the_sharded_local_steps_variant_differs_in_its_local_steps_alone() {
+        let file = Path::new("configs/bench/variants_shards_local.toml");
+        let config = Path::new("configs/scale_lenet5_mnist_32.toml");
+        let variants = load(file, config, &[]).unwrap();
+        let [sharded, local] = &variants[..] else {
+            panic!("{variants:?}");
+        };
+        assert_eq!(local.name, format!("{}-local2", sharded.name));
+        let mut want = sharded.overrides.clone();
+        want.push("sync.gssp.local_steps=2".into());
+        assert_eq!(local.overrides, want);
+        assert_eq!((sharded.ranks, local.ranks), (48, 48));
+    }
 }

@@ -27,8 +27,9 @@
 //!   share 1/S of every message, apply and exchange, and a worker's own link sends the
 //!   whole gradient, so its push reaches the last shard (S - 1)/S of a whole message later
 //!   than a shard's share ([`servers::PsScheme::shards`]). The shard
-//!   ranks are extra ranks (nodes of their own, or co-located beside workers: the model
-//!   does not charge a shared node link yet).
+//!   ranks are extra ranks on nodes of their own, or (the gssp-sharded-colocated rows)
+//!   beside workers, sharing their links ([`servers::colocated`]). The -local rows among
+//!   them push after gssp-local's local steps, at the same groups and shards.
 //! - collective modes (allreduce, local SGD): every round waits for the slowest rank, then
 //!   a ring allreduce (2 (N-1) messages of P/N values and the sums).
 //! - the balanced rows (`-balanced`: batches in proportion to speed, `sync.balance`): the
@@ -450,7 +451,12 @@ fn sharded_rows(
     };
     let groups = fastest.servers.unwrap_or(1);
     let shards = fastest.shards.unwrap_or(1);
-    let mut rows = vec![fastest.clone(), row((groups, plain), shards, true)?];
+    let local = GsspVariant::sharded_local(opts, &work.times, shards, false);
+    let mut rows = vec![
+        fastest.clone(),
+        row((groups, plain), shards, true)?,
+        gssp_variant(work, cost, opts, (groups, plain), local)?,
+    ];
     // Beside the workers: at the group count of the fastest row whose shard ranks fit on
     // the workers' nodes.
     let fits = tried
@@ -516,7 +522,12 @@ fn colocated_rows(
         return Ok(Vec::new());
     };
     let shards = fastest.shards.unwrap_or(1);
-    Ok(vec![fastest, row(shards, true)?])
+    let local = GsspVariant::sharded_local(opts, &work.times, shards, true);
+    Ok(vec![
+        fastest,
+        row(shards, true)?,
+        gssp_variant(work, cost, opts, (groups, plain), local)?,
+    ])
 }
 
 /// A variant of gssp at the recommended group count: its row's name, its workers' local
@@ -572,6 +583,26 @@ impl GsspVariant {
             },
             colocated: true,
             ..GsspVariant::sharded(shards, overlap)
+        }
+    }
+
+    /// gssp-local's local steps ([`GsspVariant::local`]) with `shards` server ranks per
+    /// group, beside the workers where `colocated`: the rank count of the sharded row
+    /// without them (a push of H steps comes H times less often, so fewer shards may do).
+    fn sharded_local(
+        opts: &PlanOptions,
+        times: &[f64],
+        shards: usize,
+        colocated: bool,
+    ) -> GsspVariant {
+        GsspVariant {
+            name: match colocated {
+                true => "gssp-sharded-colocated-local",
+                false => "gssp-sharded-local",
+            },
+            shards,
+            colocated,
+            ..GsspVariant::local(opts, times)
         }
     }
 
@@ -873,6 +904,13 @@ mod tests {
             sharded.images_per_s > 2.5 * gssp.images_per_s,
             "{sharded:?} {gssp:?}"
         );
+        // With gssp-local's 4 local steps (equal workers: 4 each) on the same shards, a
+        // push comes a quarter as often: the shards idle more, and no image is lost.
+        let local = row(&plan, "gssp-sharded-local", Some(1));
+        assert_eq!(local.shards, sharded.shards, "{local:?}");
+        let busy = |p: &Prediction| p.server_busy.unwrap_or(1.0);
+        assert!(busy(local) < 0.5 * busy(sharded), "{local:?} {sharded:?}");
+        assert!(local.images_per_s >= sharded.images_per_s, "{local:?}");
     }
 
     /// The saturated server of [`shards_divide_a_saturated_servers_work`] with 16-bit pushes
@@ -1008,8 +1046,8 @@ mod tests {
             row(&plan, "gssp-local", Some(2)),
         );
         let n = plan.predictions.len();
-        assert_eq!(plan.predictions.get(n - 6), Some(local));
-        let last: Vec<&str> = plan.predictions[n - 5..]
+        assert_eq!(plan.predictions.get(n - 8), Some(local));
+        let last: Vec<&str> = plan.predictions[n - 7..]
             .iter()
             .map(|p| p.mode.as_str())
             .collect();
@@ -1019,8 +1057,10 @@ mod tests {
                 "gssp-overlap",
                 "gssp-sharded",
                 "gssp-sharded-overlap",
+                "gssp-sharded-local",
                 "gssp-sharded-colocated",
-                "gssp-sharded-colocated-overlap"
+                "gssp-sharded-colocated-overlap",
+                "gssp-sharded-colocated-local"
             ]
         );
         assert!(
