@@ -193,6 +193,9 @@ pub struct Prediction {
     /// Nodes the mode takes, a worker to a node: the workers' nodes, and one more for each
     /// server rank unless it sits beside a worker (the co-located rows).
     pub nodes: usize,
+    /// gssp's local steps per push of the fastest worker, where more than one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_steps: Option<usize>,
 }
 
 impl Prediction {
@@ -216,6 +219,7 @@ impl Prediction {
             bounds: None,
             shards: None,
             nodes: o.wait_fractions.len() + servers.unwrap_or(0),
+            local_steps: None,
         }
     }
 }
@@ -634,6 +638,7 @@ fn gssp_variant(
     let bounds: Vec<usize> = (gssp.bounds.clone().unwrap_or_default().into_iter())
         .map(|b| b.max(least))
         .collect();
+    let fastest_steps = variant.local_steps.iter().max().copied().filter(|&h| h > 1);
     let scheme = servers::PsScheme {
         groups: groups_for(&work.times, &spreads, groups)?,
         bounds: bounds.iter().map(|&b| Some(b)).collect(),
@@ -650,6 +655,7 @@ fn gssp_variant(
     let mut row = Prediction::from_outcome(variant.name, Some(groups), &o);
     row.bounds = Some(bounds);
     row.shards = (variant.shards > 1).then_some(variant.shards);
+    row.local_steps = fastest_steps;
     row.nodes = match variant.colocated {
         true => work.times.len(),
         false => work.times.len() + groups * variant.shards.max(1),
@@ -728,7 +734,32 @@ pub fn render(plan: &Plan) -> String {
         t.push_str(&format!(", staleness bound per group {}", list.join(", ")));
     }
     t.push('\n');
+    if let Some(advice) = colocated_advice(plan) {
+        t.push_str(&advice);
+    }
     t
+}
+
+/// How to run the fastest gssp row on the workers' own nodes (a co-located sharded row,
+/// not computing a step ahead, which costs accuracy): its groups, shards, local steps and
+/// placement as `--set` overrides, and the ranks the job needs.
+fn colocated_advice(plan: &Plan) -> Option<String> {
+    let p = plan
+        .predictions
+        .iter()
+        .filter(|p| p.mode.starts_with("gssp-sharded-colocated") && !p.mode.ends_with("overlap"))
+        .max_by(|a, b| a.images_per_s.total_cmp(&b.images_per_s))?;
+    let (groups, shards) = (p.servers?, p.shards?);
+    let w = plan.workers;
+    let steps = p
+        .local_steps
+        .map_or_else(String::new, |h| format!(" --set sync.gssp.local_steps={h}"));
+    Some(format!(
+        "gssp on the workers' {w} nodes: {} ({:.0} images/s); run it on {} ranks with --set sync.gssp.groups={groups} --set sync.shards={shards}{steps} --set cluster.nodes={w} --set cluster.distribution=cyclic (`gssp placement` prints the sbatch line)\n",
+        p.mode,
+        p.images_per_s,
+        w + groups * shards
+    ))
 }
 
 /// Parameters of `cfg`'s model, built (on the CPU, without data) for its dataset's image
@@ -908,6 +939,19 @@ mod tests {
         // push comes a quarter as often: the shards idle more, and no image is lost.
         let local = row(&plan, "gssp-sharded-local", Some(1));
         assert_eq!(local.shards, sharded.shards, "{local:?}");
+        assert_eq!(local.local_steps, Some(4), "{local:?}");
+        // The rendered plan says how to run the fastest co-located row without overlap
+        // (here the one with local steps): on the 8 workers' nodes, 8 + S ranks.
+        let beside = row(&plan, "gssp-sharded-colocated-local", Some(1));
+        let s = beside.shards.unwrap_or(0);
+        assert!((2..=8).contains(&s), "{beside:?}");
+        let text = render(&plan);
+        let want = format!(
+            "gssp on the workers' 8 nodes: gssp-sharded-colocated-local ({:.0} images/s); run it on {} ranks with --set sync.gssp.groups=1 --set sync.shards={s} --set sync.gssp.local_steps=4 --set cluster.nodes=8 --set cluster.distribution=cyclic",
+            beside.images_per_s,
+            8 + s
+        );
+        assert!(text.contains(&want), "{text}");
         let busy = |p: &Prediction| p.server_busy.unwrap_or(1.0);
         assert!(busy(local) < 0.5 * busy(sharded), "{local:?} {sharded:?}");
         assert!(local.images_per_s >= sharded.images_per_s, "{local:?}");
