@@ -18,6 +18,12 @@
 //! 1,2,3`, results.md (o)), in `plan_validation_overlap.json`. The slow link's runs without
 //! overlap are left out: their waits lie 13-15% from the prediction, at the tolerance's
 //! edge (results.md (o) shows them).
+//!
+//! And for sharded group servers (`sync.shards`): ResNet-18 at width 0.125, 16 workers in
+//! the four tiers on an emulated 0.02 Gbit/s link, gssp with one server rank per group and
+//! with four (`gssp bench paper --variants configs/bench/variants_shards_resnet18.toml
+//! --budget-s 180 --seeds 1,2,3` with that file's scenario, results.md (t)), in
+//! `plan_validation_shards.json`.
 
 use gssp::tools::plan::measured::{check, Machine, MeasuredRun};
 use serde::Deserialize;
@@ -126,4 +132,23 @@ fn predictions_match_the_measured_overlap_runs() {
         let c = check(&without, &machine);
         assert!(c.wait_error() > 2.0 * TOLERANCE, "{}: {c:?}", run.name);
     }
+}
+
+#[test]
+fn predictions_match_the_measured_sharded_runs() {
+    let (machine, runs) = fixture("plan_validation_shards.json");
+    let shards: Vec<usize> = runs.iter().map(|r| r.shards).collect();
+    assert_eq!(shards, [1, 4]);
+    assert!(runs.iter().all(|r| r.seeds == 3));
+    let failures = outside_tolerance(&runs, &machine);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // The shards are what the sharded runs' prediction rests on: simulated with one
+    // server rank per group, their images/s lie far below the measured.
+    let sharded = &runs[1];
+    let one_rank = MeasuredRun {
+        shards: 1,
+        ..sharded.clone()
+    };
+    let c = check(&one_rank, &machine);
+    assert!(c.images_error() > 2.0 * TOLERANCE, "{c:?}");
 }

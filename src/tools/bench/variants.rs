@@ -206,6 +206,7 @@ mod tests {
             ("asp-dc", 9),
             ("async-localsgd", 9),
             ("gssp-gdtopk-outer", 12),
+            ("gssp-gdtopk-outer-static", 12),
             ("allreduce", 8),
             ("allreduce-balanced", 8),
         ];
@@ -216,6 +217,9 @@ mod tests {
         let gssp = Config::load(config, &variants[2].overrides).unwrap().optim;
         assert_eq!((gssp.lr, gssp.momentum), (0.1, 0.0));
         assert_eq!(gssp.staleness_lr, crate::config::StalenessLr::Inverse);
+        let stated = Config::load(config, &variants[3].overrides).unwrap();
+        stated.validate_for_world(variants[3].ranks).unwrap();
+        assert_eq!(stated.sync.gssp.grouping, crate::config::Grouping::Static);
     }
 
     /// `name`'s config and world size in the scale study's per-size variants file.
@@ -422,5 +426,30 @@ mod tests {
         want.push("sync.gssp.local_steps=2".into());
         assert_eq!(local.overrides, want);
         assert_eq!((sharded.ranks, local.ranks), (48, 48));
+    }
+
+    /// The ResNet-18 shard pair loads on its scenario as the file's command sets it (16
+    /// workers in four tiers), differs in `sync.shards` alone, and takes 16 + 4 and
+    /// 16 + 4 x 4 ranks.
+    #[test]
+    fn the_resnet18_shard_pair_differs_in_its_shards_alone() {
+        let file = Path::new("configs/bench/variants_shards_resnet18.toml");
+        let config = Path::new("configs/resnet18_cifar10_gssp.toml");
+        let tiers = "heterogeneity.tiers=[{factor=1.0,workers=4},{factor=2.0,workers=4},{factor=3.0,workers=4},{factor=4.0,workers=4}]";
+        let sets = [tiers.to_string(), "model.width=0.125".into()];
+        let variants = load(file, config, &sets).unwrap();
+        let [one, four] = &variants[..] else {
+            panic!("{variants:?}");
+        };
+        assert_eq!(four.name, format!("{}-shards4", one.name));
+        let mut want = one.overrides.clone();
+        want.push("sync.shards=4".into());
+        assert_eq!(four.overrides, want);
+        assert_eq!((one.ranks, four.ranks), (20, 32));
+        let all: Vec<String> = sets.iter().chain(&four.overrides).cloned().collect();
+        Config::load(config, &all)
+            .unwrap()
+            .validate_for_world(four.ranks)
+            .unwrap();
     }
 }

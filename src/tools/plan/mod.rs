@@ -26,7 +26,8 @@
 //!   with overlap) give each group S server ranks on links of their own: each takes a
 //!   share 1/S of every message, apply and exchange, and a worker's own link sends the
 //!   whole gradient, so its push reaches the last shard (S - 1)/S of a whole message later
-//!   than a shard's share ([`servers::PsScheme::shards`]). The shard
+//!   than a shard's share ([`servers::PsScheme::shards`]); its wait runs from then (its
+//!   own sending is communication, as its rank CSV counts it). The shard
 //!   ranks are extra ranks on nodes of their own, or (the gssp-sharded-colocated rows)
 //!   beside workers, sharing their links ([`servers::colocated`]). The -local rows among
 //!   them push after gssp-local's local steps, at the same groups and shards.
@@ -899,7 +900,9 @@ mod tests {
     /// (0.08 s a push): alone it takes at most 12.5 pushes a second of the 80 offered. Eight
     /// shards take an eighth each (0.01 s a push), and a worker's own link sends the other
     /// seven shards' eighths first (0.035 s): every iteration 0.1 + 0.035 + 2 x 0.005 =
-    /// 0.145 s, 55 pushes a second, the shards 55% busy.
+    /// 0.145 s, 55 pushes a second, the shards 55% busy. A worker waits only for the last
+    /// eighth and its reply (0.01 s of the 0.145): its own sending is communication, as its
+    /// rank CSV counts it.
     #[test]
     fn shards_divide_a_saturated_servers_work() {
         let c = slow_link();
@@ -917,6 +920,11 @@ mod tests {
         assert!(one.server_busy[0] > 0.99, "{one:?}");
         assert!((per_s(&shared) - 8.0 / 0.145).abs() < 1.5, "{shared:?}");
         assert!(shared.server_busy[0] < 0.6, "{shared:?}");
+        let mean_wait = |o: &Outcome| o.wait_fractions.iter().sum::<f64>() / 8.0;
+        assert!(
+            (mean_wait(&shared) - 0.01 / 0.145).abs() < 0.02,
+            "{shared:?}"
+        );
         // The plan's sharded rows: gssp at one group (bound 0, in step: 3x here) with the
         // shards that pay.
         let plan = plan(

@@ -202,8 +202,10 @@ pub fn simulate(
     // The version of each worker's latest reply and of the one before (the one a step
     // computed ahead was computed on).
     let mut read_version = vec![[0u64; 2]; n];
-    // When each worker, having pushed, starts waiting for its reply: at once, or with
-    // `overlap` once the step it computes ahead is done.
+    // When each worker, having pushed, starts waiting for its reply: once its link has
+    // moved its push (the shares before the last; the last is the server's to take in:
+    // its own sending is communication, as its rank CSV counts it), or with `overlap`
+    // once the step it computes ahead is done.
     let mut waits_from = vec![0.0f64; n];
     let mut wait_s = vec![0.0f64; n];
     let mut iterations = 0u64;
@@ -225,10 +227,10 @@ pub fn simulate(
         if t > horizon_s {
             break;
         }
-        waits_from[w] = t - to_server(w);
-        if scheme.overlap {
-            waits_from[w] += scheme.push_s(&mut sampler, w);
-        }
+        waits_from[w] = match scheme.overlap {
+            true => t - to_server(w) + scheme.push_s(&mut sampler, w),
+            false => t - latency,
+        };
         let factor = scheme.server_factor(server_of[w]);
         let srv = &mut servers[server_of[w]];
         let start = t.max(srv.free_at);
