@@ -338,12 +338,11 @@ impl Check {
 /// Simulates `run` from its measured inputs on `machine` for its wall time.
 pub fn check(run: &MeasuredRun, machine: &Machine) -> Check {
     let n = run.times.len();
-    let shards = run.shards.max(1) as f64;
-    let (push_bytes, reply_bytes) = (run.push.bytes(run.params), run.reply.bytes(run.params));
+    let cost = cost_model(run, machine);
     // A worker's measured time holds the sending of its whole push (its rank CSV's
     // `comm_s`); with shards the simulator sends the shares before the last itself
     // ([`servers::simulate`]), so they come out of the time here, not counted twice.
-    let other_shares_s = (push_bytes - push_bytes / shards) / machine.bytes_per_s;
+    let other_shares_s = cost.push_s() * (1.0 - 1.0 / run.shards.max(1) as f64);
     let work = Workload {
         times: run
             .times
@@ -360,34 +359,6 @@ pub fn check(run: &MeasuredRun, machine: &Machine) -> Check {
     let work = match run.balance_bounds.map(|b| work.balanced(b)) {
         Some(Ok(even)) => even,
         _ => work,
-    };
-    let p = run.params as f64;
-    // A shard's measured time per push moves, applies and exchanges its range alone.
-    let transfer = (push_bytes + reply_bytes) / shards / machine.bytes_per_s;
-    // The measured server time per push holds both transfers and the apply (and, for gssp,
-    // the exchange's share): the apply is what is left.
-    let exchange_share = if run.groups.len() > 1 {
-        2.0 * (run.groups.len() - 1) as f64 * run.exchange_bytes
-            / machine.bytes_per_s
-            / run.exchange_every as f64
-            / shards
-    } else {
-        0.0
-    };
-    let apply_s = run
-        .server_s_per_push
-        .map_or(0.0, |s| (s - transfer - exchange_share).max(0.0));
-    let cost = CostModel {
-        params: run.params,
-        latency_s: machine.latency_s,
-        bytes_per_s: machine.bytes_per_s,
-        apply_s_per_param: apply_s * shards / p / if run.delay_compensation { 2.0 } else { 1.0 },
-        exchange_bytes: run.exchange_bytes,
-        push_bytes,
-        reply_bytes,
-        exchange_every: run.exchange_every,
-        // The simulator takes each worker's local steps from its scheme.
-        local_steps: (1, false),
     };
     // Workers train after the profiling, and the run's clock counts it: its images per
     // second and wait fractions are over the whole of `wall_s`.
@@ -413,6 +384,42 @@ pub fn check(run: &MeasuredRun, machine: &Machine) -> Check {
         measured_wait_fraction: run.mean_wait_fraction,
         predicted_wait_fraction: trained * outcome.wait_fractions.iter().sum::<f64>()
             / n.max(1) as f64,
+    }
+}
+
+/// The cost model of `run` on `machine`: its messages' bytes at the machine's link, and
+/// the apply rate left of its measured server time per push once the transfers and the
+/// exchange's share are taken out.
+fn cost_model(run: &MeasuredRun, machine: &Machine) -> CostModel {
+    let shards = run.shards.max(1) as f64;
+    let (push_bytes, reply_bytes) = (run.push.bytes(run.params), run.reply.bytes(run.params));
+    let p = run.params as f64;
+    // A shard's measured time per push moves, applies and exchanges its range alone.
+    let transfer = (push_bytes + reply_bytes) / shards / machine.bytes_per_s;
+    // The measured server time per push holds both transfers and the apply (and, for gssp,
+    // the exchange's share): the apply is what is left.
+    let exchange_share = if run.groups.len() > 1 {
+        2.0 * (run.groups.len() - 1) as f64 * run.exchange_bytes
+            / machine.bytes_per_s
+            / run.exchange_every as f64
+            / shards
+    } else {
+        0.0
+    };
+    let apply_s = run
+        .server_s_per_push
+        .map_or(0.0, |s| (s - transfer - exchange_share).max(0.0));
+    CostModel {
+        params: run.params,
+        latency_s: machine.latency_s,
+        bytes_per_s: machine.bytes_per_s,
+        apply_s_per_param: apply_s * shards / p / if run.delay_compensation { 2.0 } else { 1.0 },
+        exchange_bytes: run.exchange_bytes,
+        push_bytes,
+        reply_bytes,
+        exchange_every: run.exchange_every,
+        // The simulator takes each worker's local steps from its scheme.
+        local_steps: (1, false),
     }
 }
 
