@@ -428,6 +428,87 @@ fn a_sharded_run_resumes_its_final_checkpoint_on_its_own_ranks() {
     );
 }
 
+/// Sharded servers with periodic checkpoints (gssp in 2 groups of 2 workers at 1x and 3x,
+/// each group's server 2 ranks, links emulated at 0.02 Gbit/s so that a push reaches the
+/// second shard about 40 ms after the first): the job is killed whole, as a Slurm time
+/// limit would, once a worker of the slow group has logged past a checkpoint. In that
+/// checkpoint the shards of each group hold the same pushes (each worker's clock and the
+/// count), and the run resumed from it trains its epochs with every push applied at both
+/// shards of its group and the replicas in agreement.
+#[test]
+fn a_sharded_run_killed_after_a_periodic_checkpoint_resumes_it() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let config = scratch.config("base", &base_toml());
+    let sets = [
+        "sync.mode=gssp",
+        "sync.gssp.groups=2",
+        "sync.gssp.grouping=static",
+        "sync.gssp.static_groups=[[4,5],[6,7]]",
+        "sync.shards=2",
+        "run.epochs=6",
+        "heterogeneity.unit_s=0.02",
+        "heterogeneity.slowdown=[1,1,3,3]",
+        "heterogeneity.link_gbps=0.02",
+        "run.checkpoint_every_s=0.5",
+    ];
+    let cut = scratch.out("cut");
+    let marker = cut.display().to_string();
+    let mut job = spawn_mpirun(8, &scratch.train_args(&config, &sets, &cut), &marker);
+    poll_until("rank 6 logging past a checkpoint", HANG_GUARD, || {
+        if let Some(code) = job.try_code() {
+            panic!("the job ended (exit {code:?}) before it was killed");
+        }
+        logged_past_checkpoint(&cut, 6)
+    });
+    job.kill_all();
+    assert!(!cut.join("summary.json").exists(), "killed too late");
+    let resume = gssp::checkpoint::Resume::open(&cut).expect("the newest checkpoint opens");
+    for shards in [[0, 2], [1, 3]] {
+        let metas: Vec<_> = shards
+            .iter()
+            .map(|&r| resume.load(r).expect("a shard's file").meta)
+            .collect();
+        assert_eq!(
+            metas[0].worker_clocks, metas[1].worker_clocks,
+            "shards {shards:?}: workers' clocks"
+        );
+        assert_eq!(metas[0].steps, metas[1].steps, "shards {shards:?}: pushes");
+        let clocks: u64 = metas[0].worker_clocks.iter().sum();
+        assert_eq!(
+            metas[0].steps, clocks,
+            "shards {shards:?}: pushes against clocks"
+        );
+    }
+    let saved_at = latest_checkpoint_s(&cut).expect("a committed checkpoint");
+
+    let resumed = spawn_mpirun(8, &resume_args(&cut, &[]), &marker).wait(HANG_GUARD);
+    resumed.assert_ok("resume");
+    let run = Run { dir: cut, ranks: 8 };
+    let summary = run.summary();
+    assert!(num(&summary, "epochs") >= 6.0, "stopped early: {summary}");
+    assert!(
+        num(&summary, "replica_max_error") < 1e-4,
+        "an update did not reach every replica: {summary}"
+    );
+    for (shards, workers) in [([0, 2], [4, 5]), ([1, 3], [6, 7])] {
+        let applied: Vec<f64> = shards
+            .iter()
+            .map(|&r| run.rank_csv(r).last("pushes"))
+            .collect();
+        let iterations: f64 = workers
+            .iter()
+            .map(|&w| run.rank_csv(w).last("iteration"))
+            .sum();
+        assert_eq!(applied, [iterations; 2], "shards {shards:?}");
+    }
+    eprintln!(
+        "gssp-sharded: killed past the checkpoint at {saved_at:.1} s; resumed to {:.2} epochs, {:.2}%",
+        num(&summary, "epochs"),
+        100.0 * num(&summary, "final_test_accuracy")
+    );
+}
+
 /// Resumes `run` on `ranks` ranks until epoch `epochs`; checks that it trained on from the
 /// checkpoint (more iterations, accuracy kept within 2 points), that its layout has
 /// `ranks` ranks, and that its replicas agree.

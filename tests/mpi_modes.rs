@@ -1706,7 +1706,9 @@ fn sharded_servers_take_the_changes_of_local_steps() {
 /// asp with its server sharded over three ranks, the middle shard (rank 1) deciding the
 /// stop after 20 pushes (`GSSP_FAULT_SERVER_STOP`) while the others would train for an
 /// epoch: its workers, told stop by it and sent weights by the others, leave those, which
-/// stop too. The run ends there, with every push applied at every shard.
+/// stop too. The run ends there, with every push applied at every shard. The same with
+/// a checkpoint due every 50 ms, where the stopping shard also comes to the servers'
+/// meetings and stops the others there.
 #[test]
 fn one_shards_stop_ends_every_shard_with_every_push_applied() {
     let _lock = job_lock();
@@ -1719,10 +1721,21 @@ fn one_shards_stop_ends_every_shard_with_every_push_applied() {
         "heterogeneity.unit_s=0.01",
     ];
     let env = [("GSSP_FAULT_SERVER_STOP", "1:20")];
-    let (run, _) = scratch.train_ok_env("asp-shards", 6, &sets, &env, DEADLINE);
-    let applied = pushes_applied(&run, &[0, 1, 2]);
-    let its: u64 = iterations(&run, &[3, 4, 5]).iter().sum();
-    assert_eq!(applied, [its, its, its], "shards 0-2, workers 3-5");
-    // The 20th push, and at most one more in flight from each worker; an epoch is 187.
-    assert!((20..=23).contains(&its), "iterations {its}");
+    for (name, checkpoints) in [
+        ("asp-shards", "run.checkpoint_every_s=0"),
+        ("asp-shards-checkpoints", "run.checkpoint_every_s=0.05"),
+    ] {
+        let mut sets = sets.to_vec();
+        sets.push(checkpoints);
+        let (run, _) = scratch.train_ok_env(name, 6, &sets, &env, DEADLINE);
+        let applied = pushes_applied(&run, &[0, 1, 2]);
+        let its: u64 = iterations(&run, &[3, 4, 5]).iter().sum();
+        assert_eq!(
+            applied,
+            [its, its, its],
+            "{checkpoints}: shards 0-2, workers 3-5"
+        );
+        // The 20th push, and at most one more in flight from each worker; an epoch is 187.
+        assert!((20..=23).contains(&its), "{checkpoints}: iterations {its}");
+    }
 }

@@ -122,6 +122,11 @@ impl Schedule {
         time_s >= self.next_s
     }
 
+    /// When the next periodic checkpoint is due (`None`: no periodic checkpoints).
+    pub fn next_due_s(&self) -> Option<f64> {
+        self.next_s.is_finite().then_some(self.next_s)
+    }
+
     /// A checkpoint was taken at `time_s`: the next is due at the following multiple of
     /// the interval (the same on every rank that agrees on `time_s`).
     pub fn advance(&mut self, time_s: f64) {
@@ -269,8 +274,10 @@ mod tests {
         let s = Schedule::new(10.0, 47.0, 4);
         assert!(!s.due(49.0) && s.due(50.0));
         assert_eq!(s.sequence, 5);
+        assert_eq!(s.next_due_s(), Some(50.0));
         let s = Schedule::new(0.0, 0.0, 0);
         assert!(!s.due(1e12), "0 = only at the end");
+        assert_eq!(s.next_due_s(), None);
     }
 
     #[test]

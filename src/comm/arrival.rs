@@ -23,7 +23,37 @@ use super::{check, Collectives, CommError, HasHandle, SubComm};
 /// The tag of arrival messages; nothing else goes point to point on a servers' communicator.
 pub const TAG_ARRIVAL: c_int = 0x4d45;
 
+/// What the members of a meeting agreed: whether all of them and whether any of them
+/// voted to stop, and the latest of their clocks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Votes {
+    pub all_stop: bool,
+    pub any_stop: bool,
+    pub time_s: f64,
+}
+
 impl SubComm {
+    /// Meeting number `meeting` of every rank of the communicator ([`SubComm::arrive`],
+    /// then the votes): this rank votes `stop` and brings its clock `time_s`. `Err` holds
+    /// the ranks that had not come within `timeout` (the caller names them and ends the job).
+    pub fn meet(
+        &self,
+        meeting: u64,
+        timeout: Duration,
+        (stop, time_s): (bool, f64),
+    ) -> Result<Result<Votes, Vec<usize>>, CommError> {
+        let absent = self.arrive(meeting, timeout)?;
+        if !absent.is_empty() {
+            return Ok(Err(absent));
+        }
+        let vote = f64::from(u8::from(stop));
+        Ok(Ok(Votes {
+            all_stop: self.allreduce_min_f64(vote)? > 0.0,
+            any_stop: self.allreduce_max_f64(vote)? > 0.0,
+            time_s: self.allreduce_max_f64(time_s)?,
+        }))
+    }
+
     /// Says this rank has come to meeting number `meeting` and waits at most `timeout` for
     /// every other rank of the communicator to come to it too. Returns the ranks (of this
     /// communicator) that had not come when the time ran out; empty when all came.

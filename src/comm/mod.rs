@@ -24,6 +24,7 @@ pub mod link;
 pub mod p2p;
 pub mod rma;
 
+pub use arrival::Votes;
 pub use emulation::{emulate_link, share_link};
 pub use idle::IdleWaitError;
 
@@ -412,6 +413,25 @@ pub trait Collectives: HasHandle {
         })?;
         data.copy_from_slice(&scratch[..data.len()]);
         Ok(())
+    }
+
+    /// Element-wise maximum of `values` over all ranks (each rank the same length).
+    fn allreduce_max_u64s(&self, values: &[u64]) -> Result<Vec<u64>, CommError> {
+        let count = c_count("allreduce_max_u64s", values.len())?;
+        let mut out = vec![0u64; values.len()];
+        // SAFETY: both buffers hold values.len() u64 and do not overlap; reading extern
+        // constants.
+        check("MPI_Allreduce", unsafe {
+            ffi::MPI_Allreduce(
+                values.as_ptr().cast(),
+                out.as_mut_ptr().cast(),
+                count,
+                ffi::RSMPI_UINT64_T,
+                ffi::RSMPI_MAX,
+                self.handle().raw,
+            )
+        })?;
+        Ok(out)
     }
 
     /// Maximum of `x` over all ranks.

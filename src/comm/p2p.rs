@@ -36,6 +36,7 @@ use crate::telemetry::clock::thread_cpu_s;
 use mpi::ffi;
 use std::os::raw::c_int;
 use std::rc::Rc;
+use std::time::Instant;
 
 /// MPI tag of messages from a worker to its server.
 pub const TAG_TO_SERVER: i32 = 0x5055;
@@ -473,6 +474,15 @@ impl Drop for WorkerLink {
     }
 }
 
+/// What a wait with a deadline ended with ([`ServerLink::wait_message_until`]).
+pub enum Waited<'a> {
+    Message(Arrival<'a>),
+    /// The deadline passed first.
+    Deadline,
+    /// Every worker has left.
+    AllLeft,
+}
+
 /// The server's end of the links to its workers: their messages are taken with matched
 /// probes (`MPI_Mprobe`/`MPI_Improbe`, then `MPI_Mrecv`) into one reusable receive buffer
 /// per worker; a payload for several workers goes out from one shared copy
@@ -687,7 +697,9 @@ impl ServerLink {
         if self.active == 0 {
             return Ok(None);
         }
-        match self.probe()? {
+        // SAFETY: reading an extern constant.
+        let any = unsafe { ffi::RSMPI_ANY_SOURCE };
+        match self.probe(any)? {
             Some((message, status)) => self.receive(message, &status).map(Some),
             None => Ok(None),
         }
@@ -700,11 +712,62 @@ impl ServerLink {
         if self.active == 0 {
             return Ok(None);
         }
+        // SAFETY: reading an extern constant.
+        let any = unsafe { ffi::RSMPI_ANY_SOURCE };
+        match self.wait_probe(any, None)? {
+            Some((message, status)) => self.receive(message, &status).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// As [`ServerLink::wait_message`], but waits no later than `deadline` (polls of
+    /// `MPI_Improbe`, sleeping between them where waits sleep, else yielding the core).
+    pub fn wait_message_until(&mut self, deadline: Instant) -> Result<Waited<'_>, CommError> {
+        if self.active == 0 {
+            return Ok(Waited::AllLeft);
+        }
+        // SAFETY: reading an extern constant.
+        let any = unsafe { ffi::RSMPI_ANY_SOURCE };
+        match self.wait_probe(any, Some(deadline))? {
+            Some((message, status)) => self.receive(message, &status).map(Waited::Message),
+            None => Ok(Waited::Deadline),
+        }
+    }
+
+    /// Blocks until worker `worker`'s next message arrives and receives it, whatever other
+    /// workers sent meanwhile (they stay queued). An error if `worker` has left.
+    pub fn wait_message_from(&mut self, worker: usize) -> Result<Arrival<'_>, CommError> {
+        let rank = self.rank_of("ServerLink::wait_message_from", worker)?;
+        if self.left[worker] {
+            return Err(CommError::Invalid {
+                what: "ServerLink::wait_message_from",
+                detail: format!("worker slot {worker} has left"),
+            });
+        }
+        match self.wait_probe(rank, None)? {
+            Some((message, status)) => self.receive(message, &status),
+            None => Err(CommError::Invalid {
+                what: "ServerLink::wait_message_from",
+                detail: "a wait without a deadline ended without a message".into(),
+            }),
+        }
+    }
+
+    /// Waits for the next message from `source` (a rank, or `MPI_ANY_SOURCE`), matched but
+    /// not yet received; `None` once `deadline` has passed. Without a deadline, a blocking
+    /// `MPI_Mprobe` unless waits sleep. The time is counted as waiting.
+    fn wait_probe(
+        &mut self,
+        source: c_int,
+        deadline: Option<Instant>,
+    ) -> Result<Option<(ffi::MPI_Message, ffi::MPI_Status)>, CommError> {
         let t0 = mpi::time();
-        let probed = if super::idle::sleeping() {
+        let probed = if deadline.is_some() || super::idle::sleeping() {
             loop {
-                match self.probe() {
-                    Ok(None) => super::idle::pause(),
+                match self.probe(source) {
+                    Ok(None) if deadline.is_some_and(|d| Instant::now() >= d) => break Ok(None),
+                    Ok(None) if super::idle::sleeping() => super::idle::pause(),
+                    Ok(None) => std::thread::yield_now(),
                     done => break done,
                 }
             }
@@ -715,7 +778,7 @@ impl ServerLink {
             // SAFETY: the communicator is alive (held by self); out-pointers are valid.
             let rc = unsafe {
                 ffi::MPI_Mprobe(
-                    ffi::RSMPI_ANY_SOURCE,
+                    source,
                     TAG_TO_SERVER,
                     self.comm.raw,
                     &mut message,
@@ -725,15 +788,15 @@ impl ServerLink {
             check("MPI_Mprobe", rc).map(|()| Some((message, status)))
         };
         self.stats.wait_seconds += mpi::time() - t0;
-        match probed? {
-            Some((message, status)) => self.receive(message, &status).map(Some),
-            None => Ok(None),
-        }
+        probed
     }
 
-    /// The next worker's message that has arrived, matched but not yet received
-    /// (`MPI_Improbe`).
-    fn probe(&self) -> Result<Option<(ffi::MPI_Message, ffi::MPI_Status)>, CommError> {
+    /// The next message from `source` (a rank, or `MPI_ANY_SOURCE`) that has arrived,
+    /// matched but not yet received (`MPI_Improbe`).
+    fn probe(
+        &self,
+        source: c_int,
+    ) -> Result<Option<(ffi::MPI_Message, ffi::MPI_Status)>, CommError> {
         let mut flag: c_int = 0;
         // SAFETY: reading an extern constant.
         let mut message = unsafe { ffi::RSMPI_MESSAGE_NULL };
@@ -741,7 +804,7 @@ impl ServerLink {
         // SAFETY: the communicator is alive (held by self); out-pointers are valid.
         check("MPI_Improbe", unsafe {
             ffi::MPI_Improbe(
-                ffi::RSMPI_ANY_SOURCE,
+                source,
                 TAG_TO_SERVER,
                 self.comm.raw,
                 &mut flag,

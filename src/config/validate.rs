@@ -175,13 +175,6 @@ impl Config {
         if let Some(why) = self.sync.strategy().shards_refusal(&self.sync) {
             return Err(invalid("sync.shards", &why, shards));
         }
-        if self.run.checkpoint_every_s > 0.0 {
-            let why = format!(
-                "1 with run.checkpoint_every_s = {} (sharded servers save only the final checkpoint, which --resume continues on the same ranks)",
-                self.run.checkpoint_every_s
-            );
-            return Err(invalid("sync.shards", &why, shards));
-        }
         let powersgd = self.compression.kind == CompressionKind::Powersgd;
         ensure(
             !(powersgd && self.sync.mode == SyncMode::Gssp),
@@ -771,7 +764,6 @@ mod tests {
             (&["sync.mode=bsp", "sync.shards=2"], "sync.shards: must be 1 with sync.mode = \"bsp\" (only asp, ssp and gssp shard their servers), got 2"),
             (&["sync.mode=gssp", "sync.gssp.groups=auto", "sync.shards=2"], "sync.shards: must be 1 with sync.gssp.groups = \"auto\" (sharded servers need a fixed group count), got 2"),
             (&["sync.mode=gssp", "sync.gssp.regroup_every_s=5", "sync.shards=2"], "sync.shards: must be 1 with sync.gssp.regroup_every_s = 5 (sharded groups do not regroup yet), got 2"),
-            (&["sync.mode=asp", "run.checkpoint_every_s=10", "sync.shards=2"], "sync.shards: must be 1 with run.checkpoint_every_s = 10 (sharded servers save only the final checkpoint, which --resume continues on the same ranks), got 2"),
             (&["sync.mode=gssp", "compression.kind=powersgd", "sync.shards=2"], "sync.shards: must be 1 with compression.kind = \"powersgd\" (its exchange compresses whole matrices, which a shard's range may cut), got 2"),
             (&["sync.overlap=true"], "sync.overlap: must be false with sync.mode = \"single\" (workers compute a step ahead only in asp, ssp and gssp without local steps), got true"),
             (&["sync.mode=bsp", "sync.overlap=true"], "sync.overlap: must be false with sync.mode = \"bsp\" (workers compute a step ahead only in asp, ssp and gssp without local steps), got true"),

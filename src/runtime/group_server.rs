@@ -3,6 +3,8 @@
 //! the group's communicator ([`crate::runtime::server::serve`]), exchanges with the other
 //! group servers on theirs, and saves the final checkpoint.
 
+use std::time::Duration;
+
 use anyhow::{Context, Result};
 
 use crate::checkpoint::{RankFile, RankMeta};
@@ -28,6 +30,7 @@ use crate::runtime::regrouper::Regrouper;
 use crate::runtime::saver::{self, Saver};
 use crate::runtime::server::{self, Outside, ServeContext, ServeStats};
 use crate::runtime::setup::RunContext;
+use crate::runtime::shard_meetings::ShardMeetings;
 use crate::telemetry::{ServerRow, Snapshots};
 
 /// What a server starts from: the initial weights on the host, and the model's tensors
@@ -114,6 +117,7 @@ pub fn serve_group(
         stop_after: ctx.faults.server_stop_after,
     };
     let mut outcome = RoleOutcome::default();
+    let mut meetings = shard_meetings(ctx)?;
     let served = (&mut link, &mut ps, &serve_ctx);
     let (stats, known) = match exchanges {
         true => {
@@ -129,10 +133,14 @@ pub fn serve_group(
             let outside = Outside {
                 peers: &mut ex,
                 regroup: regroup.as_mut(),
+                shards: meetings.as_mut(),
             };
             let stats = server::serve(
                 served.0, served.1, served.2, outside, &mut log, snapshots, saver,
             )?;
+            if let Some(m) = meetings.as_mut() {
+                m.finish()?;
+            }
             outcome.regroups = regroup.map(|r| r.history).unwrap_or_default();
             let own = serve_ctx.resumed_pushes.unwrap_or(0) + stats.pushes;
             let known = finish_exchange(ex, served.1, own, &mut outcome)?;
@@ -142,10 +150,14 @@ pub fn serve_group(
             let outside = Outside {
                 peers: &mut NoPeers,
                 regroup: None,
+                shards: meetings.as_mut(),
             };
             let stats = server::serve(
                 served.0, served.1, served.2, outside, &mut log, snapshots, saver,
             )?;
+            if let Some(m) = meetings.as_mut() {
+                m.finish()?;
+            }
             let own = serve_ctx.resumed_pushes.unwrap_or(0) + stats.pushes;
             (stats, NoPeers.saved_state(own))
         }
@@ -160,6 +172,26 @@ pub fn serve_group(
     }
     outcome.final_weights = Some(ps.weights().to_vec());
     Ok(outcome)
+}
+
+/// The meetings of every server rank, with sharded servers that take periodic checkpoints
+/// (`None` otherwise: the peers hold the meetings, `runtime::shard_meetings`).
+fn shard_meetings<'w>(ctx: &RunContext<'w>) -> Result<Option<ShardMeetings<'w>>> {
+    let layout = ctx.layout;
+    if layout.shards_per_group() == 1 || ctx.cfg.run.checkpoint_every_s <= 0.0 {
+        return Ok(None);
+    }
+    let mut ranks: Vec<usize> = layout.servers.clone();
+    ranks.extend(layout.shards.iter().flatten());
+    ranks.sort_unstable();
+    let timeout = Duration::from_secs_f64(ctx.cfg.run.meeting_timeout_s);
+    let comm = ctx.servers()?;
+    Ok(Some(ShardMeetings::new(
+        comm,
+        ranks,
+        ctx.comm.size(),
+        timeout,
+    )))
 }
 
 /// The regrouping of group `group`'s server, meeting from now on.

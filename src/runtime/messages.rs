@@ -26,9 +26,11 @@
 //! worker, beside the one shared copy of the weights; and the worker copies the weights out
 //! of its receive buffer once. Only a Regroup, rare, encodes its members into a new buffer.
 
+use std::time::Instant;
+
 use thiserror::Error;
 
-use crate::comm::p2p::{Arrival, ServerLink, WorkerLink};
+use crate::comm::p2p::{Arrival, ServerLink, Waited, WorkerLink};
 use crate::comm::CommError;
 use crate::protocol::wire::{self, Push, Reply, WireError};
 
@@ -161,6 +163,15 @@ fn answer(reply: Reply, payload: &[f32], out: &mut [f32]) -> WeightsHeader {
     }
 }
 
+/// What a wait for a push with a deadline ended with.
+pub enum NextPush<'a> {
+    Push(PushRef<'a>),
+    /// The deadline passed first.
+    Deadline,
+    /// Every worker is stopped or gone.
+    AllGone,
+}
+
 /// A server's messages on its link to its workers.
 pub trait ServerMessages {
     /// A push that has arrived, without blocking; `None` if none has or every worker is
@@ -169,6 +180,12 @@ pub trait ServerMessages {
 
     /// Blocks until a push arrives; `None` when every worker is stopped or gone.
     fn wait_push(&mut self) -> Result<Option<PushRef<'_>>, MessageError>;
+
+    /// As [`ServerMessages::wait_push`], but no later than `deadline`.
+    fn wait_push_until(&mut self, deadline: Instant) -> Result<NextPush<'_>, MessageError>;
+
+    /// Blocks until worker index `worker`'s next push arrives (the others' stay queued).
+    fn wait_push_from(&mut self, worker: usize) -> Result<PushRef<'_>, MessageError>;
 
     /// Sends Weights{version, staleness(w), weights} to every worker index w in `workers`,
     /// from one shared copy of the weights.
@@ -207,6 +224,18 @@ impl ServerMessages for ServerLink {
 
     fn wait_push(&mut self) -> Result<Option<PushRef<'_>>, MessageError> {
         self.wait_message()?.map(push_of).transpose()
+    }
+
+    fn wait_push_until(&mut self, deadline: Instant) -> Result<NextPush<'_>, MessageError> {
+        Ok(match self.wait_message_until(deadline)? {
+            Waited::Message(m) => NextPush::Push(push_of(m)?),
+            Waited::Deadline => NextPush::Deadline,
+            Waited::AllLeft => NextPush::AllGone,
+        })
+    }
+
+    fn wait_push_from(&mut self, worker: usize) -> Result<PushRef<'_>, MessageError> {
+        push_of(self.wait_message_from(worker)?)
     }
 
     fn send_weights(

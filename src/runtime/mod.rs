@@ -22,5 +22,6 @@ pub mod saver;
 pub mod server;
 pub mod setup;
 pub mod shard_links;
+pub mod shard_meetings;
 pub mod single;
 pub mod worker;

@@ -6,7 +6,7 @@
 //! particular worker; applies it through [`ParamServer`]; lets its [`Peers`] (the exchange) talk to
 //! other groups; and answers every worker the SSP rule allows.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
@@ -17,20 +17,24 @@ use crate::compress::bf16;
 use crate::compute::optim;
 use crate::config::{Config, Precision};
 use crate::protocol::param_server::ParamServer;
-use crate::runtime::messages::{PushRef, ServerMessages};
+use crate::runtime::messages::{NextPush, PushRef, ServerMessages};
 use crate::runtime::peers::{Exchanged, Meet, Peers, SavedPeers};
 use crate::runtime::regrouper::Regrouper;
 use crate::runtime::saver::{self, Saver};
+use crate::runtime::shard_meetings::ShardMeetings;
 use crate::telemetry::clock::thread_cpu_s;
 use crate::telemetry::pace::WorkerPace;
 use crate::telemetry::progress::Progress;
 use crate::telemetry::{CsvLog, ServerRow, Snapshots};
 
-/// Who a server talks to besides its workers: its peers, and the regrouping it takes part
-/// in (gssp with `sync.gssp.regroup_every_s`).
+/// Who a server talks to besides its workers: its peers, the regrouping it takes part
+/// in (gssp with `sync.gssp.regroup_every_s`), and with sharded servers that take periodic
+/// checkpoints, the meetings of every server rank ([`ShardMeetings`], which then hold the
+/// checkpoint meetings instead of the peers).
 pub struct Outside<'a, 'w> {
     pub peers: &'a mut dyn Peers,
     pub regroup: Option<&'a mut Regrouper<'w>>,
+    pub shards: Option<&'a mut ShardMeetings<'w>>,
 }
 
 /// Totals of one server's run.
@@ -106,6 +110,7 @@ pub fn serve(
         ctx,
         peers: outside.peers,
         regroup: outside.regroup,
+        shards: outside.shards,
         log,
         snapshots,
         saver,
@@ -123,7 +128,7 @@ pub fn serve(
         packed: Vec::new(),
     };
     server.send_first_weights()?;
-    while let Some(pushed) = server.receive_and_apply()? {
+    while let Some(pushed) = server.next_push()? {
         server.after_push(pushed)?;
     }
     server.shown.finish();
@@ -157,6 +162,23 @@ fn pace_ranks(workers: usize, ranks: &[usize]) -> Vec<usize> {
         .collect()
 }
 
+/// Which push a server waits for: whichever comes first (until a deadline, when given), or
+/// one worker slot's.
+#[derive(Debug, Clone, Copy)]
+enum Wait {
+    Any(Option<Instant>),
+    From(usize),
+}
+
+/// What a wait for a push ended with.
+enum Received {
+    Pushed(Pushed),
+    /// The deadline passed (a checkpoint is due).
+    Due,
+    /// Every worker has been told to stop.
+    Done,
+}
+
 /// What one exchange cost and did, and when it ended.
 struct AfterPush {
     exchanged: Exchanged,
@@ -171,6 +193,7 @@ struct Server<'a, 'c, 's, 'p, 'w> {
     ctx: &'a ServeContext<'c>,
     peers: &'p mut dyn Peers,
     regroup: Option<&'p mut Regrouper<'w>>,
+    shards: Option<&'p mut ShardMeetings<'w>>,
     log: &'a mut CsvLog<ServerRow>,
     snapshots: &'a mut Snapshots,
     saver: &'a mut Saver<'s, SubComm>,
@@ -241,20 +264,61 @@ impl Server<'_, '_, '_, '_, '_> {
         Ok(())
     }
 
-    /// Waits for the next push (whichever worker's comes first), checks it and applies it;
-    /// `None` once every worker has been told to stop. Every push is applied, also one that
-    /// arrives after the stop decision (the worker computed it and counts it), so no work
-    /// is lost.
-    fn receive_and_apply(&mut self) -> Result<Option<Pushed>> {
+    /// The next applied push (whichever worker's comes first); `None` once every worker
+    /// has been told to stop. With [`ShardMeetings`] the wait ends when a checkpoint is due,
+    /// for the meeting, and goes on after it.
+    fn next_push(&mut self) -> Result<Option<Pushed>> {
+        loop {
+            let deadline = self.meeting_deadline();
+            match self.receive_and_apply(Wait::Any(deadline))? {
+                Received::Pushed(p) => return Ok(Some(p)),
+                Received::Done => return Ok(None),
+                Received::Due => {
+                    let time_s = self.time_s();
+                    self.meet_shards_if_due(time_s)?;
+                    self.answer()?;
+                }
+            }
+        }
+    }
+
+    /// When a wait for a push must end for a checkpoint meeting (sharded servers with
+    /// periodic checkpoints; `None`: wait as long as it takes).
+    fn meeting_deadline(&self) -> Option<Instant> {
+        let shards = self.shards.as_deref()?;
+        let due_s = self
+            .saver
+            .schedule
+            .next_due_s()
+            .filter(|_| !shards.stopped())?;
+        Some(self.ctx.start + Duration::from_secs_f64(due_s.max(0.0)))
+    }
+
+    /// Waits for a push as `wait` says, checks it and applies it. Every push is applied,
+    /// also one that arrives after the stop decision (the worker computed it and counts
+    /// it), so no work is lost.
+    fn receive_and_apply(&mut self, wait: Wait) -> Result<Received> {
         let cfg = self.ctx.cfg;
         let t_wait = Instant::now();
-        let Some(push) = self.link.wait_push()? else {
-            return Ok(None);
+        let push = match wait {
+            Wait::Any(None) => match self.link.wait_push()? {
+                Some(push) => push,
+                None => return Ok(Received::Done),
+            },
+            Wait::Any(Some(deadline)) => match self.link.wait_push_until(deadline)? {
+                NextPush::Push(push) => push,
+                NextPush::Deadline => return Ok(Received::Due),
+                NextPush::AllGone => return Ok(Received::Done),
+            },
+            Wait::From(w) => self.link.wait_push_from(w)?,
         };
         if push.payload.is_empty() {
             let w = push.worker;
+            if let Wait::From(_) = wait {
+                anyhow::bail!("worker slot {w} left while its group's shards met for a checkpoint, which no shard had decided to stop");
+            }
             self.stop_leaving(w)?;
-            return self.receive_and_apply();
+            return self.receive_and_apply(wait);
         }
         let recv_wait_s = (t_wait.elapsed().as_secs_f64() - push.receive_s).max(0.0);
         let (w, loss) = (push.worker, push.loss);
@@ -296,7 +360,7 @@ impl Server<'_, '_, '_, '_, '_> {
                 cfg.optim.lr
             )
         })?;
-        Ok(Some(Pushed {
+        Ok(Received::Pushed(Pushed {
             worker: w,
             loss,
             staleness: applied.staleness,
@@ -330,10 +394,7 @@ impl Server<'_, '_, '_, '_, '_> {
         if let Some(r) = self.regroup.as_deref_mut() {
             r.after_push(pushed.worker, self.link, self.ps, time_s)?;
         }
-        self.stats.pushes += 1;
-        let batches = self.ctx.batches_per_push.get(pushed.worker).copied();
-        self.batches += batches.unwrap_or(1) as u64;
-        let exchanged = self.exchange(pushed.loss)?;
+        let exchanged = self.count_push(&pushed)?;
         // Stop, or meet, only after a completed step: in bsp every worker is then waiting,
         // so no partial round is left behind.
         let stepped = pushed.stepped;
@@ -341,7 +402,10 @@ impl Server<'_, '_, '_, '_, '_> {
             || self.ctx.stop_after.is_some_and(|n| self.own_pushes() >= n);
         self.stopping |= stepped && !self.changing() && stop;
         let t_meet = Instant::now();
-        let met = stepped && !self.stopping && self.meet_if_due(exchanged.time_s)?;
+        let met = match self.shards.is_some() {
+            true => stepped && self.meet_shards_if_due(exchanged.time_s)?,
+            false => stepped && !self.stopping && self.meet_if_due(exchanged.time_s)?,
+        };
         let meet_s = if met {
             t_meet.elapsed().as_secs_f64()
         } else {
@@ -351,6 +415,15 @@ impl Server<'_, '_, '_, '_, '_> {
         self.answer()?;
         let send_s = t_send.elapsed().as_secs_f64();
         self.record(&pushed, &exchanged, (meet_s, send_s))
+    }
+
+    /// Counts an applied push (its batches), then does this server's part in the exchange
+    /// between groups after it, the snapshot and the progress line.
+    fn count_push(&mut self, pushed: &Pushed) -> Result<AfterPush> {
+        self.stats.pushes += 1;
+        let batches = self.ctx.batches_per_push.get(pushed.worker).copied();
+        self.batches += batches.unwrap_or(1) as u64;
+        self.exchange(pushed.loss)
     }
 
     /// This server's part in the exchange between groups after the push, then the snapshot
@@ -420,6 +493,56 @@ impl Server<'_, '_, '_, '_, '_> {
             r.meet(self.peers, self.link, self.ps, time_s)?;
         }
         Ok(true)
+    }
+
+    /// With [`ShardMeetings`]: the meeting of every server rank when a checkpoint is due at
+    /// `time_s` (also when this server is stopping: its siblings are on their way there),
+    /// and the checkpoint when no server is stopping, after this shard has taken in its
+    /// workers' pushes up to its group's clocks. Returns whether the servers met.
+    fn meet_shards_if_due(&mut self, time_s: f64) -> Result<bool> {
+        let Some(shards) = self.shards.as_deref_mut() else {
+            return Ok(false);
+        };
+        if shards.stopped() || !self.saver.due(time_s) {
+            return Ok(false);
+        }
+        let met = shards
+            .meet(self.stopping, time_s, "checkpoint")
+            .map_err(|e| match self.saver.resume_hint() {
+                Some(hint) => anyhow::anyhow!("{e:#}; {hint}"),
+                None => e,
+            })?;
+        let Meet::Together { time_s } = met else {
+            self.stopping = true;
+            return Ok(true);
+        };
+        self.catch_up_with_group()?;
+        self.checkpoint(time_s)?;
+        Ok(true)
+    }
+
+    /// Applies the pushes this shard's workers have sent that another shard of the group
+    /// has applied and this one has not yet taken in (collective over every server), so
+    /// that every shard of the group is at the same clocks.
+    fn catch_up_with_group(&mut self) -> Result<()> {
+        let Some(shards) = self.shards.as_deref() else {
+            return Ok(());
+        };
+        let ranks = pace_ranks(self.link.workers(), self.ctx.worker_ranks);
+        let target = shards.group_clocks(&ranks, self.ps.clock().clocks())?;
+        let mut taken = 0;
+        for (w, &clock) in target.iter().enumerate() {
+            while self.ps.clock().clocks()[w] < clock {
+                let Received::Pushed(pushed) = self.receive_and_apply(Wait::From(w))? else {
+                    anyhow::bail!("worker slot {w}'s push did not come");
+                };
+                let exchanged = self.count_push(&pushed)?;
+                self.record(&pushed, &exchanged, (0.0, 0.0))?;
+                taken += 1;
+            }
+        }
+        log::debug!("took in {taken} pushes to reach the group's clocks for the checkpoint");
+        Ok(())
     }
 
     /// A checkpoint at the agreed `time_s`, at a quiet point of the exchange.

@@ -456,21 +456,19 @@ impl<'c> GroupExchange<'c> {
     fn meet_all(&mut self, stopping: bool, time_s: f64) -> Result<(bool, bool, f64)> {
         let comm = self.transport.comm();
         self.meetings += 1;
-        let absent = comm.arrive(self.meetings, self.meeting_timeout)?;
-        if !absent.is_empty() {
-            let occasion = if stopping {
-                Occasion::End
-            } else {
-                self.occasion
-            };
-            let timeout_s = self.meeting_timeout.as_secs_f64();
-            anyhow::bail!(self.roll.absent(&absent, occasion, timeout_s));
+        let timeout = self.meeting_timeout;
+        match comm.meet(self.meetings, timeout, (stopping, time_s))? {
+            Ok(v) => Ok((v.all_stop, v.any_stop, v.time_s)),
+            Err(absent) => {
+                let occasion = if stopping {
+                    Occasion::End
+                } else {
+                    self.occasion
+                };
+                let timeout_s = timeout.as_secs_f64();
+                anyhow::bail!(self.roll.absent(&absent, occasion, timeout_s))
+            }
         }
-        let vote = f64::from(u8::from(stopping));
-        let all = comm.allreduce_min_f64(vote)? > 0.0;
-        let any = comm.allreduce_max_f64(vote)? > 0.0;
-        let time_s = comm.allreduce_max_f64(time_s)?;
-        Ok((all, any, time_s))
     }
 
     /// End of training: flush the unsent change densely, meet the other servers, drain, and
