@@ -909,7 +909,7 @@ fn plan(
         horizon_s: seconds,
         seed: cfg.run.seed,
         balance_bounds: cfg.sync.balance.balanced_bounds(cfg.optim.batch_size),
-        shards: (cfg.sync.shards > 1).then_some(cfg.sync.shards),
+        shards: cfg.sync.shards.count().filter(|&s| s > 1),
     };
     let cost = gssp::protocol::costmodel::CostModel::new(&cfg, params);
     let plan = gssp::tools::plan::plan(&work, &cost, &opts)?;

@@ -1703,6 +1703,73 @@ fn sharded_servers_take_the_changes_of_local_steps() {
     assert!(accuracy >= 0.55, "accuracy {accuracy}");
 }
 
+/// gssp with `sync.shards = "auto"`: 2 groups (workers at 1x and 3x, ranks 8-11), up to 4
+/// server ranks each (ranks 0-7 reserved), links emulated at 0.15 Gbit/s. After the profile
+/// the cost model chooses the count: the layout keeps that many ranks per group where a
+/// fixed count puts them and leaves the rest idle; the count is the fewest within 2% of the
+/// best rate the model predicted; every push reaches every kept shard of its group, the
+/// idle ranks log nothing, and the replicas agree.
+#[test]
+fn auto_shards_keep_the_count_the_cost_model_chose() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let sets = [
+        "sync.mode=gssp",
+        "sync.gssp.groups=2",
+        "sync.shards=auto",
+        "sync.max_shards=4",
+        "run.epochs=1",
+        "heterogeneity.unit_s=0.02",
+        "heterogeneity.slowdown=[1,1,3,3]",
+        "heterogeneity.link_gbps=0.15",
+    ];
+    let run = scratch.train_ok("gssp-auto-shards", 12, &sets, DEADLINE);
+    let layout = run.layout();
+    let choice = &layout["shard_count"];
+    let chosen = choice["chosen"].as_u64().expect("shard_count.chosen") as usize;
+    let rates: Vec<f64> = choice["candidates"]
+        .as_array()
+        .expect("shard_count.candidates")
+        .iter()
+        .map(|c| num(c, "rate"))
+        .collect();
+    assert_eq!(rates.len(), 4, "{choice}");
+    let best = rates.iter().copied().fold(0.0, f64::max);
+    let fewest = rates.iter().position(|&r| r >= 0.98 * best).map(|i| i + 1);
+    assert_eq!(Some(chosen), fewest, "{choice}");
+    let kept: Vec<Vec<usize>> = [2, 5]
+        .iter()
+        .map(|&first| (first..first + chosen - 1).collect())
+        .collect();
+    let kept = if chosen == 1 { Vec::new() } else { kept };
+    let shards: Vec<Vec<usize>> =
+        serde_json::from_value(layout["shards"].clone()).unwrap_or_default();
+    assert_eq!(shards, kept, "{layout}");
+    let idle: Vec<usize> = serde_json::from_value(layout["idle"].clone()).unwrap_or_default();
+    let all_kept: BTreeSet<usize> = kept.iter().flatten().copied().collect();
+    let want_idle: Vec<usize> = (2..8).filter(|r| !all_kept.contains(r)).collect();
+    assert_eq!(idle, want_idle, "{layout}");
+    for r in &idle {
+        let csv = run.dir.join(format!("rank-{r}.csv"));
+        assert!(!csv.exists(), "idle rank {r} logged {}", csv.display());
+    }
+    let groups: Vec<Vec<usize>> = serde_json::from_value(layout["groups"].clone()).expect("groups");
+    for (g, workers) in groups.iter().enumerate() {
+        let mut servers = vec![g];
+        servers.extend(kept.get(g).into_iter().flatten());
+        let its: u64 = iterations(&run, workers).iter().sum();
+        let applied = pushes_applied(&run, &servers);
+        assert_eq!(
+            applied,
+            vec![its; servers.len()],
+            "group {g}: servers {servers:?}"
+        );
+    }
+    let error = num(&run.summary(), "replica_max_error");
+    assert!(error < 1e-5, "replica_max_error {error}");
+    eprintln!("gssp-auto-shards: {chosen} server ranks per group, predicted {rates:?}");
+}
+
 /// asp with its server sharded over three ranks, the middle shard (rank 1) deciding the
 /// stop after 20 pushes (`GSSP_FAULT_SERVER_STOP`) while the others would train for an
 /// epoch: its workers, told stop by it and sent weights by the others, leave those, which

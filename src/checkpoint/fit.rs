@@ -27,7 +27,7 @@ use std::path::Path;
 
 use super::store::{self, CheckpointError, Manifest};
 use crate::config::modes::Roles;
-use crate::config::Config;
+use crate::config::{Config, Shards};
 
 /// What fitting a resumed run to its world decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +51,7 @@ pub fn fit(
     agrees_with_config(manifest, cfg, &store::manifest_path(dir)).map_err(|e| e.to_string())?;
     let mode = cfg.sync.strategy();
     let saved = manifest.world_size;
-    if cfg.sync.shards > 1 && world_size != saved {
+    if cfg.sync.shards != Shards::Count(1) && world_size != saved {
         return Err(format!(
             "--resume on {world_size} ranks: {} ran sharded servers (sync.shards = {}) on {saved} ranks, whose files hold one range each, and a resume on another rank count does not join and cut them anew yet; resume it on {saved} ranks",
             dir.display(),

@@ -403,8 +403,13 @@ pub struct SyncConfig {
     /// Server ranks per group (asp, ssp, gssp): each holds one contiguous range of the
     /// parameters, takes that range of every push and answers it with that range of the
     /// weights, so a group's server traffic is spread over this many links (ps-lite's key
-    /// ranges; module docs of `runtime::shard_links`). 1: one server per group.
-    pub shards: usize,
+    /// ranges; module docs of `runtime::shard_links`). 1: one server per group. `"auto"`
+    /// (gssp grouped by profile): the count the cost model predicts fastest, up to
+    /// `max_shards` ([`crate::protocol::costmodel::choose_shard_count`]).
+    pub shards: Shards,
+    /// With `shards = "auto"`: the most server ranks per group considered. The world
+    /// reserves `groups x max_shards` server ranks; those beyond the chosen count sit idle.
+    pub max_shards: usize,
 }
 
 impl SyncConfig {
@@ -412,6 +417,50 @@ impl SyncConfig {
     /// section read the mode's own part of it.
     pub fn strategy(&self) -> &'static dyn modes::Mode {
         modes::of(self.mode)
+    }
+
+    /// Server ranks each group reserves: `shards`, or `max_shards` with `"auto"`.
+    pub fn shards_reserved(&self) -> usize {
+        self.shards.count().unwrap_or(self.max_shards).max(1)
+    }
+}
+
+/// Server ranks per group: a number, or `"auto"`: the count the cost model predicts
+/// fastest after the profile, up to `sync.max_shards`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shards {
+    Count(usize),
+    Auto,
+}
+
+impl Shards {
+    /// The fixed count, or `None` for `"auto"`.
+    pub fn count(self) -> Option<usize> {
+        match self {
+            Shards::Count(s) => Some(s),
+            Shards::Auto => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Shards {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.count() {
+            Some(s) => write!(f, "{s}"),
+            None => write!(f, "\"auto\""),
+        }
+    }
+}
+
+impl Serialize for Shards {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        serialize_count_or_auto(self.count(), ser)
+    }
+}
+
+impl<'de> Deserialize<'de> for Shards {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        Ok(deserialize_count_or_auto(de)?.map_or(Shards::Auto, Shards::Count))
     }
 }
 
@@ -864,7 +913,8 @@ impl Default for SyncConfig {
             async_localsgd: AsyncLocalSgdConfig::default(),
             balance: BalanceConfig::default(),
             overlap: false,
-            shards: 1,
+            shards: Shards::Count(1),
+            max_shards: 4,
         }
     }
 }
@@ -1052,7 +1102,7 @@ impl Config {
     /// Number of server ranks the sync mode reserves (ranks `0..num_servers()`; gssp's
     /// `groups = "auto"` may leave some of them idle).
     pub fn num_servers(&self) -> usize {
-        self.sync.strategy().servers(&self.sync).reserved() * self.sync.shards.max(1)
+        self.sync.strategy().servers(&self.sync).reserved() * self.sync.shards_reserved()
     }
 
     /// Number of worker ranks in a world of `world_size` ranks (all ranks that are not servers).

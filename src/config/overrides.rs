@@ -301,7 +301,7 @@ mod tests {
             .to_string();
         assert_eq!(
             msg,
-            "old.toml: unknown key sync.groups (allowed there: async_localsgd, balance, gssp, localsgd, mode, overlap, shards, ssp; sync.groups is now sync.gssp.groups)"
+            "old.toml: unknown key sync.groups (allowed there: async_localsgd, balance, gssp, localsgd, max_shards, mode, overlap, shards, ssp; sync.groups is now sync.gssp.groups)"
         );
         let msg = with(&["sync.staleness=0"]).unwrap_err().to_string();
         assert!(

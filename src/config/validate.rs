@@ -8,7 +8,7 @@ use super::modes::Roles;
 use super::MAX_CLASSES;
 use super::{
     CompressionKind, Config, ConfigError, DataConfig, DatasetKind, ExchangeSelect, Grouping,
-    GsspConfig, OuterConfig, Precision, SparseTransport, SyncMode,
+    GsspConfig, OuterConfig, Precision, Shards, SparseTransport, SyncMode,
 };
 
 /// Upper bound of `sync.gssp.mailbox_messages`: the ring's size, messages x (1 + 2k) words
@@ -162,14 +162,17 @@ impl Config {
         )
     }
 
-    /// `sync.shards`: at least 1; more only where the mode shards its servers, without
-    /// checkpoints during the run (a checkpoint does not record a sharded server's range
-    /// yet) and without PowerSGD's exchange (it compresses whole matrices, which a range
-    /// may cut).
+    /// `sync.shards`: at least 1; more only where the mode shards its servers and without
+    /// PowerSGD's exchange (it compresses whole matrices, which a range may cut); `"auto"`
+    /// only in gssp grouped by profile (the choice weighs the profiled speeds), with
+    /// `sync.max_shards` at least 1.
     fn validate_shards(&self) -> Result<(), ConfigError> {
         let shards = self.sync.shards;
-        ensure(shards >= 1, "sync.shards", ">= 1", shards)?;
-        if shards == 1 {
+        match shards.count() {
+            Some(s) => ensure(s >= 1, "sync.shards", ">= 1", shards)?,
+            None => self.validate_auto_shards()?,
+        }
+        if shards == Shards::Count(1) {
             return Ok(());
         }
         if let Some(why) = self.sync.strategy().shards_refusal(&self.sync) {
@@ -181,6 +184,24 @@ impl Config {
             "sync.shards",
             "1 with compression.kind = \"powersgd\" (its exchange compresses whole matrices, which a shard's range may cut)",
             shards,
+        )
+    }
+
+    fn validate_auto_shards(&self) -> Result<(), ConfigError> {
+        let max = self.sync.max_shards;
+        ensure(max >= 1, "sync.max_shards", ">= 1", max)?;
+        let mode = self.sync.mode;
+        ensure(
+            mode == SyncMode::Gssp,
+            "sync.shards",
+            &format!("a number with sync.mode = \"{mode}\" (\"auto\" chooses from gssp's profile)"),
+            "\"auto\"",
+        )?;
+        ensure(
+            self.sync.gssp.grouping == Grouping::Profile,
+            "sync.shards",
+            "a number with sync.gssp.grouping = \"static\" (\"auto\" chooses from the profile's speeds)",
+            "\"auto\"",
         )
     }
 
@@ -411,12 +432,12 @@ impl Config {
     /// (those after the servers) holding each exactly once.
     fn validate_groups(&self, world_size: usize) -> Result<(), ConfigError> {
         let servers = self.num_servers();
-        let groups = servers / self.sync.shards.max(1);
+        let groups = servers / self.sync.shards_reserved();
         let key = match self.sync.gssp.groups {
             super::Groups::Count(_) => "sync.gssp.groups",
             super::Groups::Auto => "sync.gssp.max_groups",
         };
-        let shards = self.sync.shards.max(1);
+        let shards = self.sync.shards_reserved();
         let why = match shards {
             1 => "each group server needs at least one worker".to_string(),
             s => format!("each group's {s} server ranks need at least one worker"),
@@ -764,6 +785,10 @@ mod tests {
             (&["sync.mode=bsp", "sync.shards=2"], "sync.shards: must be 1 with sync.mode = \"bsp\" (only asp, ssp and gssp shard their servers), got 2"),
             (&["sync.mode=gssp", "sync.gssp.groups=auto", "sync.shards=2"], "sync.shards: must be 1 with sync.gssp.groups = \"auto\" (sharded servers need a fixed group count), got 2"),
             (&["sync.mode=gssp", "sync.gssp.regroup_every_s=5", "sync.shards=2"], "sync.shards: must be 1 with sync.gssp.regroup_every_s = 5 (sharded groups do not regroup yet), got 2"),
+            (&["sync.mode=asp", "sync.shards=auto"], "sync.shards: must be a number with sync.mode = \"asp\" (\"auto\" chooses from gssp's profile), got \"auto\""),
+            (&["sync.mode=gssp", "sync.gssp.grouping=static", "sync.shards=auto"], "sync.shards: must be a number with sync.gssp.grouping = \"static\" (\"auto\" chooses from the profile's speeds), got \"auto\""),
+            (&["sync.mode=gssp", "sync.shards=auto", "sync.max_shards=0"], "sync.max_shards: must be >= 1, got 0"),
+            (&["sync.mode=gssp", "sync.gssp.groups=auto", "sync.shards=auto"], "sync.shards: must be 1 with sync.gssp.groups = \"auto\" (sharded servers need a fixed group count), got \"auto\""),
             (&["sync.mode=gssp", "compression.kind=powersgd", "sync.shards=2"], "sync.shards: must be 1 with compression.kind = \"powersgd\" (its exchange compresses whole matrices, which a shard's range may cut), got 2"),
             (&["sync.overlap=true"], "sync.overlap: must be false with sync.mode = \"single\" (workers compute a step ahead only in asp, ssp and gssp without local steps), got true"),
             (&["sync.mode=bsp", "sync.overlap=true"], "sync.overlap: must be false with sync.mode = \"bsp\" (workers compute a step ahead only in asp, ssp and gssp without local steps), got true"),

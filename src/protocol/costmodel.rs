@@ -148,7 +148,14 @@ impl CostModel {
     /// Iterations per second of `groups` (worker indices into `times`, seconds per
     /// iteration), each at its slowest push's pace or its server's limit.
     pub fn rate(&self, groups: &[Vec<usize>], times: &[f64]) -> f64 {
-        let limit = 1.0 / self.server_s_per_push(groups.len());
+        self.rate_sharded(groups, times, 1)
+    }
+
+    /// [`CostModel::rate`] with each group's server sharded over `shards` ranks, each
+    /// with a link of its own: a shard moves and applies 1/shards of every push, reply and
+    /// exchange, so the server's limit is `shards` times one rank's.
+    pub fn rate_sharded(&self, groups: &[Vec<usize>], times: &[f64], shards: usize) -> f64 {
+        let limit = shards.max(1) as f64 / self.server_s_per_push(groups.len());
         let steps = self.steps_per_push(times);
         groups
             .iter()
@@ -162,7 +169,13 @@ impl CostModel {
 
     /// The busiest group server's share of its time spent serving, for `groups`.
     pub fn server_load(&self, groups: &[Vec<usize>], times: &[f64]) -> f64 {
-        let per_push = self.server_s_per_push(groups.len());
+        self.server_load_sharded(groups, times, 1)
+    }
+
+    /// [`CostModel::server_load`] of the busiest shard, each group's server sharded over
+    /// `shards` ranks.
+    pub fn server_load_sharded(&self, groups: &[Vec<usize>], times: &[f64], shards: usize) -> f64 {
+        let per_push = self.server_s_per_push(groups.len()) / shards.max(1) as f64;
         let steps = self.steps_per_push(times);
         groups
             .iter()
@@ -255,6 +268,47 @@ pub fn choose_group_count(
     })
 }
 
+/// One shard count the model weighed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardCandidate {
+    pub shards: usize,
+    /// Predicted iterations per second.
+    pub rate: f64,
+    /// Predicted busy share of the busiest shard.
+    pub server_load: f64,
+}
+
+/// What `sync.shards = "auto"` chose, and from what (written to `layout.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardCountChoice {
+    pub chosen: usize,
+    pub candidates: Vec<ShardCandidate>,
+}
+
+/// The server ranks per group for `groups` of workers of profiled `times`, from 1 to
+/// `max`: the fewest whose predicted rate is within [`AUTO_GROUPS_TOLERANCE`] of the best
+/// (a shard more is a rank more, and buys nothing once the workers bind).
+pub fn choose_shard_count(
+    model: &CostModel,
+    groups: &[Vec<usize>],
+    times: &[f64],
+    max: usize,
+) -> ShardCountChoice {
+    let candidates: Vec<ShardCandidate> = (1..=max.max(1))
+        .map(|s| ShardCandidate {
+            shards: s,
+            rate: model.rate_sharded(groups, times, s),
+            server_load: model.server_load_sharded(groups, times, s),
+        })
+        .collect();
+    let best = candidates.iter().map(|c| c.rate).fold(0.0, f64::max);
+    let chosen = candidates
+        .iter()
+        .find(|c| c.rate >= best * (1.0 - AUTO_GROUPS_TOLERANCE))
+        .map_or(1, |c| c.shards);
+    ShardCountChoice { chosen, candidates }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,6 +393,29 @@ mod tests {
         let rate = m.rate(&one, &times);
         assert!((rate - 1.0 / m.server_s_per_push(1)).abs() < 1e-9, "{rate}");
         assert_eq!(m.server_load(&one, &times), 1.0);
+    }
+
+    #[test]
+    fn auto_shards_are_the_fewest_that_take_a_saturated_server_off_the_path() {
+        // 1e7 parameters: about 0.0135 s per push on one rank. 16 workers at 0.1 s each
+        // offer 160 pushes/s to their one group: one rank takes 74, two 148, three 222
+        // (within 2% of the best from there on: the workers bind).
+        let m = model(10_000_000);
+        let times = vec![0.1; 16];
+        let one = vec![(0..16).collect::<Vec<_>>()];
+        let per_push = m.server_s_per_push(1);
+        let choice = choose_shard_count(&m, &one, &times, 6);
+        assert_eq!(choice.candidates.len(), 6);
+        let rate = |s: usize| choice.candidates[s - 1].rate;
+        assert!((rate(1) - 1.0 / per_push).abs() < 1e-9, "{}", rate(1));
+        assert!((rate(2) - 2.0 / per_push).abs() < 1e-9, "{}", rate(2));
+        assert!((rate(6) - 160.0).abs() < 1e-9, "{}", rate(6));
+        assert_eq!(choice.chosen, 3, "{choice:?}");
+        assert!(choice.candidates[2].server_load < 1.0);
+        assert_eq!(choice.candidates[0].server_load, 1.0);
+        // Workers that bind already: one rank a group.
+        let slow = vec![10.0; 16];
+        assert_eq!(choose_shard_count(&m, &one, &slow, 6).chosen, 1);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::compute::pace;
 use crate::config::modes::{Roles, ServerCount};
 use crate::config::{Config, Staleness, SyncMode};
-use crate::protocol::costmodel::GroupCountChoice;
+use crate::protocol::costmodel::{GroupCountChoice, ShardCountChoice};
 use crate::protocol::grouping::AUTO_STALENESS_MAX;
 
 /// What one rank does in a run.
@@ -73,13 +73,16 @@ pub struct Layout {
     /// (which is `servers[g]`), in shard order; empty: one server rank per group.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shards: Vec<Vec<usize>>,
+    /// `sync.shards = "auto"`: the count chosen and what the cost model predicted for each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_count: Option<ShardCountChoice>,
 }
 
 impl Layout {
     /// The layout before any grouping: ranks 0..S-1 serve, the rest are workers (one
     /// group), with slowdown factors in rank order.
     pub fn from_config(cfg: &Config, world_size: usize) -> Layout {
-        let per_group = cfg.sync.shards.max(1);
+        let per_group = cfg.sync.shards_reserved();
         let reserved = cfg.num_servers();
         let servers: Vec<usize> = (0..reserved / per_group).collect();
         let shards = match per_group {
@@ -115,6 +118,7 @@ impl Layout {
             local_steps: Vec::new(),
             batches: Vec::new(),
             shards,
+            shard_count: None,
         }
     }
 
@@ -150,6 +154,20 @@ impl Layout {
     pub fn keep_servers(&mut self, groups: usize) {
         if groups < self.servers.len() {
             self.idle = self.servers.split_off(groups);
+        }
+    }
+
+    /// Keeps `shards` server ranks per group (each group's first `shards - 1` further
+    /// shards); the others become idle.
+    pub fn keep_shards(&mut self, shards: usize) {
+        let further = shards.max(1) - 1;
+        for group in &mut self.shards {
+            if further < group.len() {
+                self.idle.extend(group.split_off(further));
+            }
+        }
+        if further == 0 {
+            self.shards.clear();
         }
     }
 
@@ -264,17 +282,34 @@ impl Layout {
     }
 
     /// Each group server's further shards at the ranks a fresh layout gives them (none
-    /// without `sync.shards`): a resumed shard takes up the file of its own rank.
+    /// without `sync.shards`; with `"auto"`, the same first ones of every group, the rest
+    /// idle): a resumed shard takes up the file of its own rank.
     fn check_shards(&self, cfg: &Config, world_size: usize) -> Result<(), LayoutError> {
-        let want = Layout::from_config(cfg, world_size).shards;
-        match self.shards == want {
-            true => Ok(()),
-            false => wrong(
+        let mut want = Layout::from_config(cfg, world_size);
+        let auto = cfg.sync.shards.count().is_none();
+        if auto {
+            want.keep_shards(self.shards_per_group());
+        }
+        if self.shards != want.shards {
+            return wrong(
                 "shards",
                 format!(
-                    "{:?}, the config's sync.shards = {} puts them at {want:?}",
-                    self.shards, cfg.sync.shards
+                    "{:?}, the config's sync.shards = {} puts them at {:?}",
+                    self.shards, cfg.sync.shards, want.shards
                 ),
+            );
+        }
+        // The group servers' idle ranks are `check_servers`'s; those above are shards'.
+        let servers = cfg.sync.strategy().servers(&cfg.sync).reserved();
+        let idle_shards = |l: &Layout| -> Vec<usize> {
+            l.idle.iter().copied().filter(|&r| r >= servers).collect()
+        };
+        let (have, left) = (idle_shards(self), idle_shards(&want));
+        match !auto || have == left {
+            true => Ok(()),
+            false => wrong(
+                "idle",
+                format!("shard ranks {have:?}, the shards chosen leave {left:?} idle"),
             ),
         }
     }
@@ -312,10 +347,16 @@ impl Layout {
             return wrong("servers", reason);
         }
         let left = reserved - g;
-        if self.idle.len() != left || self.idle.iter().copied().ne(g..reserved) {
+        // Shard ranks left idle by `sync.shards = "auto"` lie above `reserved`
+        // (`check_shards`).
+        let auto_shards = cfg.sync.shards.count().is_none();
+        let idle: Vec<usize> = (self.idle.iter().copied())
+            .filter(|&r| r < reserved || !auto_shards)
+            .collect();
+        if idle.len() != left || idle.iter().copied().ne(g..reserved) {
             let reason = format!(
                 "{}, must be the {} reserved as servers that the {} leave over ({g}..{reserved})",
-                count(self.idle.len(), "rank"),
+                count(idle.len(), "rank"),
                 count(left, "rank"),
                 count(g, "server")
             );
@@ -615,6 +656,53 @@ mod tests {
         let plain = Layout::from_config(&config(&["sync.mode=ssp"]), 6);
         assert!(plain.shards.is_empty());
         assert_eq!(plain.served_range(0, 11), 0..11);
+    }
+
+    #[test]
+    fn auto_shards_reserve_the_most_and_leave_the_unchosen_idle() {
+        let auto = [
+            "sync.mode=gssp",
+            "sync.gssp.groups=2",
+            "sync.shards=auto",
+            "sync.max_shards=4",
+        ];
+        let cfg = config(&auto);
+        assert_eq!(cfg.num_servers(), 8);
+        let mut reserved = Layout::from_config(&cfg, 12);
+        assert_eq!(reserved.shards, [[2, 3, 4], [5, 6, 7]]);
+        reserved.groups = vec![vec![8, 9], vec![10, 11]];
+        reserved.staleness = vec![reserved.staleness[0]; 2];
+        let mut two = reserved.clone();
+        two.keep_shards(2);
+        assert_eq!(
+            (two.shards.clone(), two.idle.clone()),
+            (vec![vec![2], vec![5]], vec![3, 4, 6, 7])
+        );
+        assert_eq!(two.shards_per_group(), 2);
+        assert_eq!(two.role(3), Role::Idle);
+        assert_eq!(two.role(5), Role::Shard { group: 1, shard: 1 });
+        assert_eq!(two.served_range(5, 11), 6..11);
+        assert_eq!(two.validate_for(&cfg, 12), Ok(()));
+        let mut one = reserved.clone();
+        one.keep_shards(1);
+        assert!(one.shards.is_empty());
+        assert_eq!(one.idle, [2, 3, 4, 5, 6, 7]);
+        assert_eq!(one.validate_for(&cfg, 12), Ok(()));
+        assert_eq!(reserved.validate_for(&cfg, 12), Ok(()));
+        // A saved layout whose groups kept different shards, or whose idle ranks are not
+        // the ones left over, is refused.
+        let mut uneven = two.clone();
+        uneven.shards = vec![vec![2], vec![5, 6]];
+        uneven.idle = vec![3, 4, 7];
+        let err = uneven.validate_for(&cfg, 12).unwrap_err().to_string();
+        assert!(err.starts_with("shards: [[2], [5, 6]]"), "{err}");
+        let mut lost = two.clone();
+        lost.idle = vec![3, 4, 6];
+        let err = lost.validate_for(&cfg, 12).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "idle: shard ranks [3, 4, 6], the shards chosen leave [3, 4, 6, 7] idle"
+        );
     }
 
     #[test]

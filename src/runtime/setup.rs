@@ -22,7 +22,7 @@ use crate::compute::pace::{Pacer, CALIBRATION_ITERATIONS};
 use crate::compute::workload::{ComputeStep, Corpus};
 use crate::config::modes::{least_staleness, LocalSteps, Preparation};
 use crate::config::{BatchSplit, CompressionKind, Config, Grouping, Groups, GsspConfig, Staleness};
-use crate::protocol::costmodel::CostModel;
+use crate::protocol::costmodel::{choose_shard_count, CostModel};
 use crate::protocol::grouping;
 use crate::protocol::layout::{Layout, Role};
 use crate::runtime::balancer::batches_by_rank;
@@ -157,11 +157,14 @@ pub fn prepare<B: Backend>(
 
 /// Every server shard holds at least one parameter (a push without payload is a leave).
 fn shards_fit(cfg: &Config, params: usize) -> Result<(), String> {
-    let shards = cfg.sync.shards;
+    let (shards, key) = match cfg.sync.shards.count() {
+        Some(s) => (s, "sync.shards"),
+        None => (cfg.sync.max_shards, "sync.max_shards"),
+    };
     match shards <= params {
         true => Ok(()),
         false => Err(format!(
-            "sync.shards: must be at most the model's {params} parameters, got {shards}"
+            "{key}: must be at most the model's {params} parameters, got {shards}"
         )),
     }
 }
@@ -441,6 +444,16 @@ fn apply_groups(cfg: &Config, layout: &mut Layout, formed: WorkerGroups, params:
             &layout.worker_ranks(),
         );
     }
+    if let (None, Some(times)) = (cfg.sync.shards.count(), &formed.profiled_s) {
+        let index = |r: &usize| profiled.iter().position(|p| p == r).unwrap_or(0);
+        let groups: Vec<Vec<usize>> = (layout.groups.iter())
+            .map(|g| g.iter().map(index).collect())
+            .collect();
+        let model = CostModel::new(cfg, params);
+        let choice = choose_shard_count(&model, &groups, times, cfg.sync.max_shards);
+        layout.keep_shards(choice.chosen);
+        layout.shard_count = Some(choice);
+    }
     layout.profiled_s = formed.profiled_s;
     layout.profiled_spread_s = formed.profiled_spread_s;
     layout.profiled_worst_s = formed.profiled_worst_s;
@@ -512,6 +525,29 @@ fn describe(cfg: &Config, layout: &Layout, resume: Option<&Resume>) {
                 "ranks {:?} were reserved as servers (sync.gssp.max_groups = {}) and stay idle",
                 layout.idle,
                 cfg.sync.gssp.max_groups
+            );
+        }
+    }
+    if let Some(choice) = &layout.shard_count {
+        let each: Vec<String> = (choice.candidates.iter())
+            .map(|c| {
+                let load = 100.0 * c.server_load;
+                format!(
+                    "{}: {:.1} it/s (busiest shard {load:.1}%)",
+                    c.shards, c.rate
+                )
+            })
+            .collect();
+        log::info!(
+            "server ranks per group (auto): {} from the cost model; predicted {}",
+            choice.chosen,
+            each.join(", ")
+        );
+        if !layout.idle.is_empty() {
+            log::info!(
+                "ranks {:?} were reserved as shards (sync.max_shards = {}) and stay idle",
+                layout.idle,
+                cfg.sync.max_shards
             );
         }
     }

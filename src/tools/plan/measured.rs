@@ -107,6 +107,9 @@ struct Layout {
     profile_cost_s: Option<f64>,
     #[serde(default)]
     local_steps: Vec<usize>,
+    /// Each group's further shards (empty: one server rank a group).
+    #[serde(default)]
+    shards: Vec<Vec<usize>>,
 }
 
 fn read<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
@@ -208,7 +211,7 @@ impl MeasuredRun {
             worker_local_steps: layout.local_steps.clone(),
             delay_compensation: cfg.optim.delay_compensation > 0.0,
             overlap: cfg.sync.overlap,
-            shards: cfg.sync.shards,
+            shards: layout.shards.first().map_or(1, |s| s.len() + 1),
             colocated: cfg.cluster.distribution == Distribution::Cyclic
                 && cfg.cluster.nodes == times.len(),
             push: cfg.compression.push,
