@@ -410,17 +410,7 @@ fn a_sharded_run_resumes_its_final_checkpoint_on_its_own_ranks() {
     let layout = first.layout();
     resume_trains_on(&first, "gssp-sharded", 8, 2);
     assert_eq!(first.layout(), layout, "the layout changed");
-    for (shards, workers) in [([0, 2], [4, 5]), ([1, 3], [6, 7])] {
-        let applied: Vec<f64> = shards
-            .iter()
-            .map(|&r| first.rank_csv(r).last("pushes"))
-            .collect();
-        let iterations: f64 = workers
-            .iter()
-            .map(|&w| first.rank_csv(w).last("iteration"))
-            .sum();
-        assert_eq!(applied, [iterations; 2], "shards {shards:?}");
-    }
+    every_push_reached_both_shards(&first);
     let err = resume_fails(&first.dir, 9, &["run.epochs=3"]);
     assert!(
         err.contains("--resume on 9 ranks") && err.contains("resume it on 8 ranks"),
@@ -491,6 +481,17 @@ fn a_sharded_run_killed_after_a_periodic_checkpoint_resumes_it() {
         num(&summary, "replica_max_error") < 1e-4,
         "an update did not reach every replica: {summary}"
     );
+    every_push_reached_both_shards(&run);
+    eprintln!(
+        "gssp-sharded: killed past the checkpoint at {saved_at:.1} s; resumed to {:.2} epochs, {:.2}%",
+        num(&summary, "epochs"),
+        100.0 * num(&summary, "final_test_accuracy")
+    );
+}
+
+/// In a run of 2 groups with 2 shards each (ranks 0 and 2, 1 and 3; workers 4-5 and 6-7),
+/// both shards of a group applied every push its workers made.
+fn every_push_reached_both_shards(run: &Run) {
     for (shards, workers) in [([0, 2], [4, 5]), ([1, 3], [6, 7])] {
         let applied: Vec<f64> = shards
             .iter()
@@ -502,11 +503,6 @@ fn a_sharded_run_killed_after_a_periodic_checkpoint_resumes_it() {
             .sum();
         assert_eq!(applied, [iterations; 2], "shards {shards:?}");
     }
-    eprintln!(
-        "gssp-sharded: killed past the checkpoint at {saved_at:.1} s; resumed to {:.2} epochs, {:.2}%",
-        num(&summary, "epochs"),
-        100.0 * num(&summary, "final_test_accuracy")
-    );
 }
 
 /// Resumes `run` on `ranks` ranks until epoch `epochs`; checks that it trained on from the

@@ -474,13 +474,7 @@ impl Server<'_, '_, '_, '_, '_> {
         if !checkpoint_due && !regroup_due {
             return Ok(false);
         }
-        let met = self
-            .peers
-            .meet(time_s)
-            .map_err(|e| match self.saver.resume_hint() {
-                Some(hint) => anyhow::anyhow!("{e:#}; {hint}"),
-                None => e,
-            })?;
+        let met = self.peers.meet(time_s).map_err(|e| self.with_hint(e))?;
         let Meet::Together { time_s } = met else {
             self.stopping = true;
             return Ok(false);
@@ -506,12 +500,8 @@ impl Server<'_, '_, '_, '_, '_> {
         if shards.stopped() || !self.saver.due(time_s) {
             return Ok(false);
         }
-        let met = shards
-            .meet(self.stopping, time_s, "checkpoint")
-            .map_err(|e| match self.saver.resume_hint() {
-                Some(hint) => anyhow::anyhow!("{e:#}; {hint}"),
-                None => e,
-            })?;
+        let met = shards.meet(self.stopping, time_s, "checkpoint");
+        let met = met.map_err(|e| self.with_hint(e))?;
         let Meet::Together { time_s } = met else {
             self.stopping = true;
             return Ok(true);
@@ -543,6 +533,14 @@ impl Server<'_, '_, '_, '_, '_> {
         }
         log::debug!("took in {taken} pushes to reach the group's clocks for the checkpoint");
         Ok(())
+    }
+
+    /// A meeting's error `e`, with what the run can be resumed from.
+    fn with_hint(&self, e: anyhow::Error) -> anyhow::Error {
+        match self.saver.resume_hint() {
+            Some(hint) => anyhow::anyhow!("{e:#}; {hint}"),
+            None => e,
+        }
     }
 
     /// A checkpoint at the agreed `time_s`, at a quiet point of the exchange.
