@@ -428,6 +428,28 @@ mod tests {
         assert_eq!((sharded.ranks, local.ranks), (48, 48));
     }
 
+    /// The auto-shards file loads on the 32 workers' config: four shards with and without
+    /// periodic checkpoints, and `"auto"` up to four, each differing from the first in
+    /// those keys alone and taking the same 32 + 4 x 4 ranks (auto reserves the most).
+    #[test]
+    fn the_auto_shard_variants_differ_from_four_shards_in_their_own_keys_alone() {
+        let file = Path::new("configs/bench/variants_shards_auto.toml");
+        let config = Path::new("configs/scale_lenet5_mnist_32.toml");
+        let variants = load(file, config, &[]).unwrap();
+        let [four, checkpoints, auto] = &variants[..] else {
+            panic!("{variants:?}");
+        };
+        assert_eq!(checkpoints.name, format!("{}-checkpoints", four.name));
+        let mut want = four.overrides.clone();
+        want.push("run.checkpoint_every_s=10".into());
+        assert_eq!(checkpoints.overrides, want);
+        let mut want = four.overrides.clone();
+        want.pop();
+        want.extend(["sync.shards=auto".into(), "sync.max_shards=4".into()]);
+        assert_eq!(auto.overrides, want);
+        assert_eq!((four.ranks, checkpoints.ranks, auto.ranks), (48, 48, 48));
+    }
+
     /// The ResNet-18 shard pair loads on its scenario as the file's command sets it (16
     /// workers in four tiers), differs in `sync.shards` alone, and takes 16 + 4 and
     /// 16 + 4 x 4 ranks.
