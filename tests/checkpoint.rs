@@ -390,6 +390,16 @@ fn every_mode_resumes_its_final_checkpoint_and_trains_on() {
     }
 }
 
+/// gssp in 2 groups of 2 workers (ranks 4-5, 6-7), each group's server 2 ranks (0 and 2,
+/// 1 and 3).
+const SHARDED: [&str; 5] = [
+    "sync.mode=gssp",
+    "sync.gssp.groups=2",
+    "sync.gssp.grouping=static",
+    "sync.gssp.static_groups=[[4,5],[6,7]]",
+    "sync.shards=2",
+];
+
 /// A run of sharded servers (gssp in 2 groups of 2 workers, each group's server 2 ranks:
 /// 0 and 2, 1 and 3) resumes its final checkpoint on its own 8 ranks, each shard from its
 /// own file (its range), and trains on: over both runs every push reached both shards of
@@ -398,14 +408,8 @@ fn every_mode_resumes_its_final_checkpoint_and_trains_on() {
 fn a_sharded_run_resumes_its_final_checkpoint_on_its_own_ranks() {
     let _lock = job_lock();
     let scratch = Scratch::new();
-    let sets = [
-        "sync.mode=gssp",
-        "sync.gssp.groups=2",
-        "sync.gssp.grouping=static",
-        "sync.gssp.static_groups=[[4,5],[6,7]]",
-        "sync.shards=2",
-        "run.epochs=1",
-    ];
+    let mut sets = SHARDED.to_vec();
+    sets.push("run.epochs=1");
     let first = scratch.train_ok("gssp-sharded", 8, &sets, HANG_GUARD);
     let layout = first.layout();
     resume_trains_on(&first, "gssp-sharded", 8, 2);
@@ -430,18 +434,14 @@ fn a_sharded_run_killed_after_a_periodic_checkpoint_resumes_it() {
     let _lock = job_lock();
     let scratch = Scratch::new();
     let config = scratch.config("base", &base_toml());
-    let sets = [
-        "sync.mode=gssp",
-        "sync.gssp.groups=2",
-        "sync.gssp.grouping=static",
-        "sync.gssp.static_groups=[[4,5],[6,7]]",
-        "sync.shards=2",
+    let mut sets = SHARDED.to_vec();
+    sets.extend([
         "run.epochs=6",
         "heterogeneity.unit_s=0.02",
         "heterogeneity.slowdown=[1,1,3,3]",
         "heterogeneity.link_gbps=0.02",
         "run.checkpoint_every_s=0.5",
-    ];
+    ]);
     let cut = scratch.out("cut");
     let marker = cut.display().to_string();
     let mut job = spawn_mpirun(8, &scratch.train_args(&config, &sets, &cut), &marker);

@@ -138,9 +138,6 @@ pub fn serve_group(
             let stats = server::serve(
                 served.0, served.1, served.2, outside, &mut log, snapshots, saver,
             )?;
-            if let Some(m) = meetings.as_mut() {
-                m.finish()?;
-            }
             outcome.regroups = regroup.map(|r| r.history).unwrap_or_default();
             let own = serve_ctx.resumed_pushes.unwrap_or(0) + stats.pushes;
             let known = finish_exchange(ex, served.1, own, &mut outcome)?;
@@ -155,9 +152,6 @@ pub fn serve_group(
             let stats = server::serve(
                 served.0, served.1, served.2, outside, &mut log, snapshots, saver,
             )?;
-            if let Some(m) = meetings.as_mut() {
-                m.finish()?;
-            }
             let own = serve_ctx.resumed_pushes.unwrap_or(0) + stats.pushes;
             (stats, NoPeers.saved_state(own))
         }

@@ -133,6 +133,10 @@ pub fn serve(
     }
     server.shown.finish();
     server.link.finish()?;
+    // Before the exchange's own end, whose meetings are on another communicator.
+    if let Some(shards) = server.shards.as_deref_mut() {
+        shards.finish()?;
+    }
     server.stats.epoch = server.epoch;
     server.stats.wall_s = ctx.start.elapsed().as_secs_f64();
     Ok(server.stats)
