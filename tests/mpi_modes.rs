@@ -12,6 +12,7 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::ops::Range;
 use std::path::Path;
 use std::time::Duration;
 
@@ -1012,19 +1013,27 @@ fn group_sets(v: &serde_json::Value) -> BTreeSet<BTreeSet<u64>> {
 /// its workers within the bound (clock_spread <= 1), every worker iteration was applied by
 /// some server, and every update reached every replica.
 fn assert_regroup_kept_bound_and_lost_nothing(run: &Run) {
-    for server in [0, 1] {
+    assert_kept_bound_and_lost_nothing(run, &[0, 1], 2..10);
+}
+
+/// Each of `servers` (one server rank per group) kept its workers within the bound
+/// (staleness 0: clock_spread <= 1), the iterations of `workers` were each applied by one
+/// of them, every update reached every replica, and no message went on the world.
+fn assert_kept_bound_and_lost_nothing(run: &Run, servers: &[usize], workers: Range<usize>) {
+    for &server in servers {
         let spread = run.rank_csv(server).col("clock_spread");
         let max = spread.iter().copied().fold(0.0, f64::max);
         assert!(max <= 1.0, "server {server}: clock_spread reached {max}");
     }
-    let pushes: u64 = [0, 1]
+    let pushes: u64 = servers
         .iter()
         .map(|&s| run.rank_csv(s).last("pushes") as u64)
         .sum();
-    let its: u64 = iterations(run, &[2, 3, 4, 5, 6, 7, 8, 9]).iter().sum();
+    let workers: Vec<usize> = workers.collect();
+    let its: u64 = iterations(run, &workers).iter().sum();
     assert_eq!(
         pushes, its,
-        "servers applied {pushes}, workers logged {its}"
+        "servers {servers:?} applied {pushes}, workers logged {its}"
     );
     let err = num(&run.summary(), "replica_max_error");
     assert!(err <= 1e-4, "replica_max_error {err}");
@@ -1115,6 +1124,79 @@ fn gssp_regroups_a_worker_that_slows_mid_run() {
     let summary = run.summary();
     assert!(num(&summary, "final_test_accuracy") > 0.8, "{summary}");
     resume_a_regrouped_run(&run, &summary);
+}
+
+/// The same move with each group's server sharded over two ranks (0 and 2 serve group 0,
+/// 1 and 3 group 1; workers 4-11, rank 5 becomes 4x slower at 2 s): every shard takes part
+/// in the meetings and takes the same decision from its group's first shard's figures, and
+/// each tells the workers their new group's ranks of that shard. On a 0.2 Gbit/s link a
+/// push reaches a group's second shard after its first, so a meeting may fall between the
+/// two: the first shard has answered the push with weights, the second tells the worker
+/// its new group, and the worker asks the first for its new group too (a push without
+/// payload). Either way both shards of a group apply the same pushes, every worker
+/// iteration is applied at a shard of each index, each shard keeps the bound, and every
+/// update reaches every replica. The run ends on its epochs: 40 are 3,750 pushes, 7.5 s or
+/// more at the pads' 500 pushes a second, past the meetings the test reads.
+#[test]
+fn gssp_sharded_groups_regroup_a_worker_that_slows_mid_run() {
+    let _lock = job_lock();
+    let scratch = Scratch::new();
+    let run = scratch.train_ok(
+        "gssp-regroup-sharded",
+        12,
+        &[
+            "sync.mode=gssp",
+            "sync.gssp.groups=2",
+            "sync.shards=2",
+            "sync.gssp.staleness=0",
+            "sync.gssp.regroup_every_s=1.5",
+            "run.epochs=40",
+            "heterogeneity.tiers=[{factor=1.0,workers=4},{factor=4.0,workers=4}]",
+            "heterogeneity.unit_s=0.01",
+            "heterogeneity.link_gbps=0.2",
+            "heterogeneity.changes=[{at_s=2.0, worker=1, factor=4.0}]",
+            "compression.kind=topk",
+            "compression.ratio=0.05",
+        ],
+        DEADLINE,
+    );
+    let history = regroup_history(&run);
+    eprintln!("regroup history: {history:?}");
+    let moved: Vec<_> = history.iter().filter(|e| e.1).collect();
+    assert_eq!(moved.len(), 1, "exactly one regroup: {history:?}");
+    let after = rank_sets(&[&[4, 6, 7], &[5, 8, 9, 10, 11]]);
+    assert_eq!(moved[0].2, after, "{history:?}");
+    for (first, second) in [(0, 2), (1, 3)] {
+        let pushes = |r: usize| run.rank_csv(r).last("pushes");
+        assert_eq!(
+            pushes(first),
+            pushes(second),
+            "shards {first} and {second} of one group applied different pushes"
+        );
+    }
+    assert_kept_bound_and_lost_nothing(&run, &[0, 1], 4..12);
+    assert_kept_bound_and_lost_nothing(&run, &[2, 3], 4..12);
+    let times = run.rank_csv(5).col("time_s");
+    let last_but_one = history[history.len() - 2].0;
+    let trained_on = times.iter().filter(|&&t| t > last_but_one).count();
+    assert!(
+        trained_on >= 2,
+        "rank 5 logged {trained_on} iterations after the meeting at {last_but_one} s"
+    );
+    assert!(num(&run.summary(), "final_test_accuracy") > 0.8);
+    // Its files hold one range each of groups whose members moved: a resume is refused.
+    let dir = run.dir.display().to_string();
+    let args: Vec<String> = ["train", "--resume", &dir]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let resumed = spawn_mpirun(run.ranks, &args, &dir).wait(DEADLINE);
+    assert!(
+        matches!(resumed.code, Some(c) if c != 0)
+            && resumed.stderr.contains("sync.gssp.regroup_every_s = 1.5")
+            && resumed.stderr.contains("it cannot be resumed"),
+        "a resume of the sharded regrouped run: {resumed:?}"
+    );
 }
 
 /// A run that regrouped resumes from its final checkpoint, laid out anew (its saved

@@ -10,7 +10,8 @@
 //! - A mode may refuse its settings' resume ([`Mode::resume_refusal`]): gssp with local
 //!   steps, since a checkpoint does not record its workers' replicas. A run of sharded
 //!   servers (`sync.shards` > 1) resumes on its own rank count only, each shard from its
-//!   own file (one range of the weights), whatever its mode.
+//!   own file (one range of the weights), whatever its mode; one that also regrouped is
+//!   refused (it would be laid out anew, below, which joins no ranges yet).
 //! - On another rank count a mode changes the settings that name the old world's ranks
 //!   ([`Mode::refit_to_world`]): gssp's `grouping = "static"` becomes grouping by profile
 //!   (and the resolved config says so).
@@ -58,6 +59,15 @@ pub fn fit(
             cfg.sync.shards
         ));
     }
+    let regrouping = mode.regrouping(&cfg.sync).is_some();
+    if cfg.sync.shards != Shards::Count(1) && regrouping {
+        return Err(format!(
+            "--resume: {} ran sharded servers (sync.shards = {}) that regroup (sync.gssp.regroup_every_s = {}): its workers may have moved, so it is laid out anew, and its files hold one range each, which a resume does not join and cut anew yet; it cannot be resumed",
+            dir.display(),
+            cfg.sync.shards,
+            cfg.sync.gssp.regroup_every_s
+        ));
+    }
     if let Some(reason) = mode.resume_refusal(&cfg.sync) {
         return Err(format!(
             "--resume: {} {reason}; it cannot be resumed",
@@ -75,7 +85,7 @@ pub fn fit(
     })?;
     Ok(Fit {
         workers: cfg.num_workers(world_size),
-        relayout: mode.regrouping(&cfg.sync).is_some(),
+        relayout: regrouping,
     })
 }
 
@@ -206,6 +216,27 @@ mod tests {
                 && err.contains("resume it on 6 ranks"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_run_of_sharded_servers_that_regroup_is_refused_naming_both_settings() {
+        let sets = [
+            "sync.mode=gssp",
+            "sync.gssp.groups=2",
+            "sync.shards=2",
+            "sync.gssp.regroup_every_s=5",
+        ];
+        let (mut cfg, manifest) = saved(&sets, 8);
+        let err = fit(&mut cfg, &manifest, dir(), 8).unwrap_err();
+        assert!(
+            err.starts_with("--resume: ")
+                && err.contains("sync.shards = 2")
+                && err.contains("sync.gssp.regroup_every_s = 5")
+                && err.ends_with("it cannot be resumed"),
+            "{err}"
+        );
+        let (mut cfg, manifest) = saved(&sets[..3], 8);
+        assert!(fit(&mut cfg, &manifest, dir(), 8).is_ok());
     }
 
     #[test]

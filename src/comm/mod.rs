@@ -391,6 +391,38 @@ pub trait Collectives: HasHandle {
         Ok((h.rank == root).then(|| out.chunks(len).map(<[f64]>::to_vec).collect()))
     }
 
+    /// Every rank's `values` (the same length on every rank) on every rank, one row per
+    /// rank in rank order: gathered at rank 0, then broadcast as little-endian bytes.
+    fn allgather_f64s(&self, values: &[f64]) -> Result<Vec<Vec<f64>>, CommError> {
+        let rows = self.gather_f64s(0, values)?;
+        let mut bytes: Vec<u8> = rows
+            .iter()
+            .flatten()
+            .flatten()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        self.broadcast_bytes(0, &mut bytes)?;
+        let words: Vec<f64> = bytes
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+            .collect();
+        let size = self.size();
+        if words.len() != values.len() * size {
+            return Err(CommError::Invalid {
+                what: "allgather_f64s",
+                detail: format!(
+                    "{} values came, expected {size} rows of {}",
+                    words.len(),
+                    values.len()
+                ),
+            });
+        }
+        Ok(match values.is_empty() {
+            true => vec![Vec::new(); size],
+            false => words.chunks(values.len()).map(<[f64]>::to_vec).collect(),
+        })
+    }
+
     /// Element-wise sum of `data` over all ranks, result in `data` on every rank.
     fn allreduce_sum_f32_in_place(&self, data: &mut [f32]) -> Result<(), CommError> {
         let h = self.handle();

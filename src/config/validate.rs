@@ -784,7 +784,6 @@ mod tests {
             (&["sync.mode=ssp", "sync.shards=0"], "sync.shards: must be >= 1, got 0"),
             (&["sync.mode=bsp", "sync.shards=2"], "sync.shards: must be 1 with sync.mode = \"bsp\" (only asp, ssp and gssp shard their servers), got 2"),
             (&["sync.mode=gssp", "sync.gssp.groups=auto", "sync.shards=2"], "sync.shards: must be 1 with sync.gssp.groups = \"auto\" (sharded servers need a fixed group count), got 2"),
-            (&["sync.mode=gssp", "sync.gssp.regroup_every_s=5", "sync.shards=2"], "sync.shards: must be 1 with sync.gssp.regroup_every_s = 5 (sharded groups do not regroup yet), got 2"),
             (&["sync.mode=asp", "sync.shards=auto"], "sync.shards: must be a number with sync.mode = \"asp\" (\"auto\" chooses from gssp's profile), got \"auto\""),
             (&["sync.mode=gssp", "sync.gssp.grouping=static", "sync.shards=auto"], "sync.shards: must be a number with sync.gssp.grouping = \"static\" (\"auto\" chooses from the profile's speeds), got \"auto\""),
             (&["sync.mode=gssp", "sync.shards=auto", "sync.max_shards=0"], "sync.max_shards: must be >= 1, got 0"),

@@ -127,6 +127,19 @@ impl Layout {
         self.shards.first().map_or(1, |s| s.len() + 1)
     }
 
+    /// The world rank of shard `shard` of every group's server, in group order (shard 0:
+    /// [`Layout::servers`]); a shard a group lacks is left out.
+    pub fn shard_servers(&self, shard: usize) -> Vec<usize> {
+        match shard {
+            0 => self.servers.clone(),
+            j => self
+                .shards
+                .iter()
+                .filter_map(|g| g.get(j - 1).copied())
+                .collect(),
+        }
+    }
+
     /// The range of a model of `n` parameters that world rank `rank` serves: its shard's,
     /// or the whole model (an unsharded server, and every other role).
     pub fn served_range(&self, rank: usize, n: usize) -> std::ops::Range<usize> {
@@ -621,6 +634,8 @@ mod tests {
         let layout = Layout::from_config(&cfg, 8);
         assert_eq!(layout.servers, [0, 1]);
         assert_eq!(layout.shards, [[2], [3]]);
+        assert_eq!(layout.shard_servers(0), layout.servers);
+        assert_eq!(layout.shard_servers(1), [2, 3]);
         assert_eq!(layout.groups, [vec![4, 5, 6, 7]]);
         assert_eq!(layout.shards_per_group(), 2);
         let roles: Vec<Role> = (0..5).map(|r| layout.role(r)).collect();

@@ -292,6 +292,12 @@ impl ParamServer {
         self.reads.reset(w, self.version, &self.weights);
     }
 
+    /// Worker `w`, released already, waits again for weights at its clock
+    /// ([`SspClock::wait_again`]).
+    pub fn wait_again(&mut self, w: usize) {
+        self.clock.wait_again(w);
+    }
+
     /// Worker `w` has been told to stop; it no longer holds the others back.
     pub fn retire(&mut self, w: usize) {
         if !self.clock.is_retired(w) {

@@ -141,6 +141,15 @@ impl SspClock {
         self.waiting[w]
     }
 
+    /// Worker `w`, released already, waits again at the clock it has (its clock does not
+    /// move): a sharded group's worker that asks a shard for its new group waits for that
+    /// shard's weights again, as it does at the shard that told it at its push.
+    pub fn wait_again(&mut self, w: usize) {
+        if !self.absent[w] && !self.retired[w] {
+            self.waiting[w] = true;
+        }
+    }
+
     /// Marks worker `w` as finished: it no longer counts towards `min_clock`.
     pub fn retire(&mut self, w: usize) {
         self.retired[w] = true;
@@ -272,6 +281,27 @@ mod tests {
         c.leave(2);
         assert_eq!(release(&mut c), vec![0, 1]);
         assert!(!c.is_waiting(2));
+    }
+
+    /// A released worker that waits again keeps its clock and is released by the same
+    /// rule as a worker whose push was just applied; one that left does not wait.
+    #[test]
+    fn a_worker_waiting_again_keeps_its_clock_and_the_bound() {
+        let mut c = SspClock::new(3, Some(0));
+        for w in 0..3 {
+            c.on_push(w);
+        }
+        assert_eq!(release(&mut c), vec![0, 1, 2]);
+        c.on_push(0);
+        c.wait_again(1);
+        assert_eq!(c.clock(1), 1);
+        // Worker 0 is a push ahead of 2 (bound 0): only 1, level with 2, may go.
+        assert_eq!(release(&mut c), vec![1]);
+        c.leave(2);
+        c.wait_again(2);
+        assert!(!c.is_waiting(2));
+        c.on_push(1);
+        assert_eq!(release(&mut c), vec![0, 1]);
     }
 
     /// Random arrival orders: every release respects the bound, and after each release round

@@ -19,7 +19,7 @@ use crate::compute::workload::Model;
 use crate::config::modes::{release_gate, Regrouping};
 use crate::config::Config;
 use crate::protocol::costmodel::CostModel;
-use crate::protocol::layout::Layout;
+use crate::protocol::layout::{Layout, Role};
 use crate::protocol::param_server::{ParamServer, UpdateRule};
 use crate::protocol::wire::HEADER_WORDS;
 use crate::runtime::exchange::roll::Roll;
@@ -82,13 +82,15 @@ pub fn serve_group(
     let mode = cfg.sync.strategy();
     // gssp with one group has no peers to exchange with: it is ssp with a group server.
     let exchanges = mode.exchanges() && layout.servers.len() > 1;
-    let range = layout.served_range(rank, model.weights.len());
+    let params = model.weights.len();
+    let range = layout.served_range(rank, params);
     let model = model.shard(range);
     let n = model.weights.len();
+    // Every shard predicts with the whole model, so that all take the same decision.
     let mut regroup = mode
         .regrouping(&cfg.sync)
         .filter(|_| exchanges)
-        .map(|every| regrouper(ctx, group, every, n));
+        .map(|every| regrouper(ctx, group, every, params));
     let (slots, ranks) = slots_of(layout, group, regroup.as_ref());
     let batches = batches_per_slot(layout, &ranks);
     let group_comm = ctx
@@ -117,7 +119,7 @@ pub fn serve_group(
         stop_after: ctx.faults.server_stop_after,
     };
     let mut outcome = RoleOutcome::default();
-    let mut meetings = shard_meetings(ctx)?;
+    let mut meetings = shard_meetings(ctx, regroup.is_some())?;
     let served = (&mut link, &mut ps, &serve_ctx);
     let (stats, known) = match exchanges {
         true => {
@@ -169,10 +171,11 @@ pub fn serve_group(
 }
 
 /// The meetings of every server rank, with sharded servers that take periodic checkpoints
-/// (`None` otherwise: the peers hold the meetings, `runtime::shard_meetings`).
-fn shard_meetings<'w>(ctx: &RunContext<'w>) -> Result<Option<ShardMeetings<'w>>> {
+/// or regroup (`None` otherwise: the peers hold the meetings, `runtime::shard_meetings`).
+fn shard_meetings<'w>(ctx: &RunContext<'w>, regrouping: bool) -> Result<Option<ShardMeetings<'w>>> {
     let layout = ctx.layout;
-    if layout.shards_per_group() == 1 || ctx.cfg.run.checkpoint_every_s <= 0.0 {
+    let meets = regrouping || ctx.cfg.run.checkpoint_every_s > 0.0;
+    if layout.shards_per_group() == 1 || !meets {
         return Ok(None);
     }
     let mut ranks: Vec<usize> = layout.servers.clone();
@@ -182,13 +185,13 @@ fn shard_meetings<'w>(ctx: &RunContext<'w>) -> Result<Option<ShardMeetings<'w>>>
     let comm = ctx.servers()?;
     Ok(Some(ShardMeetings::new(
         comm,
-        ranks,
+        (ranks, &layout.servers),
         ctx.comm.size(),
         timeout,
     )))
 }
 
-/// The regrouping of group `group`'s server, meeting from now on.
+/// The regrouping of group `group`'s server (this rank's shard of it), meeting from now on.
 fn regrouper<'w>(
     ctx: &RunContext<'w>,
     group: usize,
@@ -198,7 +201,8 @@ fn regrouper<'w>(
     let every = (regrouping.every_s, regrouping.min_gain);
     let from = ctx.start.elapsed().as_secs_f64();
     let model = CostModel::new(ctx.cfg, params);
-    Regrouper::new(ctx.comm, ctx.layout, group, every, (model, from))
+    let shard = shard_of(ctx);
+    Regrouper::new(ctx.comm, ctx.layout, (group, shard), every, (model, from))
 }
 
 /// A server's worker slots (each's rank on the group's communicator) and their world
@@ -290,7 +294,9 @@ fn exchange_for<'c>(
     weights: &[f32],
     (tensors, mirror, resumed): (&[TensorShape], Option<Mirror>, Option<RankFile<RankMeta>>),
 ) -> Result<GroupExchange<'c>> {
-    let mut ex = GroupExchange::new(ctx.exchange()?, ctx.cfg, weights, tensors)?;
+    let mut ex = one_shard_at_a_time(ctx, || {
+        GroupExchange::new(ctx.exchange()?, ctx.cfg, weights, tensors)
+    })?;
     if let Some(device) = mirror {
         ex.select_on(device);
     }
@@ -300,6 +306,39 @@ fn exchange_for<'c>(
             .with_context(|| path.display().to_string())?;
     }
     Ok(ex)
+}
+
+/// Runs `create` (collective over this shard's exchange communicator) for shard 0 of every
+/// group first, then shard 1, and so on (barriers on the servers' communicator between).
+///
+/// Why: the exchange communicators of the shards come from one split, so they share a
+/// context id, and OpenMPI's osc/rdma names a window's shared-memory segment after the node,
+/// the job and that id. Two shards creating their windows on one node at once then open
+/// one segment between them, and their window locks never come free (a hang seen in one
+/// run of four with 2 groups x 2 shards). One shard at a time, each segment is created,
+/// mapped and unlinked before the next shard names it.
+fn one_shard_at_a_time<T>(ctx: &RunContext<'_>, create: impl FnOnce() -> Result<T>) -> Result<T> {
+    let shards = ctx.layout.shards_per_group();
+    if shards == 1 {
+        return create();
+    }
+    let (mine, servers) = (shard_of(ctx), ctx.servers()?);
+    let (mut create, mut created) = (Some(create), None);
+    for j in 0..shards {
+        if let Some(create) = create.take_if(|_| j == mine) {
+            created = Some(create()?);
+        }
+        servers.barrier()?;
+    }
+    created.context("a server rank that is no shard of its group")
+}
+
+/// Which shard of its group's server this rank is (0 without shards).
+fn shard_of(ctx: &RunContext<'_>) -> usize {
+    match ctx.layout.role(ctx.comm.rank()) {
+        Role::Shard { shard, .. } => shard,
+        _ => 0,
+    }
 }
 
 /// The exchange's end (final flush and the check that nothing was lost) and its figures;

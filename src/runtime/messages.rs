@@ -52,9 +52,21 @@ pub enum MessageError {
     /// A server shard answered a worker's leave with weights (`runtime::shard_links`).
     #[error("server shard {shard} answered a leave with weights; it must stop the worker")]
     LeaveNotStopped { shard: usize },
-    /// A server shard sent a Regroup: sharded groups do not regroup.
-    #[error("server shard {shard} sent a Regroup; sharded groups do not regroup")]
-    ShardRegroup { shard: usize },
+    /// A server shard told a worker to stop while another told it of its new group.
+    #[error("server shard {shard} told the worker to stop while another shard regrouped it")]
+    StopInRegroup { shard: usize },
+    /// A server shard answered a worker's ask for its new group with something else.
+    #[error(
+        "server shard {shard} answered the worker's ask for its new group with weights or stop"
+    )]
+    AskNotAnswered { shard: usize },
+    /// Two server shards named different workers for the worker's new group.
+    #[error("server shards 0 and {shard} name different workers for the new group: {first:?} and {other:?}")]
+    RegroupsDisagree {
+        shard: usize,
+        first: Vec<usize>,
+        other: Vec<usize>,
+    },
     /// A 16-bit reply (`compression.reply = "bf16"`) of the wrong length.
     #[error("server shard {shard} sent 16-bit weights that do not fit its range: {error}")]
     PackedReply {

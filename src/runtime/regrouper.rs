@@ -1,6 +1,6 @@
 //! Regrouping during a gssp run, on the group servers: each times its workers
-//! ([`SpeedWindow`]); every `sync.gssp.regroup_every_s` the servers meet, pool the windows through
-//! [`Meetings::share`], and take the same [`decide`] decision (the pure part, in
+//! ([`SpeedWindow`]); every `sync.gssp.regroup_every_s` the servers meet, pool the windows
+//! (`runtime::peers::Meetings::share`), and take the same [`decide`] decision (the pure part, in
 //! [`crate::protocol::regroup`]).
 //!
 //! A group whose members change gets a communicator of its new members: its server tells
@@ -15,6 +15,18 @@
 //! No two servers wait on each other: a server tells its workers before it blocks in the
 //! creation, so every worker a new group waits for has been told by its old server, which
 //! itself waits only for its own workers' pushes.
+//!
+//! # Sharded servers (`sync.shards` > 1)
+//! Every shard of every group takes part, each with a regrouper of its own. The meeting is
+//! held among every server rank at once (`runtime::shard_meetings`), and the decision is
+//! taken from the rows of each group's first shard alone, so that every shard reaches the
+//! same one. Shard j then tells each worker its new group's shard j and workers, and forms
+//! the new group's communicator for shard j (its own tag). A worker told by one shard asks
+//! each shard that had already answered its push with weights (a push without payload,
+//! [`Regrouper::awaits_telling`]), so that it is told by every shard before it joins; it
+//! then joins its new group's communicators in shard order (`runtime::shard_links`). Each
+//! shard applied the same pushes of the worker before telling it, so its clock agrees at
+//! every shard.
 
 use anyhow::{Context, Result};
 
@@ -25,7 +37,6 @@ use crate::protocol::layout::Layout;
 use crate::protocol::param_server::ParamServer;
 use crate::protocol::regroup::{decide, Confirmation, Move, RegroupEvent, SpeedWindow};
 use crate::runtime::messages::ServerMessages;
-use crate::runtime::peers::Meetings;
 
 /// Values each server contributes per worker slot at a meeting: median seconds per
 /// iteration, spread, iterations in the window, and whether the worker is still on its way
@@ -40,13 +51,16 @@ const TAG_CYCLE: u32 = 32_768;
 /// each (in its link and its SSP clock), absent while the worker is in another group.
 pub struct Regrouper<'w> {
     world: &'w Comm,
+    /// Which shard of its group's server this regrouper's rank is, of how many.
+    shard: usize,
+    shards: usize,
     every_s: f64,
     next_s: f64,
     min_gain: f64,
     model: CostModel,
     /// This server's group.
     me: usize,
-    /// World rank of each group's server.
+    /// World rank of each group's server (of this shard of it).
     servers: Vec<usize>,
     /// World rank of each worker slot.
     slots: Vec<usize>,
@@ -78,13 +92,13 @@ struct Transition {
 }
 
 impl<'w> Regrouper<'w> {
-    /// For the server of group `me` in `layout`, meeting every `every_s` seconds from
-    /// `from_s`, predicting speeds with `model`; new group communicators are made from
-    /// `world`.
+    /// For shard `shard` of the server of group `me` in `layout` (0 without shards),
+    /// meeting every `every_s` seconds from `from_s`, predicting speeds with `model`; new
+    /// group communicators are made from `world`.
     pub fn new(
         world: &'w Comm,
         layout: &Layout,
-        me: usize,
+        (me, shard): (usize, usize),
         (every_s, min_gain): (f64, f64),
         (model, from_s): (CostModel, f64),
     ) -> Self {
@@ -97,12 +111,14 @@ impl<'w> Regrouper<'w> {
             .collect();
         Regrouper {
             world,
+            shard,
+            shards: layout.shards_per_group(),
             every_s,
             next_s: from_s + every_s,
             min_gain,
             model,
             me,
-            servers: layout.servers.clone(),
+            servers: layout.shard_servers(shard),
             window: SpeedWindow::new(slots.len()),
             confirmation: Confirmation::default(),
             regroups: 0,
@@ -139,6 +155,20 @@ impl<'w> Regrouper<'w> {
     /// workers are still being told).
     pub fn due(&self, time_s: f64) -> bool {
         time_s >= self.next_s && self.transition.is_none()
+    }
+
+    /// When the next meeting is due (seconds on the training clock; `None` while this
+    /// group changes).
+    pub fn next_due_s(&self) -> Option<f64> {
+        self.transition.is_none().then_some(self.next_s)
+    }
+
+    /// Whether slot `w` is still to be told of its new group: then a push without payload
+    /// from it asks for that (sharded servers), not leaves.
+    pub fn awaits_telling(&self, w: usize) -> bool {
+        self.transition
+            .as_ref()
+            .is_some_and(|t| t.untold.get(w).is_some_and(Option::is_some))
     }
 
     /// Whether this group's members are changing: the server then sends no weights and
@@ -180,18 +210,18 @@ impl<'w> Regrouper<'w> {
         self.switch_when_told(link, ps, time_s)
     }
 
-    /// The meeting (collective over the group servers, through `meetings`): pools the
-    /// windows, decides, records the event, and starts this group's change of members when
-    /// it has one.
+    /// The meeting (collective over the group servers, through `share`, which returns
+    /// every group's row in group order): pools the windows, decides, records the event,
+    /// and starts this group's change of members when it has one.
     pub fn meet(
         &mut self,
-        meetings: &mut dyn Meetings,
+        share: impl FnOnce(&[f64]) -> Result<Vec<Vec<f64>>>,
         link: &mut ServerLink,
         ps: &mut ParamServer,
         time_s: f64,
     ) -> Result<()> {
         self.next_s = time_s + self.every_s;
-        let rows = meetings.share(&self.row())?;
+        let rows = share(&self.row())?;
         let pooled = Pooled::from_rows(&rows, &self.groups, self.slots.len());
         let decision = match pooled.moving {
             Some(w) => Err(format!("worker rank {} is still moving", self.slots[w])),
@@ -217,7 +247,7 @@ impl<'w> Regrouper<'w> {
             self.regroups += 1;
             let before = std::mem::replace(&mut self.groups, groups);
             self.begin_transition(&before, link, ps, time_s)?;
-            if self.me == 0 {
+            if self.me == 0 && self.shard == 0 {
                 log::info!(
                     "regroup at {time_s:.1} s: predicted {:.1} -> {:.1} iterations/s; moves {:?}; groups {:?}",
                     event.predicted_rate,
@@ -229,6 +259,14 @@ impl<'w> Regrouper<'w> {
         }
         self.history.push(event);
         Ok(())
+    }
+
+    /// The tag of this shard's new communicator at the current regroup: distinct for each
+    /// shard, so that a worker's creations of its new group's communicators, one per shard
+    /// in turn, never match each other.
+    fn tag(&self) -> u16 {
+        let n = u64::from(self.regroups) * self.shards as u64 + self.shard as u64;
+        (n % u64::from(TAG_CYCLE)) as u16
     }
 
     /// This server's values for the meeting, slot by slot (NaN for other groups' workers).
@@ -293,7 +331,7 @@ impl<'w> Regrouper<'w> {
             .filter(|w| !old.contains(w))
             .collect();
         self.transition = Some(Transition {
-            tag: (self.regroups % TAG_CYCLE) as u16,
+            tag: self.tag(),
             untold,
             members,
             newcomers,

@@ -286,15 +286,19 @@ impl Server<'_, '_, '_, '_, '_> {
         }
     }
 
-    /// When a wait for a push must end for a checkpoint meeting (sharded servers with
-    /// periodic checkpoints; `None`: wait as long as it takes).
+    /// When a wait for a push must end for a meeting (sharded servers with periodic
+    /// checkpoints or regrouping; `None`: wait as long as it takes).
     fn meeting_deadline(&self) -> Option<Instant> {
         let shards = self.shards.as_deref()?;
-        let due_s = self
-            .saver
-            .schedule
-            .next_due_s()
-            .filter(|_| !shards.stopped())?;
+        if shards.stopped() {
+            return None;
+        }
+        let checkpoint_s = self.saver.schedule.next_due_s();
+        let regroup_s = self.regroup.as_deref().and_then(Regrouper::next_due_s);
+        let due_s = match (checkpoint_s, regroup_s) {
+            (Some(c), Some(r)) => c.min(r),
+            (due, None) | (None, due) => due?,
+        };
         Some(self.ctx.start + Duration::from_secs_f64(due_s.max(0.0)))
     }
 
@@ -321,7 +325,17 @@ impl Server<'_, '_, '_, '_, '_> {
             if let Wait::From(_) = wait {
                 anyhow::bail!("worker slot {w} left while its group's shards met for a checkpoint, which no shard had decided to stop");
             }
-            self.stop_leaving(w)?;
+            match self.regroup.as_deref_mut() {
+                Some(r) if r.awaits_telling(w) => {
+                    log::debug!("worker slot {w} asked for its new group");
+                    // It waits for this shard's weights again, as at the shard that told it.
+                    self.ps.wait_again(w);
+                    let time_s = self.ctx.start.elapsed().as_secs_f64();
+                    r.after_push(w, self.link, self.ps, time_s)?;
+                    self.answer()?;
+                }
+                _ => self.stop_leaving(w)?,
+            }
             return self.receive_and_apply(wait);
         }
         let recv_wait_s = (t_wait.elapsed().as_secs_f64() - push.receive_s).max(0.0);
@@ -488,28 +502,44 @@ impl Server<'_, '_, '_, '_, '_> {
             return Ok(true);
         }
         if let Some(r) = self.regroup.as_deref_mut() {
-            r.meet(self.peers, self.link, self.ps, time_s)?;
+            let peers = &mut *self.peers;
+            r.meet(|row| peers.share(row), self.link, self.ps, time_s)?;
         }
         Ok(true)
     }
 
-    /// With [`ShardMeetings`]: the meeting of every server rank when a checkpoint is due at
-    /// `time_s` (also when this server is stopping: its siblings are on their way there),
-    /// and the checkpoint when no server is stopping, after this shard has taken in its
-    /// workers' pushes up to its group's clocks. Returns whether the servers met.
+    /// With [`ShardMeetings`]: the meeting of every server rank when a checkpoint or a
+    /// regroup is due at `time_s` (also when this server is stopping: its siblings are on
+    /// their way there). When no server is stopping, the checkpoint, after this shard has
+    /// taken in its workers' pushes up to its group's clocks, or the regroup, decided from
+    /// each group's first shard's figures. Returns whether the servers met.
     fn meet_shards_if_due(&mut self, time_s: f64) -> Result<bool> {
         let Some(shards) = self.shards.as_deref_mut() else {
             return Ok(false);
         };
-        if shards.stopped() || !self.saver.due(time_s) {
+        let regroup_due = self.regroup.as_deref().is_some_and(|r| r.due(time_s));
+        let checkpoint_due = self.saver.due(time_s);
+        if shards.stopped() || !(checkpoint_due || regroup_due) {
             return Ok(false);
         }
-        let met = shards.meet(self.stopping, time_s, "checkpoint");
+        let occasion = if checkpoint_due {
+            "checkpoint"
+        } else {
+            "regroup"
+        };
+        let met = shards.meet(self.stopping, time_s, occasion);
         let met = met.map_err(|e| self.with_hint(e))?;
         let Meet::Together { time_s } = met else {
             self.stopping = true;
             return Ok(true);
         };
+        // Checkpoints and regrouping do not mix (validated): a meeting is one or the other.
+        if !checkpoint_due {
+            if let (Some(r), Some(shards)) = (self.regroup.as_deref_mut(), self.shards.as_deref()) {
+                r.meet(|row| shards.share_leads(row), self.link, self.ps, time_s)?;
+            }
+            return Ok(true);
+        }
         self.catch_up_with_group()?;
         self.checkpoint(time_s)?;
         Ok(true)

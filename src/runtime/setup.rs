@@ -105,7 +105,7 @@ pub fn prepare<B: Backend>(
     let fresh = saved.is_none();
     let corpus = load_corpus(comm, cfg, run)?;
     let mut step = build_step(be, comm, cfg, &corpus)?;
-    comm.fatal_on_all(shards_fit(cfg, step.net.num_params()))?;
+    comm.fatal_on_all(shards_fit(cfg, step.net.num_params(), comm.size()))?;
     let faults = comm.fatal_on_all(Faults::from_env(rank))?;
     let mut layout = Layout::from_config(cfg, comm.size());
     let mut pacer = pacer_for(cfg, &layout, rank);
@@ -155,16 +155,24 @@ pub fn prepare<B: Backend>(
     })
 }
 
-/// Every server shard holds at least one parameter (a push without payload is a leave).
-fn shards_fit(cfg: &Config, params: usize) -> Result<(), String> {
+/// Every server shard holds at least one parameter (a push without payload is a leave);
+/// with regrouping, at least one per rank of the `world` (a shard's reply carries a Regroup
+/// naming its group's members).
+fn shards_fit(cfg: &Config, params: usize, world: usize) -> Result<(), String> {
     let (shards, key) = match cfg.sync.shards.count() {
         Some(s) => (s, "sync.shards"),
         None => (cfg.sync.max_shards, "sync.max_shards"),
     };
-    match shards <= params {
+    let regroups = cfg.sync.strategy().regrouping(&cfg.sync).is_some();
+    let (per_shard, why) = match regroups {
+        true => (world.max(1), format!(" with regrouping on {world} ranks")),
+        false => (1, String::new()),
+    };
+    match shards.saturating_mul(per_shard) <= params {
         true => Ok(()),
         false => Err(format!(
-            "{key}: must be at most the model's {params} parameters, got {shards}"
+            "{key}: must be at most {} (the model's {params} parameters, at least {per_shard} a shard{why}), got {shards}",
+            params / per_shard
         )),
     }
 }
@@ -697,6 +705,29 @@ mod tests {
     use crate::checkpoint::store::FORMAT;
     use crate::checkpoint::Manifest;
     use std::path::PathBuf;
+
+    /// A shard holds at least one parameter, and with regrouping one per rank of the world
+    /// (its reply may carry a Regroup naming every member of a group).
+    #[test]
+    fn a_shard_too_small_for_a_regroup_is_refused_with_the_largest_count_that_fits() {
+        let minimal = "[data]\ndataset = \"synthetic\"\n[model]\nname = \"mlp\"\n";
+        let with = |sets: &[&str]| {
+            let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+            Config::from_str_with_overrides(minimal, "t", &sets).expect("a valid config")
+        };
+        let sharded = ["sync.mode=gssp", "sync.gssp.groups=2", "sync.shards=4"];
+        assert_eq!(shards_fit(&with(&sharded), 4, 16), Ok(()));
+        assert_eq!(
+            shards_fit(&with(&sharded), 3, 16),
+            Err("sync.shards: must be at most 3 (the model's 3 parameters, at least 1 a shard), got 4".into())
+        );
+        let regrouping = [&sharded[..], &["sync.gssp.regroup_every_s=5"]].concat();
+        assert_eq!(shards_fit(&with(&regrouping), 64, 16), Ok(()));
+        assert_eq!(
+            shards_fit(&with(&regrouping), 63, 16),
+            Err("sync.shards: must be at most 3 (the model's 63 parameters, at least 16 a shard with regrouping on 16 ranks), got 4".into())
+        );
+    }
 
     /// A checkpoint of gssp with 2 static groups on 6 ranks whose saved layout is `layout`.
     fn resume_with(layout: serde_json::Value) -> (Config, Resume) {

@@ -17,8 +17,16 @@
 //! sends each shard that sent weights a push without payload, a leave; such a shard
 //! answers it with stop and stops its other workers too ([`crate::protocol::wire`]). Every
 //! push a shard took is applied, so every push reaches every shard or, past the stop, none
-//! of its work is lost at any shard that applied it. Regrouping and the workers of local
-//! steps take one shard only (validated).
+//! of its work is lost at any shard that applied it. The workers of local steps take one
+//! shard only (validated).
+//!
+//! Regrouping: each shard tells the worker its new group in answer to a push (Regroup), and
+//! for the same push another shard may have answered with weights before the regroup was
+//! decided. The worker then asks each such shard with a push without payload, which a
+//! shard that has the worker still to tell answers with its Regroup
+//! (`runtime::regrouper`). Once every shard has told it, the worker joins its new group's
+//! communicators in shard order ([`ShardLinks::regroup`]), where each new shard sends it
+//! the weights of its range.
 //!
 //! With `compression.push = "bf16"` each shard's range of a push travels as bfloat16, two
 //! values a word, each range with its own error feedback ([`crate::compress::bf16`]); the
@@ -27,15 +35,15 @@
 
 use std::ops::Range;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::comm::p2p::{LinkStats, WorkerLink};
-use crate::comm::{Collectives, CommError};
+use crate::comm::{Collectives, Comm, CommError};
 use crate::compress::bf16;
 use crate::config::Precision;
 use crate::protocol::layout::shard_ranges;
 use crate::protocol::wire::HEADER_WORDS;
-use crate::runtime::messages::{MessageError, WeightsHeader, WorkerMessages};
+use crate::runtime::messages::{MessageError, Regroup, WeightsHeader, WorkerMessages};
 
 /// A worker's links to its server's shards, shard 0 first.
 pub struct ShardLinks {
@@ -50,6 +58,9 @@ pub struct ShardLinks {
     /// What the replies carry; with bfloat16, a range of the last reply as it came.
     reply: Precision,
     reply_words: Vec<f32>,
+    /// Each shard's Regroup, shard 0 first, once every shard has told the worker its new
+    /// group (empty otherwise).
+    regroups: Vec<Regroup>,
 }
 
 impl ShardLinks {
@@ -79,6 +90,7 @@ impl ShardLinks {
             packed: Vec::new(),
             reply,
             reply_words: Vec::new(),
+            regroups: Vec::new(),
         })
     }
 
@@ -99,9 +111,19 @@ impl ShardLinks {
         Ok(header)
     }
 
-    /// The link to shard 0 (the only one without sharding): regrouping moves it.
-    pub fn lead(&mut self) -> &mut WorkerLink {
-        &mut self.links[0]
+    /// After an answer that was a Regroup: joins the new group's communicator of every
+    /// shard in shard order (each collective over its members, made from `world`) and
+    /// moves each shard's link there, its new shard at rank 0.
+    pub fn regroup(&mut self, world: &Comm) -> Result<()> {
+        let groups = std::mem::take(&mut self.regroups);
+        for (link, group) in self.links.iter_mut().zip(&groups) {
+            log::debug!("regrouped into {:?}", group.members);
+            let comm = world
+                .create_group(&group.members, group.tag)
+                .with_context(|| format!("regroup: joining the group {:?}", group.members))?;
+            link.rebind(&comm, 0)?;
+        }
+        Ok(())
     }
 
     /// Counters of every link together.
@@ -120,6 +142,54 @@ impl ShardLinks {
     /// Ends every link ([`WorkerLink::finish`]).
     pub fn finish(&mut self) -> Result<(), CommError> {
         self.links.iter_mut().try_for_each(WorkerLink::finish)
+    }
+
+    /// With a Regroup among `headers`: asks each shard that answered with weights for its
+    /// Regroup (a push without payload), keeps every shard's, and returns the answer that
+    /// says regroup.
+    fn gather_regroups(
+        &mut self,
+        headers: &mut [WeightsHeader],
+        clock: u64,
+    ) -> Result<WeightsHeader, MessageError> {
+        if let Some(shard) = headers.iter().position(|h| h.stop) {
+            return Err(MessageError::StopInRegroup { shard });
+        }
+        let mut scratch = Vec::new();
+        for (j, header) in headers.iter_mut().enumerate() {
+            if header.regroup.is_some() {
+                continue;
+            }
+            let link = &mut self.links[j];
+            link.push(clock, 0.0, &[])?;
+            scratch.resize(self.ranges[j].len(), 0.0);
+            let reply = link.recv_weights(&mut scratch)?;
+            if reply.regroup.is_none() {
+                return Err(MessageError::AskNotAnswered { shard: j });
+            }
+            *header = reply;
+        }
+        self.regroups = headers
+            .iter_mut()
+            .filter_map(|h| h.regroup.take())
+            .collect();
+        let first = &self.regroups[0];
+        for (shard, other) in self.regroups.iter().enumerate().skip(1) {
+            if other.members.get(1..) != first.members.get(1..) {
+                return Err(MessageError::RegroupsDisagree {
+                    shard,
+                    first: first.members.clone(),
+                    other: other.members.clone(),
+                });
+            }
+        }
+        Ok(WeightsHeader {
+            version: 0,
+            stop: false,
+            staleness: 0,
+            len: 0,
+            regroup: Some(first.clone()),
+        })
     }
 
     /// Sends a leave to each shard that answered `headers` with weights, and takes its stop.
@@ -154,26 +224,23 @@ impl WorkerMessages for ShardLinks {
     }
 
     fn recv_weights(&mut self, out: &mut [f32]) -> Result<WeightsHeader, MessageError> {
-        if self.links.len() == 1 {
-            return self.recv_range(0, out);
-        }
         let mut headers = std::mem::take(&mut self.headers);
         headers.clear();
         for j in 0..self.links.len() {
             let range = self.ranges[j].clone();
-            let header = self.recv_range(j, &mut out[range])?;
-            if header.regroup.is_some() {
-                return Err(MessageError::ShardRegroup { shard: j });
-            }
-            headers.push(header);
+            headers.push(self.recv_range(j, &mut out[range])?);
         }
-        let left = match headers.iter().any(|h| h.stop) {
-            true => self.leave_open(&headers, headers[0].version),
-            false => Ok(()),
+        let version = headers[0].version;
+        let answer = if headers.iter().any(|h| h.regroup.is_some()) {
+            self.gather_regroups(&mut headers, version)
+        } else if headers.iter().any(|h| h.stop) {
+            self.leave_open(&headers, version)
+                .map(|()| combine(&headers))
+        } else {
+            Ok(combine(&headers))
         };
-        let combined = combine(&headers);
         self.headers = headers;
-        left.map(|()| combined)
+        answer
     }
 }
 

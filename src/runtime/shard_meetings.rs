@@ -18,6 +18,11 @@
 //! those pushes were sent already, so a receive from that worker alone finds them. Then
 //! every shard's file holds the same pushes, and `--resume` checks that they agree.
 //!
+//! Regrouping (`sync.gssp.regroup_every_s`) meets the same way: at a regroup meeting each
+//! group's first shard contributes its workers' speeds ([`ShardMeetings::share_leads`]), so
+//! every shard of every group takes the same decision from the same figures
+//! (`runtime::regrouper`).
+//!
 //! After its serve loop a server meets until every server is stopping
 //! ([`ShardMeetings::finish`]), before the exchange's own end (whose meetings are on the
 //! shard's exchange communicator): no server can then wait on a communicator another one
@@ -35,6 +40,8 @@ pub struct ShardMeetings<'c> {
     comm: &'c SubComm,
     /// World rank of each rank of `comm`, for the error naming who did not come.
     world_ranks: Vec<usize>,
+    /// The rank in `comm` of each group's first shard, in group order.
+    leads: Vec<usize>,
     world_size: usize,
     timeout: Duration,
     held: u64,
@@ -44,16 +51,22 @@ pub struct ShardMeetings<'c> {
 
 impl<'c> ShardMeetings<'c> {
     /// Meetings on `comm` (every server rank; `world_ranks` its ranks' world ranks, in
-    /// order) in a world of `world_size` ranks, each member waited for at most `timeout`.
+    /// order; `first_shards` the world rank of each group's first shard, in group order)
+    /// in a world of `world_size` ranks, each member waited for at most `timeout`.
     pub fn new(
         comm: &'c SubComm,
-        world_ranks: Vec<usize>,
+        (world_ranks, first_shards): (Vec<usize>, &[usize]),
         world_size: usize,
         timeout: Duration,
     ) -> Self {
+        let leads = first_shards
+            .iter()
+            .map(|s| world_ranks.iter().position(|r| r == s).unwrap_or(0))
+            .collect();
         ShardMeetings {
             comm,
             world_ranks,
+            leads,
             world_size,
             timeout,
             held: 0,
@@ -84,6 +97,17 @@ impl<'c> ShardMeetings<'c> {
         self.stopped = true;
         while !self.meet_once(true, 0.0, "end")?.all_stop {}
         Ok(())
+    }
+
+    /// Each group's first shard's `row`, in group order (collective over every server; the
+    /// other shards' rows are not read).
+    pub fn share_leads(&self, row: &[f64]) -> Result<Vec<Vec<f64>>> {
+        let mut rows = self.comm.allgather_f64s(row)?;
+        Ok(self
+            .leads
+            .iter()
+            .map(|&i| std::mem::take(&mut rows[i]))
+            .collect())
     }
 
     /// For each of a server's worker slots (`ranks`: their world ranks), the highest clock

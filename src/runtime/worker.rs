@@ -23,9 +23,9 @@
 
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
-use crate::comm::{Collectives, Comm};
+use crate::comm::Comm;
 use crate::compute::backend::cpu::Cpu;
 use crate::compute::backend::Backend;
 use crate::compute::model::Trainable;
@@ -172,7 +172,8 @@ pub(crate) fn finish_link(
 }
 
 /// The next weights. A Regroup message on the way moves the link to the worker's new
-/// group: every member forms its communicator, where the server is rank 0.
+/// group: every member forms its communicator (one per server shard), where the server
+/// is rank 0.
 pub(crate) fn recv_weights<B: Backend>(
     link: &mut ShardLinks,
     world: &Comm,
@@ -183,12 +184,8 @@ pub(crate) fn recv_weights<B: Backend>(
     let mut header = step
         .net
         .write_params_on_host(stage, |w| link.recv_weights(w))?;
-    while let Some(group) = header.regroup.take() {
-        log::debug!("regrouped into {:?}", group.members);
-        let comm = world
-            .create_group(&group.members, group.tag)
-            .with_context(|| format!("regroup: joining the group {:?}", group.members))?;
-        link.lead().rebind(&comm, 0)?;
+    while header.regroup.is_some() {
+        link.regroup(world)?;
         stats.regroups += 1;
         header = step
             .net

@@ -113,20 +113,10 @@ impl Mode for Gssp {
     }
 
     /// A sharded group needs a fixed group count (the reserved ranks are laid out per
-    /// group) and groups that stay as formed.
+    /// group).
     fn shards_refusal(&self, sync: &SyncConfig) -> Option<String> {
-        let g = &sync.gssp;
-        if g.groups.count().is_none() {
-            return Some(
-                "1 with sync.gssp.groups = \"auto\" (sharded servers need a fixed group count)"
-                    .into(),
-            );
-        }
-        (g.regroup_every_s > 0.0).then(|| {
-            format!(
-                "1 with sync.gssp.regroup_every_s = {} (sharded groups do not regroup yet)",
-                g.regroup_every_s
-            )
+        sync.gssp.groups.count().is_none().then(|| {
+            "1 with sync.gssp.groups = \"auto\" (sharded servers need a fixed group count)".into()
         })
     }
 

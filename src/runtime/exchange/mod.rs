@@ -612,31 +612,7 @@ impl Meetings for GroupExchange<'_> {
     }
 
     fn share(&mut self, row: &[f64]) -> Result<Vec<Vec<f64>>> {
-        let comm = self.transport.comm();
-        // Gathered on the first server, then every row to everyone as little-endian bytes.
-        let rows = comm.gather_f64s(0, row)?;
-        let mut bytes: Vec<u8> = rows
-            .iter()
-            .flatten()
-            .flatten()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
-        comm.broadcast_bytes(0, &mut bytes)?;
-        let values: Vec<f64> = bytes
-            .chunks_exact(8)
-            .map(|b| f64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
-            .collect();
-        anyhow::ensure!(
-            values.len() == row.len() * comm.size(),
-            "regroup: {} values shared, expected {} rows of {}",
-            values.len(),
-            comm.size(),
-            row.len()
-        );
-        Ok(values
-            .chunks(row.len().max(1))
-            .map(<[f64]>::to_vec)
-            .collect())
+        Ok(self.transport.comm().allgather_f64s(row)?)
     }
 }
 

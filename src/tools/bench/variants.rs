@@ -450,6 +450,26 @@ mod tests {
         assert_eq!((four.ranks, checkpoints.ranks, auto.ranks), (48, 48, 48));
     }
 
+    /// The regrouping shard variants load on the speed-change scenario: two shards with the
+    /// config's regrouping and without it, and one shard with it, differing in those keys
+    /// alone and taking 16 + 4 x 2 and 16 + 4 ranks.
+    #[test]
+    fn the_regrouping_shard_variants_differ_in_their_shards_and_regrouping_alone() {
+        let file = Path::new("configs/bench/variants_shards_regroup.toml");
+        let config = Path::new("configs/paper_lenet5_mnist_speed_change.toml");
+        let variants = load(file, config, &[]).unwrap();
+        let [sharded, fixed, one] = &variants[..] else {
+            panic!("{variants:?}");
+        };
+        let mut want = sharded.overrides.clone();
+        want.push("sync.gssp.regroup_every_s=0".into());
+        assert_eq!(fixed.overrides, want);
+        let mut want = sharded.overrides.clone();
+        want.pop();
+        assert_eq!(one.overrides, want);
+        assert_eq!((sharded.ranks, fixed.ranks, one.ranks), (24, 24, 20));
+    }
+
     /// The ResNet-18 shard pair loads on its scenario as the file's command sets it (16
     /// workers in four tiers), differs in `sync.shards` alone, and takes 16 + 4 and
     /// 16 + 4 x 4 ranks.
