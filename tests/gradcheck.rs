@@ -3,18 +3,23 @@
 //! Each check builds a small network around the layer under test (a parameterised layer
 //! in front of it, so its input gradient is checked too) ending in softmax
 //! cross-entropy, and compares every analytic gradient with
-//! `(L(w + eps) - L(w - eps)) / (2 eps)`, computed in f32 on the training-mode loss
-//! (batch statistics in batch norm, the step's dropout mask).
+//! `(L(w + eps) - L(w - eps)) / (2 eps)` on the training-mode loss (batch statistics in
+//! batch norm, the step's dropout mask).
 //!
-//! Tolerance: with eps = 1e-3 the truncation error is O(eps^2 * L''') ~ 1e-7, and the f32
-//! rounding of a loss near 2.3 (ulp ~2.4e-7, a few ulps after the reductions) adds at
-//! most about 1e-6 / (2 eps) = 5e-4; so `|analytic - numeric| <= 1e-3 + 1e-2 * |numeric|`
-//! holds for a correct backward, yet a wrong factor, sign, transposition or index fails it
-//! (those errors are of the size of the gradient, ~1e-2..1e-1). A larger eps would cross
-//! ReLU kinks and max-pooling switches (seen at 1e-2); inputs are random with fixed seeds.
-//! A coordinate whose one-sided differences disagree (a kink lies within eps) says
-//! nothing about the backward and is skipped; at most 10% may be, so a wrong backward,
-//! which disagrees on smooth coordinates too, still fails.
+//! Rounding. The checker reduces the network's f32 logits to the mean cross-entropy in
+//! f64 ([`loss`]) and divides by the step the f32 weight actually took, so the only
+//! rounding left in a difference is the network's own f32 arithmetic, which the same step
+//! repeats bit for bit (tests/determinism.rs): a check's outcome does not depend on the
+//! machine's load or on the scheduler. With eps = 1e-3 the truncation error is
+//! O(eps^2 * L''') ~ 1e-7, and the logits' rounding moves a loss near 2.3 by a few 1e-7,
+//! about 1e-6 / (2 eps) = 5e-4 in the quotient at most; so
+//! `|analytic - numeric| <= 1e-3 + 1e-2 * |numeric|` holds for a correct backward, yet a
+//! wrong factor, sign, transposition or index fails it (those errors are of the size of
+//! the gradient, ~1e-2..1e-1). A larger eps would cross ReLU kinks and max-pooling
+//! switches (seen at 1e-2); inputs are random with fixed seeds. A coordinate whose
+//! one-sided differences disagree (a kink lies within eps) says nothing about the backward
+//! and is skipped; at most 10% may be, so a wrong backward, which disagrees on smooth
+//! coordinates too, still fails.
 //!
 //! Convolutions run on im2col and GEMM here (Winograd off): Winograd's own rounding moves
 //! the loss by a few ulps, which at the whole networks' eps = 3e-4 is already the size of
@@ -32,6 +37,49 @@ const EPS: f32 = 1e-3;
 /// pool's threads); the first call in the process decides.
 fn pool() {
     gssp::compute::backend::cpu::set_threads(2);
+}
+
+/// The training-mode mean cross-entropy of `n` samples, reduced in f64 from the network's
+/// f32 logits (the checker's loss: see the module doc).
+fn loss(net: &mut Network<Cpu>, x: &[f32], y: &[u8], n: usize) -> f64 {
+    let classes = net.classes();
+    let mut logits = vec![0.0f32; n * classes];
+    net.training_logits(x, n, &mut logits);
+    let total: f64 = logits
+        .chunks_exact(classes)
+        .zip(y)
+        .map(|(row, &label)| {
+            let max = row.iter().fold(f32::MIN, |m, &v| m.max(v)) as f64;
+            let sum: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
+            sum.ln() + max - row[label as usize] as f64
+        })
+        .sum();
+    total / n as f64
+}
+
+/// The central difference of [`loss`] in parameter `i` with step `eps`, and its two
+/// one-sided differences, each divided by the step the f32 weight actually took;
+/// `center` is the loss at the weights as they are.
+fn differences(
+    net: &mut Network<Cpu>,
+    i: usize,
+    eps: f32,
+    (x, y): (&[f32], &[u8]),
+    center: f64,
+) -> [f64; 3] {
+    let n = y.len();
+    let w = net.params()[i];
+    let (up, down) = (w + eps, w - eps);
+    net.params_mut()[i] = up;
+    let plus = loss(net, x, y, n);
+    net.params_mut()[i] = down;
+    let minus = loss(net, x, y, n);
+    net.params_mut()[i] = w;
+    [
+        (plus - minus) / (up - down) as f64,
+        (plus - center) / (up - w) as f64,
+        (center - minus) / (w - down) as f64,
+    ]
 }
 
 fn random_batch(net: &Network<Cpu>, n: usize, seed: u64) -> (Vec<f32>, Vec<u8>) {
@@ -79,26 +127,19 @@ fn check_with(mut net: Network<Cpu>, n: usize, count: usize, tol: Tolerance) {
     let (x, y) = random_batch(&net, n, 7);
     net.forward_backward(&x, &y, n);
     let analytic = net.grads().to_vec();
-    let center = net.training_loss(&x, &y, n).loss;
+    let center = loss(&mut net, &x, &y, n);
     let len = net.num_params();
     let step = (len / count.min(len)).max(1);
     let (mut checked, mut kinks) = (0, 0);
-    let tolerance = |numeric: f32| 1e-3 + relative * numeric.abs();
+    let tolerance = |numeric: f64| 1e-3 + relative as f64 * numeric.abs();
     for i in (0..len).step_by(step) {
-        let w = net.params()[i];
-        net.params_mut()[i] = w + eps;
-        let plus = net.training_loss(&x, &y, n).loss;
-        net.params_mut()[i] = w - eps;
-        let minus = net.training_loss(&x, &y, n).loss;
-        net.params_mut()[i] = w;
-        let numeric = (plus - minus) / (2.0 * eps);
-        let (forward, backward) = ((plus - center) / eps, (center - minus) / eps);
+        let [numeric, forward, backward] = differences(&mut net, i, eps, (&x, &y), center);
         checked += 1;
         if (forward - backward).abs() > 2.0 * tolerance(numeric) {
             kinks += 1;
             continue;
         }
-        let diff = (analytic[i] - numeric).abs();
+        let diff = (analytic[i] as f64 - numeric).abs();
         assert!(
             diff <= tolerance(numeric),
             "{}: param {i}: analytic {} vs numeric {numeric}",
@@ -312,14 +353,11 @@ fn a_wrong_gradient_is_caught() {
     });
     let (x, y) = random_batch(&net, 2, 7);
     net.forward_backward(&x, &y, 2);
-    let g0 = net.grads()[0];
-    let w = net.params()[0];
-    net.params_mut()[0] = w + EPS;
-    let plus = net.training_loss(&x, &y, 2).loss;
-    net.params_mut()[0] = w - EPS;
-    let minus = net.training_loss(&x, &y, 2).loss;
-    let numeric = (plus - minus) / (2.0 * EPS);
-    assert!((g0 - numeric).abs() <= 1e-3 + 1e-2 * numeric.abs());
+    let g0 = net.grads()[0] as f64;
+    let center = loss(&mut net, &x, &y, 2);
+    let [numeric, _, _] = differences(&mut net, 0, EPS, (&x, &y), center);
+    let tolerance = 1e-3 + 1e-2 * numeric.abs();
+    assert!((g0 - numeric).abs() <= tolerance);
     let tampered = g0 * 1.1 + 0.01;
-    assert!((tampered - numeric).abs() > 1e-3 + 1e-2 * numeric.abs());
+    assert!((tampered - numeric).abs() > tolerance);
 }

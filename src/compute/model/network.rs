@@ -157,6 +157,15 @@ impl<B: Backend> Network<B> {
         self.loss(labels, n)
     }
 
+    /// The training-mode logits of `n` samples (`n x classes`, into `out`), as
+    /// [`Network::training_loss`] computes them: for checks that reduce them to a loss at a
+    /// higher precision than the step's f32 (finite differences).
+    pub fn training_logits(&mut self, x: &[f32], n: usize, out: &mut [f32]) {
+        assert_eq!(out.len(), n * self.classes, "logits length");
+        self.run_forward(x, n, Mode::Train);
+        self.model.backend().download(out, self.body.output());
+    }
+
     /// Forward and backward over `n` samples in training mode: overwrites the gradient
     /// buffer with the gradient of the batch-mean cross-entropy and returns the batch's
     /// stats.

@@ -5,8 +5,8 @@
 //!
 //! Each thread takes one contiguous share of the model. The step computes every value as the
 //! one-thread pass does (it is elementwise), so its result does not depend on the thread
-//! count; the sum adds the shares' sums, which only changes its rounding (it is used to tell
-//! whether a push is finite). Buffers shorter than [`MIN_SPLIT`] stay on the calling thread,
+//! count; the sum adds the shares' sums in a fixed order, which only changes its rounding with the
+//! thread count (it is used to tell whether a push is finite). Buffers shorter than [`MIN_SPLIT`] stay on the calling thread,
 //! where a dispatch would cost more than it saves.
 
 use crate::compute::backend::cpu::{self, threads};
@@ -36,17 +36,22 @@ pub fn sgd_step(params: &mut [f32], velocity: &mut [f32], grads: &[f32], h: &Sgd
     cpu::sgd_step(params, velocity, grads, h);
 }
 
-/// The sum of `values`, each of the pool's threads summing its own share.
+/// Shares [`sum`] adds at most (its partial sums live on the stack).
+const MAX_SHARES: usize = 64;
+
+/// The sum of `values`: each of the pool's threads sums its own fixed share, and the shares'
+/// sums are added in share order, so the result depends on the thread count alone.
 pub fn sum(values: &[f32]) -> f32 {
     if !splits(values.len()) {
         return values.iter().sum();
     }
-    let total = std::sync::Mutex::new(0.0f32);
-    threads::for_ranges(values.len(), &|r| {
-        let part: f32 = values[r].iter().sum();
-        *total.lock().unwrap_or_else(|e| e.into_inner()) += part;
+    let shares = threads::threads().min(MAX_SHARES);
+    let mut sums = [0.0f32; MAX_SHARES];
+    let slots = threads::Units::new(&mut sums[..shares], 1);
+    threads::for_shares_in_slots(values.len(), slots, [], &|_, slot, range, []| {
+        slot[0] = values[range].iter().sum();
     });
-    total.into_inner().unwrap_or_else(|e| e.into_inner())
+    sums[..shares].iter().sum()
 }
 
 /// `dst = src`, each of the pool's threads copying its share.

@@ -1,6 +1,6 @@
 //! Fully connected layer.
 
-use super::gemm::gemm;
+use super::gemm::gemm_shared;
 use crate::compute::backend::{GemmDims, LinearDims};
 
 /// out: `[n x o]` = inp: `[n x i]` * weight^T + bias, weight `[o x i]`, bias `[o]`.
@@ -20,7 +20,7 @@ pub fn linear_forward(
         row.copy_from_slice(bias);
     }
     let dims = GemmDims::new(n, out_f, in_f).b_transposed();
-    gemm(dims, 1.0, inp, weight, 1.0, out);
+    gemm_shared(dims, 1.0, inp, weight, 1.0, out);
 }
 
 /// Accumulates dweight `[o x i]` and dbias `[o]`; writes dinp: `[n x i]` when given.
@@ -39,13 +39,13 @@ pub fn linear_backward(
         out_f,
     } = *dims;
     let gd = GemmDims::new(out_f, in_f, n).a_transposed();
-    gemm(gd, 1.0, dout, inp, 1.0, dweight);
+    gemm_shared(gd, 1.0, dout, inp, 1.0, dweight);
     for row in dout[..n * out_f].chunks_exact(out_f) {
         for (b, d) in dbias.iter_mut().zip(row) {
             *b += d;
         }
     }
     if let Some(dinp) = dinp {
-        gemm(GemmDims::new(n, in_f, out_f), 1.0, dout, weight, 0.0, dinp);
+        gemm_shared(GemmDims::new(n, in_f, out_f), 1.0, dout, weight, 0.0, dinp);
     }
 }

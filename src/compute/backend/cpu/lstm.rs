@@ -10,7 +10,7 @@
 
 use std::ops::Range;
 
-use super::gemm::gemm;
+use super::gemm::gemm_shared;
 use crate::compute::backend::{GemmDims, LstmDims};
 
 /// The four tensors of one layer (weights or their gradients).
@@ -67,7 +67,7 @@ pub fn lstm_forward(
         }
     }
     let x = &inp[steps.start * b * i_len..steps.end * b * i_len];
-    gemm(
+    gemm_shared(
         GemmDims::new(rows, g4, i_len).b_transposed(),
         1.0,
         x,
@@ -84,7 +84,7 @@ pub fn lstm_forward(
             (&out_prev[(t - 1) * bh..], &cells_prev[(t - 1) * bh..])
         };
         let g = &mut gates[t * b * g4..(t + 1) * b * g4];
-        gemm(
+        gemm_shared(
             GemmDims::new(b, g4, h).b_transposed(),
             1.0,
             h_prev,
@@ -201,7 +201,7 @@ fn step_backward(
         }
     }
     // dh_{t-1} = dgates_t W_hh.
-    gemm(GemmDims::new(b, h, g4), 1.0, dg, p.weight_hh, 0.0, dh);
+    gemm_shared(GemmDims::new(b, h, g4), 1.0, dg, p.weight_hh, 0.0, dh);
 }
 
 /// The weights' and biases' gradients from every step's gates' gradient, and the
@@ -221,7 +221,7 @@ fn parameter_grads(
     // dW_hh += sum_t dgates_t^T h_{t-1}: steps 1.. against out[0..T-1], step 0 against h0.
     if t_len > 1 {
         let later = (t_len - 1) * b;
-        gemm(
+        gemm_shared(
             GemmDims::new(g4, h, later).a_transposed(),
             1.0,
             &dgates[b * g4..],
@@ -230,7 +230,7 @@ fn parameter_grads(
             d.dweight_hh,
         );
     }
-    gemm(
+    gemm_shared(
         GemmDims::new(g4, h, b).a_transposed(),
         1.0,
         &dgates[..b * g4],
@@ -238,7 +238,7 @@ fn parameter_grads(
         1.0,
         d.dweight_hh,
     );
-    gemm(
+    gemm_shared(
         GemmDims::new(g4, i_len, rows).a_transposed(),
         1.0,
         dgates,
@@ -253,7 +253,7 @@ fn parameter_grads(
         }
     }
     if let Some(dinp) = d.dinp {
-        gemm(
+        gemm_shared(
             GemmDims::new(rows, i_len, g4),
             1.0,
             dgates,

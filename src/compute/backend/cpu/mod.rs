@@ -31,14 +31,14 @@ pub use elementwise::{
     softmax_xent_masked,
 };
 pub use embedding::{embedding_backward, embedding_forward};
-pub use gemm::gemm;
+pub use gemm::{gemm, gemm_shared};
 pub use lstm::{lstm_backward, lstm_forward, LstmGrads, LstmParams, LstmSaved};
 pub use norm::{batchnorm_backward, batchnorm_forward};
 pub use pool::{
     avgpool_backward, avgpool_forward, global_avgpool_backward, global_avgpool_forward,
     maxpool_backward, maxpool_forward,
 };
-pub use threads::set_threads;
+pub use threads::{force_schedule, Schedule};
 pub use winograd::{
     set_enabled as set_winograd, set_tilings as set_winograd_tilings, Tilings as WinogradTilings,
 };
@@ -47,6 +47,13 @@ use super::{
     AdamStep, Backend, BatchNormDims, BatchNormMode, Conv2dDims, EmbeddingDims, LinearDims,
     LstmDims, LstmSpan, SgdStep, Span, Window2d, XentStats,
 };
+
+/// Sets `run.threads`, the threads of the pool that runs a step's passes (the first call
+/// in a process decides), and holds OpenBLAS to one thread (gemm.rs says why).
+pub fn set_threads(n: usize) {
+    threads::set_threads(n);
+    gemm::one_blas_thread();
+}
 
 /// The CPU backend. It holds no state: OpenBLAS keeps its own.
 #[derive(Debug, Clone, Copy, Default)]

@@ -18,7 +18,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use super::threads::run;
+use super::threads::{run, schedule, Schedule};
 
 /// The most pieces one [`relay`] takes.
 pub const MAX_PIECES: usize = 32;
@@ -93,9 +93,13 @@ impl Relay<'_> {
     fn drive(&self, thread: usize) {
         let _watch = Watch(&self.progress.aborted);
         if thread < self.pieces {
+            let own = match schedule() {
+                Schedule::Alternate => (thread + 1) % self.pieces,
+                _ => thread,
+            };
             for stage in 0..self.stages {
-                self.drain(thread, stage);
-                self.help_until(|| self.complete(thread, stage));
+                self.drain(own, stage);
+                self.help_until(|| self.complete(own, stage));
                 if self.aborted() {
                     return;
                 }

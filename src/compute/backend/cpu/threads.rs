@@ -12,14 +12,14 @@
 //! takes longer than that, while the yield leaves the core to any other thread that wants
 //! it (ranks or pools sharing the cores lose nothing to the polling).
 //!
-//! While the pool's tasks run, OpenBLAS is held to one thread, so that a GEMM inside a task
-//! does not start threads of its own on cores the pool already fills; outside them it keeps
-//! `run.threads` (the LSTM's and the dense layer's GEMMs).
+//! OpenBLAS always runs on one thread (gemm.rs): a product outside the pool's tasks (the
+//! LSTM's, the dense layers') is shared by the pool in blocks of rows instead.
 //!
 //! Ways to share work, all safe to call: [`run`] hands out fixed task indices (for passes
 //! that reduce into a buffer per task, so that the sum's order depends on the thread count
 //! only); [`for_ranges`] hands out blocks of a range on demand (a thread slowed by other work
-//! on the machine then takes fewer blocks); [`for_parts`], [`for_rows`], [`for_values`] and
+//! on the machine then takes fewer blocks), for passes whose blocks write values of their
+//! own, so that which thread takes a block changes nothing; [`for_parts`], [`for_rows`], [`for_values`] and
 //! the slot variants ([`for_parts_in_slots`], [`for_shares_in_slots`]) do the same and hand
 //! each block its own parts of the buffers it writes, cut by the pool from buffers given as
 //! [`Units`], so no two tasks can reach the same value. The Winograd passes, whose stages
@@ -43,11 +43,9 @@ use std::cell::Cell;
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut, Range};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 use std::time::{Duration, Instant};
-
-use super::gemm::set_blas_threads;
 
 /// A task: called with the task index, `0..threads`.
 type Task<'a> = dyn Fn(usize) + Sync + 'a;
@@ -211,17 +209,60 @@ pub const MIN_PARALLEL_VALUES: usize = 1 << 15;
 /// early take more.
 const BLOCKS_PER_THREAD: usize = 4;
 
+/// How the pool hands out work. On demand is what runs; the two fixed schedules exist so that
+/// tests can force opposite ones and show that a step's result does not depend on which
+/// thread does what ([`force_schedule`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Schedule {
+    /// Each task takes the next unit when done with one; [`relay`](super::relay)'s piece `p`
+    /// starts on thread `p`.
+    OnDemand = 0,
+    /// Every dispatch runs on the calling thread, task after task, as when another thread's
+    /// dispatch holds the pool: the first task takes every unit handed out on demand.
+    OneThread = 1,
+    /// Units handed out on demand go round the tasks (task `i` of `T` takes units `i`,
+    /// `i + T`, ...), and a relay's piece `p` starts on thread `p - 1` (the first piece on
+    /// the last of the relay's threads).
+    Alternate = 2,
+}
+
+static SCHEDULE: AtomicU8 = AtomicU8::new(Schedule::OnDemand as u8);
+
+/// Makes every later dispatch of this process follow `schedule` (a test hook: only
+/// [`Schedule::OnDemand`] balances the load).
+pub fn force_schedule(schedule: Schedule) {
+    SCHEDULE.store(schedule as u8, Ordering::Relaxed);
+}
+
+/// The schedule [`force_schedule`] set last ([`Schedule::OnDemand`] before).
+pub fn schedule() -> Schedule {
+    match SCHEDULE.load(Ordering::Relaxed) {
+        1 => Schedule::OneThread,
+        2 => Schedule::Alternate,
+        _ => Schedule::OnDemand,
+    }
+}
+
+/// Task `task`'s next unit of those handed out on demand through `next` to `tasks` tasks,
+/// `taken` the units it took before: the next one free, or under [`Schedule::Alternate`]
+/// its next turn. A unit past the last means there is no more work for this task.
+fn claim(next: &AtomicUsize, task: usize, tasks: usize, taken: &mut usize) -> usize {
+    if schedule() == Schedule::Alternate {
+        *taken += 1;
+        return task + (*taken - 1) * tasks;
+    }
+    next.fetch_add(1, Ordering::Relaxed)
+}
+
 /// Threads [`run`] uses: the first [`set_threads`] call's count (1 before it).
 pub fn threads() -> usize {
     POOL.get().map_or(1, |p| p.helpers + 1)
 }
 
-/// Sets `run.threads`: the threads of the pool and those OpenBLAS uses for one GEMM outside
-/// the pool's tasks (one per rank by default, so that ranks sharing a node do not
-/// oversubscribe its cores).
+/// Sets `run.threads`: the threads of the pool (one per rank by default, so that ranks
+/// sharing a node do not oversubscribe its cores).
 pub fn set_threads(n: usize) {
     start(n);
-    set_blas_threads(n);
 }
 
 /// Starts the pool with `n` threads in all (the caller and `n - 1` helpers). The first call
@@ -283,7 +324,7 @@ pub fn run(task: &Task<'_>) {
         return task(0);
     };
     let inline = || (0..=pool.helpers).for_each(task);
-    if IN_TASK.with(Cell::get) {
+    if IN_TASK.with(Cell::get) || schedule() == Schedule::OneThread {
         return inline();
     }
     let turn = match pool.dispatch.try_lock() {
@@ -291,13 +332,11 @@ pub fn run(task: &Task<'_>) {
         Err(TryLockError::Poisoned(e)) => e.into_inner(),
         Err(TryLockError::WouldBlock) => return inline(),
     };
-    set_blas_threads(1);
     pool.publish(task);
     IN_TASK.with(|t| t.set(true));
     let own = catch_unwind(AssertUnwindSafe(|| task(0)));
     IN_TASK.with(|t| t.set(false));
     let helpers = pool.finish();
-    set_blas_threads(threads());
     drop(turn);
     if let Some(panic) = own.err().or(helpers) {
         resume_unwind(panic);
@@ -322,7 +361,8 @@ pub fn share(len: usize, i: usize, parts: usize) -> Range<usize> {
 /// thread or fewer than two units). Which thread takes a block changes nothing in the
 /// result of a pass whose blocks write disjoint outputs, which [`for_parts`] and
 /// [`for_rows`] hand out on top of it; `f` alone can only read what it borrows, or write
-/// through what is `Sync` (a sum under a lock, an atomic counter).
+/// through what is `Sync` (an atomic counter), and never a sum whose order would then
+/// follow the scheduler.
 pub fn for_ranges(len: usize, f: &(dyn Fn(Range<usize>) + Sync)) {
     let n = threads();
     if n == 1 || len < 2 {
@@ -330,12 +370,15 @@ pub fn for_ranges(len: usize, f: &(dyn Fn(Range<usize>) + Sync)) {
     }
     let blocks = len.min(n * BLOCKS_PER_THREAD);
     let next = AtomicUsize::new(0);
-    run(&|_| loop {
-        let b = next.fetch_add(1, Ordering::Relaxed);
-        if b >= blocks {
-            break;
+    run(&|i| {
+        let mut taken = 0;
+        loop {
+            let b = claim(&next, i, n, &mut taken);
+            if b >= blocks {
+                break;
+            }
+            f(share(len, b, blocks));
         }
-        f(share(len, b, blocks));
     });
 }
 
@@ -526,7 +569,9 @@ fn slot_tasks<T>(slots: &Units<'_, T>, units: usize) -> usize {
 
 /// Calls `f(slot, range, parts)` on every unit of `0..units`, one unit a call, taken on
 /// demand; each task with a slot (a unit of `slots`: the first `slots.count()` tasks) works
-/// in its own slot, `parts` the unit's span of each buffer of `cuts` (one row each).
+/// in its own slot, `parts` the unit's span of each buffer of `cuts` (one row each). Which
+/// units a slot sees follows the scheduler: the slot is scratch, each unit's result goes to
+/// its own parts (a sum over units belongs in [`for_shares_in_slots`]).
 ///
 /// # Panics
 /// If a buffer has other than one row, or there is work and `slots` has no unit.
@@ -546,12 +591,13 @@ pub fn for_parts_in_slots<T: Send, const N: usize>(
         }
         // SAFETY: `run` calls each task index once, so slot i is this task's alone.
         let slot = unsafe { slots.part(i..i + 1) }.into_slice();
+        let mut taken = 0;
         loop {
-            let u = next.fetch_add(1, Ordering::Relaxed);
+            let u = claim(&next, i, tasks, &mut taken);
             if u >= units {
                 break;
             }
-            // SAFETY: `next` hands out each unit once.
+            // SAFETY: `claim` hands out each unit once.
             let parts = cuts
                 .each_ref()
                 .map(|c| unsafe { c.part(u..u + 1) }.into_slice());
