@@ -401,6 +401,64 @@ fn stopped_worker_ends_the_job_at_a_regroup_meeting_naming_its_group() {
 /// A NaN in one worker's gradient (injected at its 5th iteration) is caught by its group
 /// server before it reaches any replica: the job ends with an error naming the worker's rank
 /// and iteration.
+/// A rank of a collective mode stopped for good (SIGSTOP, never continued) with checkpoints
+/// on: the reduction it does not come to is given up after `run.meeting_timeout_s`, the
+/// arrival after it finds it missing, and the job ends naming it and the checkpoint to
+/// resume from, instead of every other rank waiting in MPI for good.
+fn stopped_rank_ends_a_collective_job(name: &str, mode: &[&str]) {
+    let _lock = job_lock();
+    let mut sets = mode.to_vec();
+    sets.extend([
+        "run.epochs=0",
+        "run.time_budget_s=600",
+        "heterogeneity.unit_s=0.01",
+        "run.checkpoint_every_s=1",
+        MEETING_TIMEOUT,
+    ]);
+    let (job, _scratch, marker) = start_training(name, 4, &sets);
+    let dir = Path::new(&marker).to_path_buf();
+    poll_until(&format!("{name}: a first checkpoint"), HANG_GUARD, || {
+        dir.join("checkpoints").join("latest").exists()
+    });
+    signal(pid_of_rank(&marker, 2), "STOP");
+    let stopped_at = job.elapsed();
+    let result = job.wait(stopped_at + HANG_GUARD);
+    assert!(
+        matches!(result.code, Some(c) if c != 0),
+        "{name}: mpirun exited {:?} with rank 2 stopped\nstderr:\n{}",
+        result.code,
+        result.stderr
+    );
+    let named = "rank 2 did not come to the reduction after iteration";
+    let within = "within 3 s (run.meeting_timeout_s): it stopped answering";
+    let hint = format!("stays the newest: `gssp train --resume {}`", dir.display());
+    for want in [named, within, hint.as_str()] {
+        assert!(
+            result.stderr.contains(want),
+            "{name}: stderr does not say {want:?}:\n{}",
+            result.stderr
+        );
+    }
+    eprintln!(
+        "{name}: rank 2 stopped; the job ended {:.1} s later naming it:\n{}",
+        (result.elapsed - stopped_at).as_secs_f64(),
+        result.stderr
+    );
+}
+
+#[test]
+fn stopped_rank_ends_an_allreduce_job_naming_it() {
+    stopped_rank_ends_a_collective_job("stopped-allreduce", &["sync.mode=allreduce"]);
+}
+
+#[test]
+fn stopped_rank_ends_a_localsgd_job_naming_it() {
+    stopped_rank_ends_a_collective_job(
+        "stopped-localsgd",
+        &["sync.mode=localsgd", "sync.localsgd.local_steps=4"],
+    );
+}
+
 #[test]
 fn nan_gradient_ends_the_job_naming_rank_and_iteration() {
     let _lock = job_lock();

@@ -88,11 +88,7 @@ impl SubComm {
             if Instant::now() >= deadline {
                 return Ok(pending.iter().map(|&i| others[i]).collect());
             }
-            if super::idle::sleeping() {
-                super::idle::pause();
-            } else {
-                std::thread::yield_now();
-            }
+            super::idle::pause_or_yield();
         }
     }
 }

@@ -67,6 +67,16 @@ pub(crate) fn pause() {
     std::thread::sleep(PAUSE);
 }
 
+/// Between two polls of a wait that polls in any case (a deadline's): a pause where waits
+/// sleep, else the core yielded to any thread that wants it.
+pub(crate) fn pause_or_yield() {
+    if sleeping() {
+        pause();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

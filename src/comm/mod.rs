@@ -142,6 +142,8 @@ mod sealed {
         pub(super) size: usize,
         /// Receive side of allreduce (MPI_IN_PLACE is not portable through the bindings).
         pub(super) scratch: RefCell<Vec<f32>>,
+        /// Send side of a bounded allreduce, which MPI may still read after it is given up.
+        pub(super) sent: RefCell<Vec<f32>>,
         /// Point-to-point messages this process sent or received on the communicator.
         pub(super) p2p_messages: Cell<u64>,
     }
@@ -182,6 +184,7 @@ impl CommHandle {
             rank: usize::try_from(rank).unwrap_or(0),
             size: usize::try_from(size).unwrap_or(0),
             scratch: RefCell::new(Vec::new()),
+            sent: RefCell::new(Vec::new()),
             p2p_messages: Cell::new(0),
         }))
     }
@@ -445,6 +448,53 @@ pub trait Collectives: HasHandle {
         })?;
         data.copy_from_slice(&scratch[..data.len()]);
         Ok(())
+    }
+
+    /// [`Collectives::allreduce_sum_f32_in_place`] that gives up at `deadline`:
+    /// `MPI_Iallreduce`, polled as a meeting's arrival is, until it completes (`true`) or
+    /// the deadline passes (`false`: some rank did not come; [`SubComm::arrive`] on another
+    /// communicator finds which). A collective cannot be cancelled, so a reduction given up
+    /// on stays posted on buffers of the communicator's own that are then leaked rather
+    /// than freed under MPI: the caller ends the job.
+    fn allreduce_sum_f32_in_place_until(
+        &self,
+        data: &mut [f32],
+        deadline: std::time::Instant,
+    ) -> Result<bool, CommError> {
+        let h = self.handle();
+        let count = c_count("allreduce_sum_f32_in_place_until", data.len())?;
+        emulation::hold_allreduce(4 * data.len() as u64, h.size);
+        let (mut sent, mut scratch) = (h.sent.borrow_mut(), h.scratch.borrow_mut());
+        for buf in [&mut *sent, &mut *scratch] {
+            if buf.len() < data.len() {
+                buf.resize(data.len(), 0.0);
+            }
+        }
+        sent[..data.len()].copy_from_slice(data);
+        let mut request = p2p::null_request();
+        // SAFETY: both buffers hold data.len() f32, do not overlap, and belong to the
+        // handle, which outlives the request (or leaks them, below).
+        check("MPI_Iallreduce", unsafe {
+            ffi::MPI_Iallreduce(
+                sent.as_ptr().cast(),
+                scratch.as_mut_ptr().cast(),
+                count,
+                ffi::RSMPI_FLOAT,
+                ffi::RSMPI_SUM,
+                h.raw,
+                &mut request,
+            )
+        })?;
+        while p2p::test(&mut request)?.is_none() {
+            if std::time::Instant::now() >= deadline {
+                std::mem::forget(std::mem::take(&mut *sent));
+                std::mem::forget(std::mem::take(&mut *scratch));
+                return Ok(false);
+            }
+            idle::pause_or_yield();
+        }
+        data.copy_from_slice(&scratch[..data.len()]);
+        Ok(true)
     }
 
     /// Element-wise maximum of `values` over all ranks (each rank the same length).

@@ -19,13 +19,20 @@
 //!
 //! With `[sync.balance]` the ranks' batches follow their speed, and each rank's measured
 //! rate rides in the same reduction too ([`Balancer`]).
+//!
+//! A reduction waits at most `run.meeting_timeout_s` for the other ranks, as the servers'
+//! meetings do: a rank that stopped answering (killed ranks end the job through mpirun; a
+//! stopped or hung one would hold every other in MPI for good) is then looked for with an
+//! arrival on a communicator of its own ([`crate::comm::SubComm::arrive`], another
+//! `run.meeting_timeout_s` at most), and the job ends naming the ranks that did not come
+//! and the checkpoint to resume from.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
 use crate::checkpoint::Resume;
-use crate::comm::{Collectives, Comm};
+use crate::comm::{Collectives, Comm, SubComm};
 use crate::compute::backend::Backend;
 use crate::compute::model::Trainable;
 use crate::compute::optim::{self, NetworkOptimizer};
@@ -141,6 +148,11 @@ struct Averaged {
 /// One rank's replica and what it reduces with.
 struct Replica<'a, B: Backend> {
     comm: &'a Comm,
+    /// Every rank of `comm`, for the arrival that looks for a rank that did not come to a
+    /// reduction in time.
+    watch: SubComm,
+    /// Reductions so far: the number of the arrival that follows a late one.
+    reductions: u64,
     cfg: &'a Config,
     step: &'a mut ComputeStep<B>,
     optimizer: NetworkOptimizer<B>,
@@ -167,8 +179,13 @@ impl<'a, B: Backend> Replica<'a, B> {
         let n = step.net.num_params();
         let balancer = Balancer::new(cfg, comm.size(), comm.rank(), step)?;
         let extra = balancer.as_ref().map_or(0, Balancer::slots);
+        let watch = comm
+            .split(Some(0), i32::try_from(comm.rank())?)?
+            .ok_or_else(|| anyhow::anyhow!("every rank joins the watch communicator"))?;
         Ok(Replica {
             comm,
+            watch,
+            reductions: 0,
             cfg,
             samples_per_step: (cfg.optim.batch_size * comm.size()) as f64 / train_len as f64,
             step,
@@ -219,9 +236,14 @@ impl<'a, B: Backend> Replica<'a, B> {
         snapshots.maybe_take(time_s, epoch, iteration, weights);
     }
 
-    /// Sums the model's values in `buf` (put there by the caller), the control slots and
-    /// the balancer's rates over all ranks; re-cuts the batches where rank 0 called for it.
-    fn reduce(&mut self, saver: &Saver<'_, Comm>, time_s: f64) -> Result<Control> {
+    /// Sums the model's values in `buf` (put there by the caller after `iteration`), the
+    /// control slots and the balancer's rates over all ranks; re-cuts the batches where
+    /// rank 0 called for it.
+    fn reduce(
+        &mut self,
+        saver: &Saver<'_, Comm>,
+        (iteration, time_s): (u64, f64),
+    ) -> Result<Control> {
         let n = self.n();
         let at = (self.epoch(), time_s);
         let (control, rates) = self.buf[n..].split_at_mut(CONTROL_SLOTS);
@@ -232,7 +254,7 @@ impl<'a, B: Backend> Replica<'a, B> {
                 control[RECUT_SLOT] = 1.0;
             }
         }
-        self.comm.allreduce_sum_f32_in_place(&mut self.buf)?;
+        self.reduce_in_time(saver, iteration)?;
         let (control, rates) = self.buf[n..].split_at(CONTROL_SLOTS);
         let control = Control::read(control);
         self.progress = control.progress;
@@ -247,6 +269,27 @@ impl<'a, B: Backend> Replica<'a, B> {
             }
         }
         Ok(control)
+    }
+
+    /// The sum of `buf` over the ranks, or, where it does not complete within
+    /// `run.meeting_timeout_s`, an error naming the ranks that did not come (as the
+    /// arrival that follows finds them) and the checkpoint to resume from.
+    fn reduce_in_time(&mut self, saver: &Saver<'_, Comm>, iteration: u64) -> Result<()> {
+        self.reductions += 1;
+        let timeout = Duration::from_secs_f64(self.cfg.run.meeting_timeout_s);
+        let deadline = Instant::now() + timeout;
+        if self
+            .comm
+            .allreduce_sum_f32_in_place_until(&mut self.buf, deadline)?
+        {
+            return Ok(());
+        }
+        let absent = self.watch.arrive(self.reductions, timeout)?;
+        let late = late_reduction(&absent, iteration, self.cfg.run.meeting_timeout_s);
+        Err(match saver.resume_hint() {
+            Some(hint) => anyhow::anyhow!("{late}; {hint}"),
+            None => anyhow::anyhow!("{late}"),
+        })
     }
 
     fn optimizer_step(&mut self, lr: f64, scale: f32) -> Result<()> {
@@ -268,7 +311,7 @@ impl<'a, B: Backend> Replica<'a, B> {
         let n = self.n();
         let t = Instant::now();
         self.step.net.grads_to_host(&mut self.buf[..n]);
-        let control = self.reduce(saver, time_s)?;
+        let control = self.reduce(saver, (self.iteration + 1, time_s))?;
         let wait_s = t.elapsed().as_secs_f64();
         if control.stop {
             return Ok(None);
@@ -313,7 +356,7 @@ impl<'a, B: Backend> Replica<'a, B> {
         let n = self.n();
         let t = Instant::now();
         self.step.net.params_to_host(&mut self.buf[..n]);
-        let control = self.reduce(saver, time_s)?;
+        let control = self.reduce(saver, (self.iteration, time_s))?;
         let scale = 1.0 / self.comm.size() as f32;
         self.buf[..n].iter_mut().for_each(|x| *x *= scale);
         self.step.net.params_from_host(&self.buf[..n]);
@@ -374,6 +417,29 @@ impl<'a, B: Backend> Replica<'a, B> {
             .map(|(&p, b)| f64::from((p - f32::from_le_bytes([b[0], b[1], b[2], b[3]])).abs()))
             .fold(0.0, f64::max);
         Ok(self.comm.allreduce_max_f64(local)?)
+    }
+}
+
+/// What went wrong where a reduction after `iteration` did not complete within `timeout_s`:
+/// the ranks that did not come to the arrival after it (none: every rank came back, too
+/// late).
+fn late_reduction(absent: &[usize], iteration: u64, timeout_s: f64) -> String {
+    let ranks: Vec<String> = absent.iter().map(usize::to_string).collect();
+    match ranks.len() {
+        0 => format!(
+            "the reduction after iteration {iteration} did not complete within {timeout_s} s \
+             (run.meeting_timeout_s), though every rank came back afterwards"
+        ),
+        1 => format!(
+            "rank {} did not come to the reduction after iteration {iteration} within {timeout_s} s \
+             (run.meeting_timeout_s): it stopped answering",
+            ranks[0]
+        ),
+        _ => format!(
+            "ranks {} did not come to the reduction after iteration {iteration} within {timeout_s} s \
+             (run.meeting_timeout_s): they stopped answering",
+            ranks.join(", ")
+        ),
     }
 }
 
@@ -446,6 +512,17 @@ mod tests {
         assert_eq!(after(3), [3, 6]);
         assert_eq!(after(1), [1, 2, 3, 4, 5, 6, 7]);
         assert_eq!(after(0), after(1), "0 averages every step");
+    }
+
+    #[test]
+    fn a_late_reduction_names_the_ranks_that_did_not_come() {
+        assert_eq!(
+            late_reduction(&[2], 41, 5.0),
+            "rank 2 did not come to the reduction after iteration 41 within 5 s \
+             (run.meeting_timeout_s): it stopped answering"
+        );
+        assert!(late_reduction(&[1, 3], 7, 2.5).starts_with("ranks 1, 3 did not come"));
+        assert!(late_reduction(&[], 7, 2.5).contains("every rank came back afterwards"));
     }
 
     /// The control slots as the sum over the ranks leaves them: any rank's vote stops all,
