@@ -275,31 +275,7 @@ enum BenchCommand {
     },
     /// A figure of the docs drawn again from `bench paper` / `bench scale` tables (their
     /// `bench.json`); runs nothing.
-    Plot {
-        /// `time`: each mode's median time to target as bars; `accuracy`: each mode's median
-        /// accuracy against time, a panel per cluster size (reads the runs' eval.csv).
-        #[arg(long, default_value = "time")]
-        kind: gssp::tools::bench::plot::Kind,
-        /// A `bench paper` or `bench scale` --out (or one `<N>-workers` folder of it);
-        /// repeatable: a mode in a later table replaces the earlier one's row.
-        #[arg(long = "from", value_name = "DIR", required = true)]
-        from: Vec<PathBuf>,
-        /// Only this cluster size of a `bench scale` table (default: a panel per size).
-        #[arg(long)]
-        workers: Option<usize>,
-        /// Only these modes (comma-separated variant names); default: all.
-        #[arg(long, value_delimiter = ',')]
-        modes: Vec<String>,
-        /// The figure's title.
-        #[arg(long)]
-        title: Option<String>,
-        /// A line under the title (what ran, when); default: the seeds.
-        #[arg(long)]
-        note: Option<String>,
-        /// The file to write, e.g. docs/results-paper.svg (a PNG where it ends in .png).
-        #[arg(long)]
-        out: PathBuf,
-    },
+    Plot(gssp::tools::bench::plot::Options),
     /// `gssp plan`'s simulator against finished runs: each run's measured worker speeds and
     /// server time per push in, its images/s and wait fraction predicted and compared.
     Plan {
@@ -807,24 +783,7 @@ fn bench(which: BenchCommand) -> anyhow::Result<()> {
             let what = (config.as_path(), variants.as_path());
             bench::jobs::paper(what, budget_s, (&seeds, &modes), &overrides, &out).map(|_| ())
         }
-        BenchCommand::Plot {
-            kind,
-            from,
-            workers,
-            modes,
-            title,
-            note,
-            out,
-        } => {
-            let opts = bench::plot::Options {
-                kind,
-                from,
-                workers,
-                modes,
-                title,
-                note,
-                out,
-            };
+        BenchCommand::Plot(opts) => {
             for line in bench::plot::plot(&opts)? {
                 println!("{line}");
             }

@@ -38,18 +38,31 @@ impl std::str::FromStr for Kind {
     }
 }
 
-/// `gssp bench plot`'s arguments.
+/// `gssp bench plot`'s arguments (the command line's, through clap).
+#[derive(Debug, Clone, clap::Args)]
 pub struct Options {
+    /// `time`: each mode's median time to target as bars; `accuracy`: each mode's median
+    /// accuracy against time, a panel per cluster size (reads the runs' eval.csv).
+    #[arg(long, default_value = "time")]
     pub kind: Kind,
-    /// Bench output directories, in the order their rows combine.
+    /// A `bench paper` or `bench scale` --out (or one `<N>-workers` folder of it);
+    /// repeatable: a mode in a later table replaces the earlier one's row.
+    #[arg(long = "from", value_name = "DIR", required = true)]
     pub from: Vec<PathBuf>,
-    /// Only this cluster size (of `bench scale` tables); default every size found.
+    /// Only this cluster size of a `bench scale` table (default: a panel per size).
+    #[arg(long)]
     pub workers: Option<usize>,
-    /// Only these modes (variant names); default every mode.
+    /// Only these modes (comma-separated variant names); default: all.
+    #[arg(long, value_delimiter = ',')]
     pub modes: Vec<String>,
+    /// The figure's title.
+    #[arg(long)]
     pub title: Option<String>,
+    /// A line under the title (what ran, when); default: the seeds.
+    #[arg(long)]
     pub note: Option<String>,
-    /// The file to write: SVG, or PNG where its name ends in `.png`.
+    /// The file to write, e.g. docs/results-paper.svg (a PNG where it ends in .png).
+    #[arg(long)]
     pub out: PathBuf,
 }
 
