@@ -200,6 +200,16 @@ impl Pacer {
         }
     }
 
+    /// How long an iteration's compute phase lasts on a simulated clock, at `elapsed_s` on
+    /// the training clock (`None` before training starts: profiling): `f_eff x unit x work`,
+    /// the transient straggler drawn as [`Pacer::pad_after_compute`] draws it, so a worker's
+    /// iterations straggle as its process's would. The real compute is taken to fit in its
+    /// pad (the emulation's premise), so it does not count. 0 while the unit is
+    /// calibrating: a simulated run fixes `heterogeneity.unit_s`.
+    pub fn emulated_s(&mut self, elapsed_s: Option<f64>) -> f64 {
+        self.pad_at(0.0, elapsed_s)
+    }
+
     /// [`Pacer::pad_after_compute`], then sleeps for the pad (see [`sleep_precise`]).
     /// Returns the pad in seconds.
     pub fn sleep_pad(&mut self, real_compute_s: f64) -> f64 {

@@ -9,9 +9,8 @@
 
 use anyhow::Result;
 
-use crate::compute::backend::Backend;
 use crate::compute::pace::CALIBRATION_ITERATIONS;
-use crate::compute::workload::ComputeStep;
+use crate::compute::workload::step::Shard;
 use crate::config::{BatchSplit, Config};
 use crate::protocol::balance::{self, Meter};
 
@@ -37,13 +36,13 @@ pub struct Balancer {
 }
 
 impl Balancer {
-    /// The balancer of rank `rank` of `ranks`, its step set to its first slice (`None`
+    /// The balancer of rank `rank` of `ranks`, its shard set to its first slice (`None`
     /// with equal batches: nothing to do).
-    pub fn new<B: Backend>(
+    pub fn new(
         cfg: &Config,
         ranks: usize,
         rank: usize,
-        step: &mut ComputeStep<B>,
+        step: &mut Shard,
     ) -> Result<Option<Balancer>> {
         let b = &cfg.sync.balance;
         let mean = cfg.optim.batch_size;
@@ -111,11 +110,11 @@ impl Balancer {
     /// it is worth it, takes this rank's new slice. Returns the new cut if it was taken.
     /// Every rank computes the same from the same sums, so they agree; a rank that has not
     /// measured yet (rate 0) leaves the cut as it is.
-    pub fn decide<B: Backend>(
+    pub fn decide(
         &mut self,
         rates: &[f32],
         time_s: f64,
-        step: &mut ComputeStep<B>,
+        step: &mut Shard,
     ) -> Result<Option<&[usize]>> {
         self.decided_at = Some(time_s);
         self.meter.clear();
@@ -142,12 +141,7 @@ impl Balancer {
     /// same ranks): that cut, measured again `every_s` later. An empty or unfitting cut (a
     /// checkpoint of another rank count, or of equal batches) starts from the equal cut and
     /// measures first, as a fresh run does.
-    pub fn resume<B: Backend>(
-        &mut self,
-        batches: &[usize],
-        time_s: f64,
-        step: &mut ComputeStep<B>,
-    ) -> Result<()> {
+    pub fn resume(&mut self, batches: &[usize], time_s: f64, step: &mut Shard) -> Result<()> {
         let fits =
             batches.len() == self.batches.len() && batches.iter().sum::<usize>() == self.global;
         if !self.measures || !fits {
@@ -159,7 +153,7 @@ impl Balancer {
         self.take_slice(step)
     }
 
-    fn take_slice<B: Backend>(&self, step: &mut ComputeStep<B>) -> Result<()> {
+    fn take_slice(&self, step: &mut Shard) -> Result<()> {
         let slice = balance::slices(&self.batches).swap_remove(self.rank);
         step.set_share(slice)
     }

@@ -177,7 +177,7 @@ impl<'a, B: Backend> Replica<'a, B> {
     ) -> Result<Self> {
         let optimizer = NetworkOptimizer::new(&step.net, &cfg.optim);
         let n = step.net.num_params();
-        let balancer = Balancer::new(cfg, comm.size(), comm.rank(), step)?;
+        let balancer = Balancer::new(cfg, comm.size(), comm.rank(), &mut step.shard)?;
         let extra = balancer.as_ref().map_or(0, Balancer::slots);
         let watch = comm
             .split(Some(0), i32::try_from(comm.rank())?)?
@@ -225,7 +225,7 @@ impl<'a, B: Backend> Replica<'a, B> {
         self.iteration = iteration;
         self.progress = self.cfg.run.progress(self.epoch(), resume.manifest.time_s);
         if let Some(b) = self.balancer.as_mut() {
-            b.resume(&batches, resume.manifest.time_s, self.step)?;
+            b.resume(&batches, resume.manifest.time_s, &mut self.step.shard)?;
         }
         Ok(snapshots)
     }
@@ -259,7 +259,7 @@ impl<'a, B: Backend> Replica<'a, B> {
         let control = Control::read(control);
         self.progress = control.progress;
         if let (Some(b), true) = (self.balancer.as_mut(), control.recut) {
-            if let Some(cut) = b.decide(rates, time_s, self.step)? {
+            if let Some(cut) = b.decide(rates, time_s, &mut self.step.shard)? {
                 if self.comm.rank() == 0 {
                     log::info!(
                         "balance: batches by speed from iteration {}: {cut:?}",

@@ -23,6 +23,7 @@ use crate::protocol::layout::{Layout, Role};
 use crate::protocol::param_server::{ParamServer, UpdateRule};
 use crate::protocol::wire::HEADER_WORDS;
 use crate::runtime::exchange::roll::Roll;
+use crate::runtime::exchange::transport::RmaTransport;
 use crate::runtime::exchange::GroupExchange;
 use crate::runtime::finish::RoleOutcome;
 use crate::runtime::peers::{Exchange, NoPeers, SavedPeers};
@@ -49,6 +50,11 @@ impl ServerModel {
             .map(|t| TensorShape::new(t.range.clone(), &t.shape))
             .collect();
         ServerModel { weights, tensors }
+    }
+
+    /// The model's weight tensors.
+    pub fn tensors(&self) -> &[TensorShape] {
+        &self.tensors
     }
 
     /// The part a server shard holds: `range` of the weights, and no tensors (only
@@ -226,7 +232,7 @@ fn slots_of(
 
 /// The batches a push of each of `ranks` (a server's slots, by world rank) stands for:
 /// its local steps (empty where pushes are one batch each).
-fn batches_per_slot(layout: &Layout, ranks: &[usize]) -> Vec<usize> {
+pub fn batches_per_slot(layout: &Layout, ranks: &[usize]) -> Vec<usize> {
     if layout.local_steps.is_empty() {
         return Vec::new();
     }
@@ -242,7 +248,7 @@ fn batches_per_slot(layout: &Layout, ranks: &[usize]) -> Vec<usize> {
 
 /// The mean batches a push of each group stands for (its workers' local steps; 1 without
 /// them): a peer's pushes, so weighted, count its batches towards the run's epochs.
-fn batches_per_group_push(layout: &Layout) -> Vec<f64> {
+pub fn batches_per_group_push(layout: &Layout) -> Vec<f64> {
     layout
         .groups
         .iter()
@@ -293,7 +299,7 @@ fn exchange_for<'c>(
     rank: usize,
     weights: &[f32],
     (tensors, mirror, resumed): (&[TensorShape], Option<Mirror>, Option<RankFile<RankMeta>>),
-) -> Result<GroupExchange<'c>> {
+) -> Result<GroupExchange<RmaTransport<'c>>> {
     let mut ex = one_shard_at_a_time(ctx, || {
         GroupExchange::new(ctx.exchange()?, ctx.cfg, weights, tensors)
     })?;
@@ -345,7 +351,7 @@ fn shard_of(ctx: &RunContext<'_>) -> usize {
 /// returns what the final checkpoint saves of it, after the final drain (this server's
 /// pushes are `own_pushes`).
 fn finish_exchange(
-    mut ex: GroupExchange<'_>,
+    mut ex: GroupExchange<RmaTransport<'_>>,
     ps: &mut ParamServer,
     own_pushes: u64,
     outcome: &mut RoleOutcome,
@@ -364,7 +370,7 @@ fn finish_exchange(
 /// `weights`, as the mode's strategy gives it: its bound (none, bsp's lockstep, or the
 /// group's from the layout), how it applies a push, the outer optimizer it steps changes
 /// through and the weight of a change.
-fn param_server(
+pub fn param_server(
     cfg: &Config,
     layout: &Layout,
     group: usize,

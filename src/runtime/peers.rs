@@ -10,13 +10,14 @@ use crate::telemetry::pace::Slowest;
 
 /// A server's part in the exchange, push by push.
 pub trait Exchange {
-    /// Called after each applied push with this server's push count; returns what it
-    /// exchanged (all zero when it did not).
+    /// Called after each applied push with this server's push count, the run's epochs as
+    /// it knows them and its training clock; returns what it exchanged (all zero when it
+    /// did not).
     fn after_push(
         &mut self,
         ps: &mut ParamServer,
         own_pushes: u64,
-        epoch: f64,
+        at: (f64, f64),
     ) -> Result<Exchanged>;
     /// Pushes applied by all groups together, as far as this server knows.
     fn global_pushes(&self, own_pushes: u64) -> u64;
@@ -83,7 +84,7 @@ pub enum Meet {
 pub struct NoPeers;
 
 impl Exchange for NoPeers {
-    fn after_push(&mut self, _: &mut ParamServer, _: u64, _: f64) -> Result<Exchanged> {
+    fn after_push(&mut self, _: &mut ParamServer, _: u64, _: (f64, f64)) -> Result<Exchanged> {
         Ok(Exchanged::default())
     }
     fn global_pushes(&self, own_pushes: u64) -> u64 {

@@ -12,7 +12,7 @@ use crate::protocol::costmodel::{choose_group_count, groups_for, CostModel, Grou
 use crate::protocol::grouping::{persistent_time, spread};
 
 /// The workers' groups a gssp run uses.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct WorkerGroups {
     /// World ranks of the workers of each group.
     pub groups: Vec<Vec<usize>>,
@@ -58,7 +58,7 @@ pub fn form_groups<C: Collectives, R>(
             group_count: None,
         });
     }
-    let (mut seconds, mut noise, mut worst, mut cost) = (f64::NAN, f64::NAN, f64::NAN, 0.0);
+    let mut row = [f64::NAN, f64::NAN, f64::NAN, 0.0];
     if worker_ranks.contains(&comm.rank()) {
         let start = Instant::now();
         // The pacer's calibration iterations first (no padding while calibrating), then the
@@ -72,54 +72,62 @@ pub fn form_groups<C: Collectives, R>(
             iterate()?;
             samples.push(t.elapsed().as_secs_f64());
         }
-        seconds = persistent_time(&samples);
-        noise = spread(&samples);
-        worst = samples.iter().copied().fold(f64::NAN, f64::max);
-        cost = start.elapsed().as_secs_f64();
+        row = profile_row(&samples, start.elapsed().as_secs_f64());
     }
-    let rows = comm.gather_f64s(0, &[seconds, noise, worst, cost])?;
+    let rows = comm.gather_f64s(0, &row)?;
     let mut text = Vec::new();
     if let Some(rows) = rows {
-        let worker_times: Vec<f64> = worker_ranks.iter().map(|&r| rows[r][0]).collect();
-        let spreads: Vec<f64> = worker_ranks.iter().map(|&r| rows[r][1]).collect();
-        let worst: Vec<f64> = worker_ranks.iter().map(|&r| rows[r][2]).collect();
-        let cost = rows.iter().map(|r| r[3]).fold(0.0, f64::max);
-        let choice = match cfg.groups {
-            Groups::Count(_) => None,
-            Groups::Auto => Some(
-                choose_group_count(model, &worker_times, &spreads, cfg.max_groups)
-                    .context("choosing the group count")?,
-            ),
-        };
-        let count = cfg
-            .groups
-            .count()
-            .or(choice.as_ref().map(|c| c.chosen))
-            .unwrap_or(1);
-        let parts = groups_for(&worker_times, &spreads, count).context("grouping by profile")?;
-        let groups: Vec<Vec<usize>> = parts
-            .iter()
-            .map(|p| p.iter().map(|&i| worker_ranks[i]).collect())
-            .collect();
-        text = serde_json::to_vec(&(groups, worker_times, spreads, worst, cost, choice))?;
+        let formed = decide_groups(cfg, model, worker_ranks, &rows)?;
+        text = serde_json::to_vec(&formed)?;
     }
     comm.broadcast_bytes(0, &mut text)?;
-    type Profiled = (
-        Vec<Vec<usize>>,
-        Vec<f64>,
-        Vec<f64>,
-        Vec<f64>,
-        f64,
-        Option<GroupCountChoice>,
-    );
-    let (groups, times, spreads, worst, cost, group_count): Profiled =
-        serde_json::from_slice(&text).context("layout broadcast")?;
+    serde_json::from_slice(&text).context("layout broadcast")
+}
+
+/// One worker's profile row, as [`decide_groups`] reads it: its seconds per iteration (the
+/// persistent time of its timed iterations `samples`), their spread, the slowest of them,
+/// and what the whole profile cost it (`cost_s`, calibration included).
+pub fn profile_row(samples: &[f64], cost_s: f64) -> [f64; 4] {
+    let worst = samples.iter().copied().fold(f64::NAN, f64::max);
+    [persistent_time(samples), spread(samples), worst, cost_s]
+}
+
+/// The groups of the workers `worker_ranks` from every rank's [`profile_row`] (`rows`,
+/// indexed by world rank): with `groups = "auto"` the count `model` predicts fastest
+/// ([`choose_group_count`]), then the exact partition by speed ([`groups_for`]). Pure: the
+/// MPI run decides on rank 0 from the gathered rows, the simulated clock from its own.
+pub fn decide_groups(
+    cfg: &GsspConfig,
+    model: &CostModel,
+    worker_ranks: &[usize],
+    rows: &[Vec<f64>],
+) -> anyhow::Result<WorkerGroups> {
+    let column = |c: usize| -> Vec<f64> { worker_ranks.iter().map(|&r| rows[r][c]).collect() };
+    let (worker_times, spreads, worst) = (column(0), column(1), column(2));
+    let cost = rows.iter().map(|r| r[3]).fold(0.0, f64::max);
+    let choice = match cfg.groups {
+        Groups::Count(_) => None,
+        Groups::Auto => Some(
+            choose_group_count(model, &worker_times, &spreads, cfg.max_groups)
+                .context("choosing the group count")?,
+        ),
+    };
+    let count = cfg
+        .groups
+        .count()
+        .or(choice.as_ref().map(|c| c.chosen))
+        .unwrap_or(1);
+    let parts = groups_for(&worker_times, &spreads, count).context("grouping by profile")?;
+    let groups: Vec<Vec<usize>> = parts
+        .iter()
+        .map(|p| p.iter().map(|&i| worker_ranks[i]).collect())
+        .collect();
     Ok(WorkerGroups {
         groups,
-        profiled_s: Some(times),
+        profiled_s: Some(worker_times),
         profiled_spread_s: Some(spreads),
         profiled_worst_s: Some(worst),
         profile_cost_s: Some(cost),
-        group_count,
+        group_count: choice,
     })
 }

@@ -450,7 +450,8 @@ impl Server<'_, '_, '_, '_, '_> {
         let own_pushes = self.own_pushes();
         let cpu = thread_cpu_s();
         let t = Instant::now();
-        let exchanged = self.peers.after_push(self.ps, own_pushes, self.epoch)?;
+        let at = (self.epoch, self.time_s());
+        let exchanged = self.peers.after_push(self.ps, own_pushes, at)?;
         let seconds = t.elapsed().as_secs_f64();
         self.stats.exchange_cpu_s += thread_cpu_s() - cpu;
         // The iteration a snapshot records is every group's batches (gssp: as far as this

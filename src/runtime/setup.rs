@@ -299,9 +299,14 @@ fn pacer_for(cfg: &Config, layout: &Layout, rank: usize) -> Pacer {
         &cfg.heterogeneity,
         layout.slowdown[rank],
         worker_index,
-        cfg.run.seed ^ ((rank as u64 + 1) * 0x9E37),
+        pacer_seed(cfg, rank),
         CALIBRATION_ITERATIONS,
     )
+}
+
+/// The seed of world rank `rank`'s transient stragglers: its own, from `run.seed`.
+pub fn pacer_seed(cfg: &Config, rank: usize) -> u64 {
+    cfg.run.seed ^ ((rank as u64 + 1) * 0x9E37)
 }
 
 /// The layout a resumed run keeps (its groups: the replicas it saved belong to them), read
@@ -421,7 +426,7 @@ fn layout_batches<B: Backend>(
 /// configured one, or with `sync.gssp.staleness = "auto"` the one each group's profile calls
 /// for ([`grouping::auto_staleness`]); with `sync.gssp.local_steps` > 1, each worker's local
 /// steps per push ([`grouping::local_steps_per_worker`]).
-fn apply_groups(cfg: &Config, layout: &mut Layout, formed: WorkerGroups, params: usize) {
+pub fn apply_groups(cfg: &Config, layout: &mut Layout, formed: WorkerGroups, params: usize) {
     let profiled = layout.worker_ranks();
     layout.keep_servers(formed.groups.len());
     layout.staleness = match (

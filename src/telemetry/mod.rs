@@ -12,7 +12,7 @@ pub mod stats;
 pub mod summary;
 
 pub use logs::{CsvLog, CsvRow, RunDir, ServerRow, WorkerLog, WorkerRow};
-pub use summary::{time_to_target, EvalRow, RunTotals, Snapshots, Summary};
+pub use summary::{time_to_target, EvalRow, RunTotals, Snapshots, Summary, SIMULATED, WALL};
 
 /// Writes `line` and a newline to stderr in one write: the ranks of a job share mpirun's
 /// stderr, and a line written piece by piece (as `eprintln!` formats it) can interleave

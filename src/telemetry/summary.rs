@@ -113,9 +113,18 @@ pub fn time_to_target(evals: &[EvalRow], target: f64) -> Option<f64> {
         .map(|e| e.time_s)
 }
 
+/// The clock a run's times are on: the machine's.
+pub const WALL: &str = "wall";
+
+/// The clock a run's times are on: the simulator's (`gssp train --simulate`).
+pub const SIMULATED: &str = "simulated";
+
 /// `summary.json`. Keys that do not apply to a mode are null.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Summary {
+    /// The clock its times (`wall_s`, `time_to_target_s`, the logs') are on: [`WALL`] for a
+    /// run of processes, [`SIMULATED`] for one on the simulated clock.
+    pub clock: String,
     pub mode: String,
     pub model: String,
     pub dataset: String,
@@ -194,6 +203,7 @@ impl Summary {
     pub fn new(cfg: &Config, model: &str, totals: RunTotals, evals: &[EvalRow]) -> Summary {
         let last = evals.last().copied().unwrap_or_default();
         Summary {
+            clock: WALL.to_string(),
             mode: cfg.sync.mode.to_string(),
             model: model.into(),
             dataset: cfg.data.dataset.to_string(),

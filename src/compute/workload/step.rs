@@ -2,6 +2,11 @@
 //! the gradient into the model's gradient buffer. The sync modes see only
 //! [`ComputeStep::compute`], the model's flat buffers and the batch count.
 //!
+//! The pipeline is a [`Shard`] of its own, so that one process can hold many workers' shards
+//! beside one model (the simulated clock, `tools::simulate`): a shard's step sets the
+//! model's dropout stream and step count to its own before it computes, so each worker's
+//! masks are those its own process would draw.
+//!
 //! With batches in proportion to speed (`[sync.balance]`) every worker walks one shared
 //! order and takes its slice of each global batch ([`ComputeStep::set_share`]); the gradient
 //! it leaves is weighted by its batch over the mean batch (the rule of
@@ -27,7 +32,14 @@ use super::model::Model;
 
 pub struct ComputeStep<B: Backend = Cpu> {
     pub net: Model<B>,
+    pub shard: Shard,
+}
+
+/// One worker's data pipeline: its shard of the training set, its batch and augmentation.
+pub struct Shard {
     feed: Feed,
+    /// The worker's index: its shard, and its dropout and teacher-forcing stream.
+    index: usize,
     /// This worker's batch: `optim.batch_size`, or its share of the global batch.
     batch: usize,
     /// `optim.batch_size`: the mean batch, which the learning rate and the pacer's unit
@@ -73,16 +85,85 @@ impl<B: Backend> ComputeStep<B> {
         shards: usize,
         shard: usize,
     ) -> Result<ComputeStep<B>> {
+        let net = build_model(be, cfg, corpus, shard)?;
+        let shard = Shard::new(cfg, corpus, &net, shards, shard)?;
+        Ok(ComputeStep { net, shard })
+    }
+
+    /// [`Shard::set_share`].
+    pub fn set_share(&mut self, part: std::ops::Range<usize>) -> Result<()> {
+        self.shard.set_share(part)
+    }
+
+    /// [`Shard::compute`] on this step's model.
+    pub fn compute(&mut self, corpus: &Corpus) -> Result<f32> {
+        self.shard.compute(&mut self.net, corpus)
+    }
+
+    /// [`ComputeStep::compute`], then the pad of the emulated slowdown. Returns the batch
+    /// loss and the seconds both took.
+    pub fn compute_paced(&mut self, corpus: &Corpus, pacer: &mut Pacer) -> Result<(f32, f64)> {
+        let t0 = Instant::now();
+        let loss = self.compute(corpus)?;
+        pacer.set_work(self.shard.work());
+        pacer.sleep_pad(t0.elapsed().as_secs_f64());
+        Ok((loss, t0.elapsed().as_secs_f64()))
+    }
+
+    /// [`Shard::batches`].
+    pub fn batches(&self) -> u64 {
+        self.shard.batches()
+    }
+
+    /// Continues as if `batches` batches had been computed: the sampler, the augmentation,
+    /// the dropout masks and teacher forcing all follow the batch count (resume from a
+    /// checkpoint).
+    pub fn resume_at(&mut self, batches: u64) {
+        self.shard.resume_at(batches);
+    }
+
+    /// [`Shard::epoch`].
+    pub fn epoch(&self) -> f64 {
+        self.shard.epoch()
+    }
+
+    /// [`Shard::batch`].
+    pub fn batch(&self) -> usize {
+        self.shard.batch()
+    }
+}
+
+/// The model of `cfg` for `corpus` on `be`, every rank's the same initial weights from
+/// `run.seed` or `model.init_file`; its dropout draws follow `stream`.
+pub fn build_model<B: Backend>(
+    be: B,
+    cfg: &Config,
+    corpus: &Corpus,
+    stream: usize,
+) -> Result<Model<B>> {
+    let mut net = Model::build_on(be, cfg, corpus, stream as u64)?;
+    if !cfg.model.init_file.is_empty() {
+        let path = std::path::Path::new(&cfg.model.init_file);
+        let expected = crate::compute::model::export::metadata::<B>(cfg, &net);
+        crate::compute::model::export::load_into::<B>(&mut net, &expected, path)
+            .context("model.init_file")?;
+    }
+    Ok(net)
+}
+
+impl Shard {
+    /// The pipeline of shard `shard` of `shards` for `net`'s input (the corpus paired with
+    /// its model: an image network with images, the translation model with sentence pairs).
+    pub fn new<B: Backend>(
+        cfg: &Config,
+        corpus: &Corpus,
+        net: &Model<B>,
+        shards: usize,
+        shard: usize,
+    ) -> Result<Shard> {
         let batch = cfg.optim.batch_size;
         let ceiling = cfg.sync.balance.ceiling(batch);
-        let mut net = Model::build_on(be, cfg, corpus, shard as u64)?;
-        if !cfg.model.init_file.is_empty() {
-            let path = std::path::Path::new(&cfg.model.init_file);
-            let expected = crate::compute::model::export::metadata::<B>(cfg, &net);
-            crate::compute::model::export::load_into::<B>(&mut net, &expected, path)
-                .context("model.init_file")?;
-        }
-        let feed = match (corpus, &net) {
+        let feed = match (corpus, net) {
             (Corpus::Images { train, .. }, Model::Image(n)) => Feed::Images {
                 sampler: image_sampler(cfg, train.len(), shards, shard)?,
                 augmenter: match cfg.data.augment {
@@ -100,9 +181,9 @@ impl<B: Backend> ComputeStep<B> {
                 anyhow::bail!("model seq2seq needs dataset multi30k")
             }
         };
-        Ok(ComputeStep {
-            net,
+        Ok(Shard {
             feed,
+            index: shard,
             batch,
             mean_batch: batch,
         })
@@ -126,21 +207,28 @@ impl<B: Backend> ComputeStep<B> {
         Ok(())
     }
 
-    /// One forward/backward pass on the next batch; returns the batch loss (NaN where
-    /// the model refused the batch: the sync modes stop on a non-finite loss, naming it),
-    /// or the backend's failure ([`Backend::status`]), naming the step.
-    pub fn compute(&mut self, corpus: &Corpus) -> Result<f32> {
+    /// One forward/backward pass of `net` on this shard's next batch, the gradient left in
+    /// `net`'s gradient buffer; returns the batch loss (NaN where the model refused the
+    /// batch: the sync modes stop on a non-finite loss, naming it), or the backend's
+    /// failure ([`Backend::status`]), naming the step.
+    pub fn compute<B: Backend>(&mut self, net: &mut Model<B>, corpus: &Corpus) -> Result<f32> {
         let step = self.batches();
-        let loss = self.forward_backward(corpus);
-        self.net
-            .backend()
+        let loss = self.forward_backward(net, corpus);
+        net.backend()
             .status()
             .with_context(|| format!("training step {}", step + 1))?;
         Ok(loss)
     }
 
-    fn forward_backward(&mut self, corpus: &Corpus) -> f32 {
-        match (&mut self.feed, &mut self.net, corpus) {
+    /// This shard's batch over the mean batch: the work of its step against a mean one's
+    /// (the pacer's unit is the mean batch's).
+    pub fn work(&self) -> f64 {
+        self.batch as f64 / self.mean_batch as f64
+    }
+
+    fn forward_backward<B: Backend>(&mut self, net: &mut Model<B>, corpus: &Corpus) -> f32 {
+        let (stream, served) = (self.index as u64, self.batches());
+        match (&mut self.feed, net, corpus) {
             (
                 Feed::Images {
                     sampler,
@@ -152,6 +240,8 @@ impl<B: Backend> ComputeStep<B> {
                 Corpus::Images { train, .. },
             ) => {
                 let batch = sampler.served();
+                net.set_dropout_stream(stream);
+                net.set_train_steps(served);
                 let idx = sampler.next_batch();
                 let n = idx.len();
                 let (x, y) = (&mut x[..n * net.input_len()], &mut y[..n]);
@@ -173,9 +263,17 @@ impl<B: Backend> ComputeStep<B> {
                 }
                 loss
             }
-            (Feed::Text { stream, batch }, Model::Text(net), Corpus::Text(text)) => {
-                let step = stream.served();
-                batch.refill(&text.train, stream.next_batch());
+            (
+                Feed::Text {
+                    stream: pairs,
+                    batch,
+                },
+                Model::Text(net),
+                Corpus::Text(text),
+            ) => {
+                net.set_stream(stream);
+                let step = pairs.served();
+                batch.refill(&text.train, pairs.next_batch());
                 match net.forward_backward(batch, step) {
                     Ok(stats) => stats.loss,
                     Err(e) => {
@@ -184,18 +282,8 @@ impl<B: Backend> ComputeStep<B> {
                     }
                 }
             }
-            _ => unreachable!("ComputeStep::new pairs the feed with its corpus and model"),
+            _ => unreachable!("Shard::new pairs the feed with its corpus and model"),
         }
-    }
-
-    /// [`ComputeStep::compute`], then the pad of the emulated slowdown. Returns the batch
-    /// loss and the seconds both took.
-    pub fn compute_paced(&mut self, corpus: &Corpus, pacer: &mut Pacer) -> Result<(f32, f64)> {
-        let t0 = Instant::now();
-        let loss = self.compute(corpus)?;
-        pacer.set_work(self.batch as f64 / self.mean_batch as f64);
-        pacer.sleep_pad(t0.elapsed().as_secs_f64());
-        Ok((loss, t0.elapsed().as_secs_f64()))
     }
 
     /// Batches this worker has computed (over all epochs).
@@ -206,17 +294,13 @@ impl<B: Backend> ComputeStep<B> {
         }
     }
 
-    /// Continues as if `batches` batches had been computed: the sampler, the augmentation,
-    /// the dropout masks and teacher forcing all follow the batch count (resume from a
-    /// checkpoint).
+    /// Continues as if `batches` batches had been computed: the sampler and the
+    /// augmentation follow the batch count, and the dropout masks and teacher forcing with
+    /// it ([`Shard::compute`] hands the count to the model).
     pub fn resume_at(&mut self, batches: u64) {
-        match (&mut self.feed, &mut self.net) {
-            (Feed::Images { sampler, .. }, Model::Image(net)) => {
-                sampler.skip_to(batches);
-                net.set_train_steps(batches);
-            }
-            (Feed::Text { stream, .. }, _) => stream.skip_to(batches),
-            (Feed::Images { .. }, Model::Text(_)) => unreachable!("paired in new"),
+        match &mut self.feed {
+            Feed::Images { sampler, .. } => sampler.skip_to(batches),
+            Feed::Text { stream, .. } => stream.skip_to(batches),
         }
     }
 

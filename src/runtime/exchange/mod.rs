@@ -71,7 +71,7 @@ pub mod transport;
 use encoder::{Encoder, Taken};
 use ledger::Ledger;
 use roll::{Occasion, Roll};
-use transport::{peers_of, Telemetry, Transport};
+use transport::{peers_of, RmaTransport, Telemetry, Transport};
 
 /// The model to evaluate: the snapshots (with their evaluation rows to fill) and the
 /// final weights.
@@ -121,10 +121,11 @@ struct OuterSteps {
     scratch: Vec<f32>,
 }
 
-/// The inter-group exchange of one group server (an [`Exchange`] and the [`Meetings`] of
-/// the server loop).
-pub struct GroupExchange<'c> {
-    transport: Transport<'c>,
+/// The inter-group exchange of one group server (an [`Exchange`], and over MPI's windows
+/// the [`Meetings`] of the server loop), over the transport `T` ([`RmaTransport`] under
+/// mpirun, the simulated clock's in `tools::simulate`).
+pub struct GroupExchange<T: Transport> {
+    transport: T,
     encoder: Encoder,
     ledger: Ledger,
     compression: Compression,
@@ -146,7 +147,8 @@ pub struct GroupExchange<'c> {
     own_slowest: Option<Slowest>,
     speeds: Vec<f64>,
     meter: SpeedMeter,
-    last_exchange: std::time::Instant,
+    /// The training clock at the last exchange, seconds.
+    last_exchange_s: f64,
     last_pushes: u64,
     /// Exchanges that sent nothing because a peer's mailbox was full.
     deferred: u64,
@@ -168,7 +170,7 @@ pub struct GroupExchange<'c> {
     roll: Roll,
 }
 
-impl<'c> GroupExchange<'c> {
+impl<'c> GroupExchange<RmaTransport<'c>> {
     /// Collective over the servers' communicator (creates the windows). `tensors` are the
     /// model's weight tensors (powersgd factors each matrix among them).
     pub fn new(
@@ -177,7 +179,25 @@ impl<'c> GroupExchange<'c> {
         initial: &[f32],
         tensors: &[TensorShape],
     ) -> Result<Self> {
-        let (n, groups, me) = (initial.len(), comm.size(), comm.rank());
+        let n = initial.len();
+        let group = (comm.rank(), comm.size());
+        Self::with_transport(cfg, initial, tensors, group, |layout| {
+            RmaTransport::new(comm, n, layout)
+        })
+    }
+}
+
+impl<T: Transport> GroupExchange<T> {
+    /// The exchange of group `me` of `groups` starting from the weights `initial`, over the
+    /// transport `open` makes for the mailbox layout the compression needs.
+    pub fn with_transport(
+        cfg: &Config,
+        initial: &[f32],
+        tensors: &[TensorShape],
+        (me, groups): (usize, usize),
+        open: impl FnOnce(MailboxLayout) -> Result<T>,
+    ) -> Result<Self> {
+        let n = initial.len();
         let c = &cfg.compression;
         let g = &cfg.sync.gssp;
         let compression = match c.kind {
@@ -203,7 +223,7 @@ impl<'c> GroupExchange<'c> {
             None => MailboxLayout::new(groups, k_target, g.mailbox_messages),
         };
         Ok(GroupExchange {
-            transport: Transport::new(comm, n, layout)?,
+            transport: open(layout)?,
             encoder,
             ledger: Ledger::new(initial),
             compression,
@@ -224,7 +244,7 @@ impl<'c> GroupExchange<'c> {
             own_slowest: None,
             speeds: vec![0.0; groups],
             meter: SpeedMeter::new(c.speed_ema)?,
-            last_exchange: std::time::Instant::now(),
+            last_exchange_s: 0.0,
             last_pushes: 0,
             deferred: 0,
             arrival_drains: 0,
@@ -282,11 +302,12 @@ impl<'c> GroupExchange<'c> {
         }
     }
 
-    /// Updates this server's speed for an exchange after `own_pushes` applied pushes.
-    fn measure(&mut self, own_pushes: u64) {
-        let dt = self.last_exchange.elapsed().as_secs_f64();
+    /// Updates this server's speed for an exchange after `own_pushes` applied pushes, at
+    /// `time_s` on the training clock.
+    fn measure(&mut self, own_pushes: u64, time_s: f64) {
+        let dt = time_s - self.last_exchange_s;
         self.meter.update(own_pushes - self.last_pushes, dt);
-        self.last_exchange = std::time::Instant::now();
+        self.last_exchange_s = time_s;
         self.last_pushes = own_pushes;
         self.speeds[self.me] = self.meter.speed();
     }
@@ -405,11 +426,6 @@ impl<'c> GroupExchange<'c> {
         Ok(from)
     }
 
-    /// Frees the windows (collective over the servers, after [`GroupExchange::finish`]).
-    pub fn close(self) -> Result<()> {
-        self.transport.close()
-    }
-
     /// Continues from this server's checkpoint `file` (read from `path`): the pushes of
     /// every group, its speed and its outer optimizer as it saved them (the weights, and
     /// with them the peer view, come from the server's replica; the mailboxes start empty
@@ -436,16 +452,63 @@ impl<'c> GroupExchange<'c> {
         Ok(())
     }
 
-    /// Flushes the unsent change densely, meets the other servers, drains: every update
-    /// has then reached every replica and nothing is in flight (collective).
-    fn flush_and_drain(&mut self, ps: &mut ParamServer) -> Result<()> {
+    /// Sends the unsent change densely to every peer (the final flush: nothing stays
+    /// unsent).
+    pub fn flush(&mut self, ps: &mut ParamServer) -> Result<()> {
         let (me, exchanges, pushes) = (self.me, self.exchanges, self.last_pushes);
         let context = |e: CompressError| e.in_context(me, exchanges, pushes);
         let taken = self.encoder.take_dense(ps.weights()).map_err(context)?;
         self.anchor_progress(ps.weights()).map_err(context)?;
-        self.send(Route::DenseInbox, taken, pushes)?;
+        self.send(Route::DenseInbox, taken, pushes)
+    }
+
+    /// Applies everything the peers sent, their dense inboxes included (after every
+    /// server's [`GroupExchange::flush`]: every update has then reached every replica).
+    pub fn drain_all(&mut self, ps: &mut ParamServer) -> Result<()> {
+        self.drain(ps.weights_mut(), true).map(|_| ())
+    }
+
+    /// What this server sent over the whole run, for the end's check
+    /// ([`GroupExchange::replica_error`]).
+    pub fn sent(&self) -> Vec<f32> {
+        self.ledger.sent()
+    }
+
+    /// The check after the final drain: the largest |replica - initial - `all_sent`|, the
+    /// sum of everything every group sent (0 up to rounding when nothing was lost).
+    pub fn replica_error(&self, ps: &ParamServer, all_sent: &[f32]) -> f64 {
+        let (max_err, max_ref) = self.ledger.error(ps.weights(), all_sent);
+        log::info!(
+            "group {}: replica - initial vs sum of all groups' sent updates: max abs difference {max_err:.3e} (updates up to {max_ref:.3e})",
+            self.me
+        );
+        max_err
+    }
+
+    /// The account of this server's exchanges, for the log at the end.
+    fn log_phases(&self) {
+        let ExchangePhases {
+            take_s,
+            send_s,
+            drain_s,
+        } = self.phases;
+        log::info!(
+            "group {}: {} exchanges, phases (s): top-k or compression {take_s:.4} send {send_s:.4} drain {drain_s:.4}; {} exchanges deferred by a full mailbox; {} drains on arrival",
+            self.me,
+            self.exchanges,
+            self.deferred,
+            self.arrival_drains
+        );
+    }
+}
+
+impl<'c> GroupExchange<RmaTransport<'c>> {
+    /// Flushes the unsent change densely, meets the other servers, drains: every update
+    /// has then reached every replica and nothing is in flight (collective).
+    fn flush_and_drain(&mut self, ps: &mut ParamServer) -> Result<()> {
+        self.flush(ps)?;
         self.transport.comm().barrier()?;
-        self.drain(ps.weights_mut(), true)?;
+        self.drain_all(ps)?;
         self.transport.comm().barrier()?;
         Ok(())
     }
@@ -477,31 +540,20 @@ impl<'c> GroupExchange<'c> {
         // A server still training meets this one only when a checkpoint is due for it or
         // when it stops too; it learns here that it must stop. Meet until all stop.
         while !self.meet_all(true, 0.0)?.0 {}
-        let ExchangePhases {
-            take_s,
-            send_s,
-            drain_s,
-        } = self.phases;
-        log::info!(
-            "group {}: {} exchanges, phases (s): top-k or compression {take_s:.4} send {send_s:.4} drain {drain_s:.4}; {} exchanges deferred by a full mailbox; {} drains on arrival",
-            self.me,
-            self.exchanges,
-            self.deferred,
-            self.arrival_drains
-        );
+        self.log_phases();
         self.flush_and_drain(ps)?;
         // Nothing lost: replica - initial must equal the sum of everything all groups sent,
         // final flushes included.
-        let mut all_sent = self.ledger.sent();
+        let mut all_sent = self.sent();
         self.transport
             .comm()
             .allreduce_sum_f32_in_place(&mut all_sent)?;
-        let (max_err, max_ref) = self.ledger.error(ps.weights(), &all_sent);
-        log::info!(
-            "group {}: replica - initial vs sum of all groups' sent updates: max abs difference {max_err:.3e} (updates up to {max_ref:.3e})",
-            self.me
-        );
-        Ok(max_err)
+        Ok(self.replica_error(ps, &all_sent))
+    }
+
+    /// Frees the windows (collective over the servers, after [`GroupExchange::finish`]).
+    pub fn close(self) -> Result<()> {
+        self.transport.close()
     }
 }
 
@@ -520,12 +572,12 @@ fn log_low_rank(layout: &LowRankLayout, encoder: &Encoder, (n, ratio): (usize, f
     );
 }
 
-impl Exchange for GroupExchange<'_> {
+impl<T: Transport> Exchange for GroupExchange<T> {
     fn after_push(
         &mut self,
         ps: &mut ParamServer,
         own_pushes: u64,
-        epoch: f64,
+        (epoch, time_s): (f64, f64),
     ) -> Result<Exchanged> {
         if !own_pushes.is_multiple_of(self.every) {
             // With `drain_on_arrival`, apply what peers sent as soon as it is seen: the
@@ -540,7 +592,7 @@ impl Exchange for GroupExchange<'_> {
                 ..Exchanged::default()
             });
         }
-        self.measure(own_pushes);
+        self.measure(own_pushes, time_s);
         let ratio = match self.compression {
             Compression::Dense => 1.0,
             _ => self.ratio.ratio(epoch, self.speeds[self.me], &self.speeds),
@@ -597,7 +649,7 @@ impl Exchange for GroupExchange<'_> {
     }
 }
 
-impl Meetings for GroupExchange<'_> {
+impl Meetings for GroupExchange<RmaTransport<'_>> {
     fn meet(&mut self, time_s: f64) -> Result<Meet> {
         let (_, any_stopping, time_s) = self.meet_all(false, time_s)?;
         Ok(if any_stopping {

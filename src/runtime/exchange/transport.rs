@@ -8,6 +8,10 @@
 //! new count finds the values; it adds a header as the difference to what it wrote last
 //! (an accumulate, atomic against the peer's reads). A receiver publishes how far it has
 //! consumed each ring, which is the only thing it writes into another server's memory.
+//!
+//! [`Transport`] is what the exchange needs of a way to move its messages; [`RmaTransport`]
+//! is the MPI one, and the simulated clock has its own (`tools::simulate`), so that both
+//! clocks run the same exchange.
 
 use anyhow::Result;
 
@@ -83,9 +87,41 @@ impl Telemetry {
     }
 }
 
+/// How a group server's messages reach its peers: what [`super::GroupExchange`] sends and
+/// drains through.
+pub trait Transport {
+    /// The largest message a ring holds, in words.
+    fn ring_words(&self) -> usize;
+    /// Bytes this server has sent its peers.
+    fn bytes_sent(&self) -> u64;
+    /// Whether every peer's ring has room for `words`.
+    fn peers_have_room(&mut self, words: usize) -> Result<bool>;
+    /// Sends `msg` into every peer's ring, with `telemetry` (room checked by the caller).
+    fn send_message(&mut self, msg: &[u32], telemetry: Telemetry) -> Result<()>;
+    /// Adds `vals` to every peer's dense inbox (the whole model, or at `idx`), with
+    /// `telemetry`, and tells it to drain the inbox.
+    fn send_to_inboxes(
+        &mut self,
+        idx: Option<&[u32]>,
+        vals: &[f32],
+        telemetry: Telemetry,
+    ) -> Result<()>;
+    /// Whether a peer seems to have sent something since the last drain.
+    fn mail_waiting(&self) -> bool;
+    /// Hands what the peers sent to `arrivals` (the dense inbox when a peer flushed into it,
+    /// or with `force`), and each peer's telemetry into `peers` (this server's own entry
+    /// untouched).
+    fn drain(
+        &mut self,
+        arrivals: &mut dyn Arrivals,
+        force: bool,
+        peers: &mut [Telemetry],
+    ) -> Result<()>;
+}
+
 /// One group server's end of the windows, and the counts that order what flows through
 /// them.
-pub struct Transport<'c> {
+pub struct RmaTransport<'c> {
     comm: &'c SubComm,
     inbox: Window<f32>,
     mail: SharedWindow<u32>,
@@ -124,14 +160,14 @@ fn header_delta(old: &[u32; SENDER_WORDS], new: &[u32; SENDER_WORDS]) -> [u32; S
     std::array::from_fn(|i| new[i].wrapping_sub(old[i]))
 }
 
-impl<'c> Transport<'c> {
+impl<'c> RmaTransport<'c> {
     /// The windows of a model of `n` values with mailboxes laid out as `layout`
     /// (collective over the servers' communicator).
     pub fn new(comm: &'c SubComm, n: usize, layout: MailboxLayout) -> Result<Self> {
         let groups = comm.size();
         let inbox = Window::create(comm, n)?;
         let mail = Window::create(comm, layout.window_len())?.lock_all()?;
-        Ok(Transport {
+        Ok(RmaTransport {
             comm,
             inbox,
             mail,
@@ -157,80 +193,6 @@ impl<'c> Transport<'c> {
         self.comm
     }
 
-    /// The largest message a ring holds, in words.
-    pub fn ring_words(&self) -> usize {
-        self.layout.cap
-    }
-
-    /// Bytes this server has put into its peers' windows.
-    pub fn bytes_sent(&self) -> u64 {
-        self.bytes_sent
-    }
-
-    /// Whether every peer's ring has room for `words` (re-reading, in one batch, the
-    /// consumed count of the peers that look full: the cached one only underestimates).
-    pub fn peers_have_room(&mut self, words: usize) -> Result<bool> {
-        let (me, layout, at) = (self.me, self.layout, self.layout.slot(self.me) + CONSUMED);
-        let written = &self.written;
-        let full = |peer: usize, consumed: u32| layout.room(written[peer], consumed) < words;
-        if !peers_of(me, self.groups).any(|p| full(p, self.peer_consumed[p])) {
-            return Ok(true);
-        }
-        let mut batch = self.mail.batch();
-        for (peer, seen) in self.peer_consumed.iter_mut().enumerate() {
-            if peer != me && full(peer, *seen) {
-                batch.fetch(peer, at, std::slice::from_mut(seen))?;
-            }
-        }
-        batch.complete()?;
-        Ok(!peers_of(me, self.groups).any(|p| full(p, self.peer_consumed[p])))
-    }
-
-    /// Writes `msg` into every peer's ring (room checked by the caller), then this server's
-    /// header with `telemetry`, and reads back how far each peer has consumed.
-    pub fn send_message(&mut self, msg: &[u32], telemetry: Telemetry) -> Result<()> {
-        let (me, ring, len) = (self.me, self.layout.ring(self.me), msg.len());
-        let mut batch = self.mail.batch();
-        for peer in peers_of(me, self.groups) {
-            for (at, from, n) in self.layout.pieces(self.written[peer], len) {
-                batch.put(peer, ring + at, &msg[from..from + n])?;
-            }
-        }
-        // Every message is complete at its peer before a header announces it.
-        batch.complete()?;
-        for peer in peers_of(me, self.groups) {
-            self.written[peer] = self.written[peer].wrapping_add(len as u32);
-        }
-        self.write_headers(telemetry, true)?;
-        self.bytes_sent += (4 * len * (self.groups - 1)) as u64;
-        Ok(())
-    }
-
-    /// Adds `vals` to every peer's inbox (the whole model, or at `idx` through one indexed
-    /// datatype), then tells it so (its dense flush count, with `telemetry`), so that it
-    /// drains the inbox.
-    pub fn send_to_inboxes(
-        &mut self,
-        idx: Option<&[u32]>,
-        vals: &[f32],
-        telemetry: Telemetry,
-    ) -> Result<()> {
-        self.dense_sent = self.dense_sent.wrapping_add(1);
-        let scatter = idx.map(|idx| self.inbox.scatter(idx)).transpose()?;
-        let per_value = if idx.is_some() { 8 } else { 4 };
-        for peer in peers_of(self.me, self.groups) {
-            let mut epoch = self.inbox.lock(peer, LockKind::Shared)?;
-            match &scatter {
-                Some(scatter) => epoch.accumulate_scattered(scatter, vals)?,
-                None => epoch.accumulate_sum(0, vals)?,
-            }
-            epoch.unlock()?;
-            self.bytes_sent += (per_value * vals.len()) as u64;
-        }
-        // After every inbox epoch has ended: a peer that sees the new count finds the values.
-        self.write_headers(telemetry, false)
-    }
-
     /// Writes this server's header (with its `written` count for each peer) into its slot at
     /// every peer, as an accumulate of the difference to what is there, so that a peer
     /// reading its headers meanwhile sees old or new words, never a torn one; with
@@ -252,53 +214,6 @@ impl<'c> Transport<'c> {
         }
         batch.complete()?;
         self.bytes_sent += (4 * SENDER_WORDS * (self.groups - 1)) as u64;
-        Ok(())
-    }
-
-    /// Whether a peer seems to have written a message or flushed densely since the last
-    /// drain (an unlocked peek, confirmed by [`Transport::drain`]).
-    pub fn mail_waiting(&self) -> bool {
-        peers_of(self.me, self.groups).any(|s| {
-            let slot = self.layout.slot(s);
-            self.mail.peek_local(slot + WRITTEN) != Some(self.consumed[s])
-                || self.mail.peek_local(slot + DENSE_FLUSHES) != Some(self.dense_seen[s])
-        })
-    }
-
-    /// Hands every message the peers wrote into this server's mailbox to `arrivals`, the
-    /// dense inbox too when a peer flushed into it (or `force`); returns each peer's
-    /// telemetry from its header (this server's own entry untouched in `peers`).
-    pub fn drain(
-        &mut self,
-        arrivals: &mut dyn Arrivals,
-        force: bool,
-        peers: &mut [Telemetry],
-    ) -> Result<()> {
-        self.read_headers()?;
-        self.read_rings()?;
-        let (me, layout) = (self.me, self.layout);
-        let mut dense_new = force;
-        for s in peers_of(me, self.groups) {
-            let ring = &self.rings_copy[layout.ring(s)..layout.ring(s) + layout.cap];
-            let head = self.heads[s];
-            let (from, to) = (self.consumed[s], head[WRITTEN]);
-            let consumed = layout.decode(s, ring, from, to, self.n, Forward(&mut *arrivals))?;
-            self.consumed_delta[s] = consumed.wrapping_sub(self.consumed[s]);
-            self.consumed[s] = consumed;
-            peers[s] = Telemetry::from_header(&head);
-            if head[DENSE_FLUSHES] != self.dense_seen[s] {
-                self.dense_seen[s] = head[DENSE_FLUSHES];
-                dense_new = true;
-            }
-        }
-        self.publish_consumed()?;
-        if dense_new {
-            // The inbox takes accumulates from every peer: read and zero it under an
-            // exclusive lock (a shared epoch would need an atomic fetch and a subtraction).
-            let mut inbox = self.inbox.lock_local()?;
-            arrivals.dense(&mut inbox)?;
-            inbox.unlock()?;
-        }
         Ok(())
     }
 
@@ -356,6 +271,129 @@ impl<'c> Transport<'c> {
     pub fn close(self) -> Result<()> {
         self.inbox.free()?;
         self.mail.free()?;
+        Ok(())
+    }
+}
+
+impl Transport for RmaTransport<'_> {
+    /// The largest message a ring holds, in words.
+    fn ring_words(&self) -> usize {
+        self.layout.cap
+    }
+
+    /// Bytes this server has put into its peers' windows.
+    fn bytes_sent(&self) -> u64 {
+        self.bytes_sent
+    }
+
+    /// Whether every peer's ring has room for `words` (re-reading, in one batch, the
+    /// consumed count of the peers that look full: the cached one only underestimates).
+    fn peers_have_room(&mut self, words: usize) -> Result<bool> {
+        let (me, layout, at) = (self.me, self.layout, self.layout.slot(self.me) + CONSUMED);
+        let written = &self.written;
+        let full = |peer: usize, consumed: u32| layout.room(written[peer], consumed) < words;
+        if !peers_of(me, self.groups).any(|p| full(p, self.peer_consumed[p])) {
+            return Ok(true);
+        }
+        let mut batch = self.mail.batch();
+        for (peer, seen) in self.peer_consumed.iter_mut().enumerate() {
+            if peer != me && full(peer, *seen) {
+                batch.fetch(peer, at, std::slice::from_mut(seen))?;
+            }
+        }
+        batch.complete()?;
+        Ok(!peers_of(me, self.groups).any(|p| full(p, self.peer_consumed[p])))
+    }
+
+    /// Writes `msg` into every peer's ring (room checked by the caller), then this server's
+    /// header with `telemetry`, and reads back how far each peer has consumed.
+    fn send_message(&mut self, msg: &[u32], telemetry: Telemetry) -> Result<()> {
+        let (me, ring, len) = (self.me, self.layout.ring(self.me), msg.len());
+        let mut batch = self.mail.batch();
+        for peer in peers_of(me, self.groups) {
+            for (at, from, n) in self.layout.pieces(self.written[peer], len) {
+                batch.put(peer, ring + at, &msg[from..from + n])?;
+            }
+        }
+        // Every message is complete at its peer before a header announces it.
+        batch.complete()?;
+        for peer in peers_of(me, self.groups) {
+            self.written[peer] = self.written[peer].wrapping_add(len as u32);
+        }
+        self.write_headers(telemetry, true)?;
+        self.bytes_sent += (4 * len * (self.groups - 1)) as u64;
+        Ok(())
+    }
+
+    /// Adds `vals` to every peer's inbox (the whole model, or at `idx` through one indexed
+    /// datatype), then tells it so (its dense flush count, with `telemetry`), so that it
+    /// drains the inbox.
+    fn send_to_inboxes(
+        &mut self,
+        idx: Option<&[u32]>,
+        vals: &[f32],
+        telemetry: Telemetry,
+    ) -> Result<()> {
+        self.dense_sent = self.dense_sent.wrapping_add(1);
+        let scatter = idx.map(|idx| self.inbox.scatter(idx)).transpose()?;
+        let per_value = if idx.is_some() { 8 } else { 4 };
+        for peer in peers_of(self.me, self.groups) {
+            let mut epoch = self.inbox.lock(peer, LockKind::Shared)?;
+            match &scatter {
+                Some(scatter) => epoch.accumulate_scattered(scatter, vals)?,
+                None => epoch.accumulate_sum(0, vals)?,
+            }
+            epoch.unlock()?;
+            self.bytes_sent += (per_value * vals.len()) as u64;
+        }
+        // After every inbox epoch has ended: a peer that sees the new count finds the values.
+        self.write_headers(telemetry, false)
+    }
+
+    /// Whether a peer seems to have written a message or flushed densely since the last
+    /// drain (an unlocked peek, confirmed by [`Transport::drain`]).
+    fn mail_waiting(&self) -> bool {
+        peers_of(self.me, self.groups).any(|s| {
+            let slot = self.layout.slot(s);
+            self.mail.peek_local(slot + WRITTEN) != Some(self.consumed[s])
+                || self.mail.peek_local(slot + DENSE_FLUSHES) != Some(self.dense_seen[s])
+        })
+    }
+
+    /// Hands every message the peers wrote into this server's mailbox to `arrivals`, the
+    /// dense inbox too when a peer flushed into it (or `force`); returns each peer's
+    /// telemetry from its header (this server's own entry untouched in `peers`).
+    fn drain(
+        &mut self,
+        arrivals: &mut dyn Arrivals,
+        force: bool,
+        peers: &mut [Telemetry],
+    ) -> Result<()> {
+        self.read_headers()?;
+        self.read_rings()?;
+        let (me, layout) = (self.me, self.layout);
+        let mut dense_new = force;
+        for s in peers_of(me, self.groups) {
+            let ring = &self.rings_copy[layout.ring(s)..layout.ring(s) + layout.cap];
+            let head = self.heads[s];
+            let (from, to) = (self.consumed[s], head[WRITTEN]);
+            let consumed = layout.decode(s, ring, from, to, self.n, Forward(&mut *arrivals))?;
+            self.consumed_delta[s] = consumed.wrapping_sub(self.consumed[s]);
+            self.consumed[s] = consumed;
+            peers[s] = Telemetry::from_header(&head);
+            if head[DENSE_FLUSHES] != self.dense_seen[s] {
+                self.dense_seen[s] = head[DENSE_FLUSHES];
+                dense_new = true;
+            }
+        }
+        self.publish_consumed()?;
+        if dense_new {
+            // The inbox takes accumulates from every peer: read and zero it under an
+            // exclusive lock (a shared epoch would need an atomic fetch and a subtraction).
+            let mut inbox = self.inbox.lock_local()?;
+            arrivals.dense(&mut inbox)?;
+            inbox.unlock()?;
+        }
         Ok(())
     }
 }

@@ -137,12 +137,7 @@ mod tests {
     type Product = fn(GemmDims, f32, &[f32], &[f32], f32, &mut [f32]);
 
     /// `product` against the naive triple loop, for every transposition.
-    fn matches_naive(
-        m: usize,
-        n: usize,
-        k: usize,
-        product: Product,
-    ) {
+    fn matches_naive(m: usize, n: usize, k: usize, product: Product) {
         let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
         let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.71).cos()).collect();
         for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
