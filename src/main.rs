@@ -41,6 +41,19 @@ enum Command {
         /// Run directory (default: runs/<run.name>).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Train on a simulated clock in this process instead of under mpirun: every rank's
+        /// real arithmetic, its time from the emulated cluster (docs/scaling.md); the run
+        /// directory's times are simulated seconds.
+        #[arg(long, conflicts_with = "resume")]
+        simulate: bool,
+        /// --simulate: the run's ranks, servers and workers (default: the workers of
+        /// `[heterogeneity]` and the mode's servers).
+        #[arg(long, requires = "simulate")]
+        ranks: Option<usize>,
+        /// --simulate: microseconds between the starts of workers released at one moment
+        /// (an oversubscribed node's queue for its cores; 0 on a cluster).
+        #[arg(long, requires = "simulate", default_value_t = 0.0)]
+        burst_us: f64,
     },
     /// Write the training-set indices of every batch a single-process run of the config
     /// trains on, one batch a line, so that another framework can train on the same
@@ -340,7 +353,13 @@ fn main() -> ExitCode {
             resume,
             overrides,
             out,
-        } => train(config.as_deref(), resume.as_deref(), &overrides, out),
+            simulate,
+            ranks,
+            burst_us,
+        } => match (simulate, config) {
+            (true, Some(config)) => train_simulated(&config, &overrides, out, (ranks, burst_us)),
+            (_, config) => train(config.as_deref(), resume.as_deref(), &overrides, out),
+        },
         Command::Batches {
             config,
             overrides,
@@ -459,6 +478,50 @@ fn train_config(
         overrides,
     )?;
     Ok((cfg, Some(resume)))
+}
+
+/// `gssp train --simulate`: the config's run on the simulated clock, in this process.
+fn train_simulated(
+    config: &Path,
+    overrides: &[String],
+    out: Option<PathBuf>,
+    (ranks, burst_us): (Option<usize>, f64),
+) -> ExitCode {
+    let result = (|| -> anyhow::Result<()> {
+        let cfg = Config::load(config, overrides)?;
+        let ranks = match ranks {
+            Some(r) => r,
+            None => {
+                gssp::tools::bench::variants::configured_workers(config, overrides)?
+                    + cfg.num_servers()
+            }
+        };
+        let opts = gssp::tools::simulate::Options {
+            ranks,
+            burst_s: burst_us * 1e-6,
+        };
+        if let Some(why) = gssp::tools::simulate::refusal(&cfg, &opts) {
+            anyhow::bail!("--simulate: {why}");
+        }
+        cfg.validate_for_world(ranks)?;
+        let dir = out.unwrap_or_else(|| PathBuf::from("runs").join(&cfg.run.name));
+        let run = RunDir::create(&dir)?;
+        run.write_text("config.toml", &cfg.to_toml_string())?;
+        let s = gssp::tools::simulate::train(&cfg, &run, &opts)?;
+        println!(
+            "{} (simulated clock); run directory {}",
+            headline(&s),
+            dir.display()
+        );
+        Ok(())
+    })();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            stderr_line(&format!("error: {e:#}"));
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
 }
 
 /// Loads and checks the config (and the checkpoint it resumes from) on every rank, each
