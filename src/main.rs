@@ -285,6 +285,8 @@ enum BenchCommand {
         from: Vec<PathBuf>,
         #[arg(long, default_value = "runs/bench-scale")]
         out: PathBuf,
+        #[command(flatten)]
+        clock: ClockArgs,
     },
     /// A figure of the docs drawn again from `bench paper` / `bench scale` tables (their
     /// `bench.json`); runs nothing.
@@ -337,7 +339,34 @@ enum BenchCommand {
         overrides: Vec<String>,
         #[arg(long, default_value = "runs/bench-paper")]
         out: PathBuf,
+        #[command(flatten)]
+        clock: ClockArgs,
     },
+}
+
+/// Which clock a bench trains its jobs on.
+#[derive(Debug, Clone, clap::Args)]
+struct ClockArgs {
+    /// Train every job on the simulated clock, one process each, instead of under mpirun
+    /// (`gssp train --simulate`): the same configs, variants, seeds and budget, times in
+    /// simulated seconds.
+    #[arg(long)]
+    simulate: bool,
+    /// --simulate: microseconds between the starts of workers released at one moment, as
+    /// `gssp train --burst-us`.
+    #[arg(long, requires = "simulate", default_value_t = 0.0)]
+    burst_us: f64,
+}
+
+impl ClockArgs {
+    fn clock(&self) -> gssp::tools::bench::jobs::Clock {
+        match self.simulate {
+            true => gssp::tools::bench::jobs::Clock::Simulated {
+                burst_s: self.burst_us * 1e-6,
+            },
+            false => gssp::tools::bench::jobs::Clock::Wall,
+        }
+    }
 }
 
 /// Exit code for bad input (config, data, command line), as clap uses.
@@ -842,9 +871,11 @@ fn bench(which: BenchCommand) -> anyhow::Result<()> {
             variants,
             overrides,
             out,
+            clock,
         } => {
             let what = (config.as_path(), variants.as_path());
-            bench::jobs::paper(what, budget_s, (&seeds, &modes), &overrides, &out).map(|_| ())
+            let budget = (budget_s, clock.clock());
+            bench::jobs::paper(what, budget, (&seeds, &modes), &overrides, &out).map(|_| ())
         }
         BenchCommand::Plot(opts) => {
             for line in bench::plot::plot(&opts)? {
@@ -876,6 +907,7 @@ fn bench(which: BenchCommand) -> anyhow::Result<()> {
             report_only,
             from,
             out,
+            clock,
         } => {
             let configs = if configs.is_empty() {
                 bench::scale::default_configs()
@@ -889,7 +921,8 @@ fn bench(which: BenchCommand) -> anyhow::Result<()> {
             };
             let what = (seeds.as_slice(), modes.as_slice(), from.as_slice());
             let inputs = (configs.as_slice(), variants.as_path());
-            bench::scale::scale(inputs, budget_s, what, &overrides, &out).map(|_| ())
+            let budget = (budget_s, clock.clock());
+            bench::scale::scale(inputs, budget, what, &overrides, &out).map(|_| ())
         }
     }
 }

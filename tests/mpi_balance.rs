@@ -10,12 +10,11 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{base_toml, job_lock, spawn_mpirun, Run, Scratch};
+use common::{base_toml, job_lock, largest_difference, spawn_mpirun, Run, Scratch};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -122,35 +121,6 @@ fn a_re_measure_follows_a_speed_change() {
     assert_near(last_batch(&run, 1), 6.4, "the slowed rank");
     assert_near(last_batch(&run, 0), 25.6, "the other rank");
     assert_eq!(fast.last("batch") + slow.last("batch"), 32.0);
-}
-
-/// The named tensors of a safetensors file, as f32 values.
-fn tensors(path: &Path) -> HashMap<String, Vec<f32>> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let file = safetensors::SafeTensors::deserialize(&bytes).expect("a safetensors file");
-    file.tensors()
-        .into_iter()
-        .map(|(name, view)| {
-            let values = view
-                .data()
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
-            (name, values)
-        })
-        .collect()
-}
-
-/// Largest |a - b| over every value of two models with the same tensors.
-fn largest_difference(a: &Path, b: &Path) -> f32 {
-    let (a, b) = (tensors(a), tensors(b));
-    assert_eq!(
-        a.keys().collect::<std::collections::BTreeSet<_>>(),
-        b.keys().collect()
-    );
-    a.iter()
-        .flat_map(|(name, x)| x.iter().zip(&b[name]).map(|(p, q)| (p - q).abs()))
-        .fold(0.0, f32::max)
 }
 
 #[test]

@@ -590,3 +590,32 @@ pub fn median(x: &[f64]) -> f64 {
     assert!(!x.is_empty(), "median of nothing");
     gssp::telemetry::stats::median(&mut x.to_vec())
 }
+
+/// The named tensors of a safetensors file, as f32 values.
+pub fn tensors(path: &Path) -> std::collections::HashMap<String, Vec<f32>> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let file = safetensors::SafeTensors::deserialize(&bytes).expect("a safetensors file");
+    file.tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            let values = view
+                .data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            (name, values)
+        })
+        .collect()
+}
+
+/// Largest |a - b| over every value of two models with the same tensors.
+pub fn largest_difference(a: &Path, b: &Path) -> f32 {
+    let (a, b) = (tensors(a), tensors(b));
+    assert_eq!(
+        a.keys().collect::<std::collections::BTreeSet<_>>(),
+        b.keys().collect()
+    );
+    a.iter()
+        .flat_map(|(name, x)| x.iter().zip(&b[name]).map(|(p, q)| (p - q).abs()))
+        .fold(0.0, f32::max)
+}

@@ -137,6 +137,7 @@ fn run_one(p: &Planned, dir: &Path) -> Result<SummaryIn> {
         overrides: &[],
         dir,
         timeout_s: 3600,
+        clock: super::jobs::Clock::Wall,
     })?;
     let summary_path = dir.join("summary.json");
     serde_json::from_str(

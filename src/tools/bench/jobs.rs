@@ -14,6 +14,9 @@ use super::variants::Variant;
 /// One row of the comparison table (`bench.json` holds a list of them).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BenchRow {
+    /// The clock its runs' times are on (`wall`, or `simulated`: `--simulate`).
+    #[serde(default = "wall_clock")]
+    pub clock: String,
     pub mode: String,
     pub ranks: usize,
     pub time_to_target_s: Option<f64>,
@@ -54,9 +57,24 @@ pub struct BenchRow {
     pub run_dir: String,
 }
 
+/// A table written before rows said their clock: the machine's.
+fn wall_clock() -> String {
+    crate::telemetry::WALL.to_string()
+}
+
+/// Which clock a bench's jobs train on: under mpirun on this machine, or on the simulated
+/// clock in one process each (`--simulate`; `burst_s` as `gssp train --burst-us` says).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Clock {
+    Wall,
+    Simulated { burst_s: f64 },
+}
+
 /// The part of `summary.json` the table reads.
 #[derive(Debug, Deserialize)]
 struct SummaryIn {
+    #[serde(default = "wall_clock")]
+    clock: String,
     seed: u64,
     wall_s: f64,
     images_per_s: f64,
@@ -83,6 +101,7 @@ pub struct Job<'a> {
     pub overrides: &'a [String],
     pub dir: &'a Path,
     pub timeout_s: u64,
+    pub clock: Clock,
 }
 
 /// Runs `job` into its (emptied) directory, with the environment `scripts/env.sh` gives
@@ -98,7 +117,7 @@ pub fn launch(job: &Job<'_>) -> Result<()> {
         .with_context(|| format!("cannot create {}", job.dir.display()))?;
     let mut cmd = Command::new("timeout");
     cmd.arg(job.timeout_s.to_string());
-    if let Some(ranks) = job.ranks {
+    if let (Some(ranks), Clock::Wall) = (job.ranks, job.clock) {
         cmd.arg("mpirun").args([
             "-n",
             &ranks.to_string(),
@@ -113,6 +132,13 @@ pub fn launch(job: &Job<'_>) -> Result<()> {
         .arg(job.config)
         .arg("--out")
         .arg(job.dir);
+    if let (Some(ranks), Clock::Simulated { burst_s }) = (job.ranks, job.clock) {
+        cmd.arg("--simulate")
+            .arg("--ranks")
+            .arg(ranks.to_string())
+            .arg("--burst-us")
+            .arg((burst_s * 1e6).to_string());
+    }
     for o in job.overrides {
         cmd.arg("--set").arg(o);
     }
@@ -155,14 +181,15 @@ pub fn launch(job: &Job<'_>) -> Result<()> {
     Ok(())
 }
 
-/// Runs every variant of `config` (with `common` overrides) under mpirun, one after the
-/// other, into `out/<name>`; returns the table rows in order.
+/// Runs every variant of `config` (with `common` overrides) under mpirun (or on the
+/// simulated clock), one after the other, into `out/<name>`; returns the table rows in
+/// order.
 pub fn run_all(
     config: &Path,
     common: &[String],
     variants: &[Variant],
     out: &Path,
-    job_timeout_s: u64,
+    (job_timeout_s, clock): (u64, Clock),
 ) -> Result<Vec<BenchRow>> {
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut rows = Vec::new();
@@ -177,6 +204,7 @@ pub fn run_all(
             overrides: &overrides,
             dir: &dir,
             timeout_s: job_timeout_s,
+            clock,
         });
         let row = match launched {
             Ok(()) => read_row(&v.name, v.ranks, &dir)?,
@@ -243,6 +271,7 @@ fn diverged_row(
     let evals = std::fs::read_to_string(dir.join("eval.csv")).unwrap_or_default();
     let reached = time_reaching(&evals, cfg.run.target_accuracy);
     Ok(BenchRow {
+        clock: wall_clock(),
         mode: name.into(),
         ranks,
         time_to_target_s: reached,
@@ -285,6 +314,7 @@ fn read_row(name: &str, ranks: usize, dir: &Path) -> Result<BenchRow> {
         serde_json::from_str(&text).with_context(|| format!("{}", path.display()))?;
     let shares = s.exchange_shares_of_busy.as_deref();
     Ok(BenchRow {
+        clock: s.clock,
         mode: name.into(),
         ranks,
         time_to_target_s: s.time_to_target_s,
@@ -321,6 +351,9 @@ pub fn finish_table(rows: &mut [BenchRow], reference: Option<&str>, out: &Path) 
             (Some(g), Some(t)) if g > 0.0 => Some(t / g),
             _ => None,
         };
+    }
+    if rows.iter().any(|r| r.clock == crate::telemetry::SIMULATED) {
+        println!("on the simulated clock: times are simulated seconds");
     }
     println!(
         "{:<12} {:>5} {:>11} {:>10} {:>9} {:>14} {:>9} {:>10}",
@@ -417,7 +450,7 @@ pub fn modes(
             Ok(Variant::new(m, ranks, &[&format!("sync.mode={m}")]))
         })
         .collect::<Result<_>>()?;
-    let mut rows = run_all(config, common, &variants, out, 3600)?;
+    let mut rows = run_all(config, common, &variants, out, (3600, Clock::Wall))?;
     finish_table(&mut rows, None, out)?;
     write_report(&rows, None, out)?;
     Ok(rows)
@@ -430,13 +463,13 @@ pub fn modes(
 /// names the variants to run (empty: all).
 pub fn paper(
     (config, variants): (&Path, &Path),
-    budget_s: f64,
+    (budget_s, clock): (f64, Clock),
     (seeds, modes): (&[u64], &[String]),
     common: &[String],
     out: &Path,
 ) -> Result<Vec<BenchRow>> {
     if seeds.is_empty() {
-        return paper_once((config, variants), budget_s, modes, common, out);
+        return paper_once((config, variants), (budget_s, clock), modes, common, out);
     }
     let mut runs = Vec::new();
     for &seed in seeds {
@@ -445,7 +478,7 @@ pub fn paper(
         eprintln!("bench: seed {seed}");
         runs.push(paper_once(
             (config, variants),
-            budget_s,
+            (budget_s, clock),
             modes,
             &with_seed,
             &out.join(format!("seed-{seed}")),
@@ -509,6 +542,7 @@ pub fn combine_runs(runs: &[Vec<BenchRow>]) -> Result<Vec<BenchRow>> {
             .flat_map(|r| r.time_to_target_s_runs.clone())
             .collect();
         rows.push(BenchRow {
+            clock: base.clock.clone(),
             mode: base.mode.clone(),
             ranks: base.ranks,
             time_to_target_s: median_time(&times),
@@ -583,9 +617,13 @@ fn write_report(rows: &[BenchRow], baseline: Option<&str>, out: &Path) -> Result
     Ok(())
 }
 
+/// How long one simulated job may take, seconds (a 1,000-worker sitting of a config's
+/// every variant is required to take under 30 minutes in all).
+const SIMULATED_JOB_TIMEOUT_S: u64 = 4 * 3600;
+
 fn paper_once(
     (config, variants): (&Path, &Path),
-    budget_s: f64,
+    (budget_s, clock): (f64, Clock),
     modes: &[String],
     common: &[String],
     out: &Path,
@@ -605,13 +643,12 @@ fn paper_once(
         .into_iter()
         .filter(|v| modes.is_empty() || modes.contains(&v.name))
         .collect();
-    let mut rows = run_all(
-        config,
-        &all_common,
-        &chosen,
-        out,
-        (budget_s as u64) * 3 + 300,
-    )?;
+    let timeout_s = match clock {
+        Clock::Wall => (budget_s as u64) * 3 + 300,
+        // A simulated run takes what its arithmetic takes, not its budget.
+        Clock::Simulated { .. } => SIMULATED_JOB_TIMEOUT_S,
+    };
+    let mut rows = run_all(config, &all_common, &chosen, out, (timeout_s, clock))?;
     let reference = reference_mode(&rows);
     finish_table(&mut rows, reference.as_deref(), out)?;
     write_report(&rows, reference.as_deref(), out)?;
@@ -642,6 +679,7 @@ mod tests {
 
     fn row(mode: &str, seed: u64, t: Option<f64>, acc: f64) -> BenchRow {
         BenchRow {
+            clock: wall_clock(),
             mode: mode.into(),
             ranks: 3,
             time_to_target_s: t,

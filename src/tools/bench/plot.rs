@@ -366,6 +366,7 @@ mod tests {
 
     fn row(mode: &str, t: Option<f64>, acc: f64) -> BenchRow {
         BenchRow {
+            clock: "wall".into(),
             mode: mode.into(),
             ranks: 17,
             time_to_target_s: t,

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use super::jobs::{paper, BenchRow};
+use super::jobs::{paper, BenchRow, Clock};
 
 /// One cluster size of the study.
 #[derive(Debug, Serialize)]
@@ -32,7 +32,7 @@ pub fn default_configs() -> Vec<PathBuf> {
 /// combined (the table and plot then cover every seed run, in several sittings).
 pub fn scale(
     (configs, variants): (&[PathBuf], &Path),
-    budget_s: f64,
+    budget_s: (f64, Clock),
     (seeds, modes, from): (&[u64], &[String], &[PathBuf]),
     common: &[String],
     out: &Path,
@@ -285,6 +285,7 @@ mod tests {
     #[test]
     fn the_table_has_a_row_per_size_and_mode() {
         let row = |mode: &str, t: Option<f64>, busy: Option<f64>| BenchRow {
+            clock: "wall".into(),
             mode: mode.into(),
             ranks: 9,
             time_to_target_s: t,

@@ -108,6 +108,19 @@ pub fn run(opts: &Options) -> Result<PathBuf> {
     write_runs(&mut md, &runs);
     md += "\n## Comparison\n\n";
     md += &table::markdown(&table::rows(&runs, &baseline, budget), budget, &baseline);
+    let simulated: Vec<&str> = (runs.iter())
+        .filter(|r| r.summary.clock == crate::telemetry::SIMULATED)
+        .map(|r| r.name.as_str())
+        .collect();
+    if !simulated.is_empty() {
+        let _ = writeln!(
+            md,
+            "
+On the simulated clock (`gssp train --simulate`; its seconds are simulated \
+             ones, not this machine's): {}.",
+            simulated.join(", ")
+        );
+    }
     let _ = writeln!(
         md,
         "\nTime to target: first test evaluation at or above the run's target accuracy (`–`: \

@@ -11,6 +11,9 @@ use serde::Deserialize;
 /// are null there and `None` here.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct RunSummary {
+    /// The clock the run's times are on (`wall`, or `simulated`: `gssp train --simulate`).
+    #[serde(default = "wall_clock")]
+    pub clock: String,
     pub mode: String,
     pub model: String,
     pub dataset: String,
@@ -27,6 +30,11 @@ pub struct RunSummary {
     pub final_test_perplexity: Option<f64>,
     #[serde(default)]
     pub final_bleu: Option<f64>,
+}
+
+/// A summary written before summaries said their clock: the machine's.
+fn wall_clock() -> String {
+    crate::telemetry::WALL.to_string()
 }
 
 /// The `layout.json` keys the report uses: which world ranks serve and which work in

@@ -230,6 +230,7 @@ pub(crate) mod tests {
             name: "gssp".into(),
             dir: "runs/gssp".into(),
             summary: RunSummary {
+                clock: "wall".into(),
                 mode: "gssp".into(),
                 model: "lenet5".into(),
                 dataset: "mnist".into(),
