@@ -3,11 +3,12 @@
 //! first-in first-out resource whose busy time per push comes from the cost model.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BinaryHeap;
 
 use super::{Outcome, Sampler, StalenessHistogram, Workload};
 use crate::config::modes::release_gate;
 use crate::protocol::costmodel::CostModel;
+use crate::protocol::ssp_clock::SspClock;
 
 /// How a parameter-server scheme applies and releases.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,66 +101,10 @@ impl Ord for Time {
     }
 }
 
-/// SSP clocks with O(log W) releases (the server's [`crate::protocol::ssp_clock::SspClock`]
-/// scans every worker, too slow for 10,000): worker w's clock counts its applied pushes;
-/// a waiting worker is released while `clock - min clock <= bound`.
-#[derive(Debug, Clone)]
-pub(crate) struct FastClock {
-    clocks: Vec<u64>,
-    /// How many workers are at each clock.
-    at: BTreeMap<u64, usize>,
-    /// Waiting workers by clock.
-    waiting: BTreeMap<u64, Vec<usize>>,
-    bound: Option<u64>,
-}
-
-impl FastClock {
-    pub(crate) fn new(workers: usize, bound: Option<usize>) -> Self {
-        let mut at = BTreeMap::new();
-        if workers > 0 {
-            at.insert(0, workers);
-        }
-        FastClock {
-            clocks: vec![0; workers],
-            at,
-            waiting: BTreeMap::new(),
-            bound: bound.map(|b| b as u64),
-        }
-    }
-
-    /// Worker `w`'s push was applied: its clock advances and it waits for weights.
-    pub(crate) fn on_push(&mut self, w: usize) {
-        let c = self.clocks[w];
-        if let Some(n) = self.at.get_mut(&c) {
-            *n -= 1;
-            if *n == 0 {
-                self.at.remove(&c);
-            }
-        }
-        self.clocks[w] = c + 1;
-        *self.at.entry(c + 1).or_insert(0) += 1;
-        self.waiting.entry(c + 1).or_default().push(w);
-    }
-
-    /// Appends every waiting worker the bound lets go now (lowest clock first).
-    pub(crate) fn release_ready(&mut self, out: &mut Vec<usize>) {
-        let Some(&min) = self.at.keys().next() else {
-            return;
-        };
-        let limit = self.bound.map_or(u64::MAX, |b| min.saturating_add(b));
-        while let Some(entry) = self.waiting.first_entry() {
-            if *entry.key() > limit {
-                break;
-            }
-            out.extend(entry.remove());
-        }
-    }
-}
-
 /// One server's state during a simulation.
 struct Server {
     members: Vec<usize>,
-    clock: FastClock,
+    clock: SspClock,
     free_at: f64,
     busy_s: f64,
     version: u64,
@@ -384,7 +329,7 @@ fn servers_of(scheme: &PsScheme, n: usize) -> (Vec<Server>, Vec<usize>, Vec<usiz
             };
             Server {
                 members: members.clone(),
-                clock: FastClock::new(members.len(), bound),
+                clock: SspClock::new(members.len(), bound),
                 free_at: 0.0,
                 busy_s: 0.0,
                 version: 0,
@@ -422,52 +367,5 @@ fn outcome(
         exchange_bytes_per_s: per_s(|s| s.exchange_bytes),
         server_out_bytes_per_s: per_s(|s| s.out_bytes),
         worker_pushes_per_s: Vec::new(),
-    }
-}
-
-impl FastClock {
-    /// Whether worker `w` has pushed and not yet been released.
-    pub(crate) fn is_waiting(&self, w: usize) -> bool {
-        self.waiting
-            .get(&self.clocks[w])
-            .is_some_and(|v| v.contains(&w))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::protocol::ssp_clock::SspClock;
-    use rand::{Rng, SeedableRng};
-
-    #[test]
-    fn fast_clock_releases_what_the_servers_clock_releases() {
-        for bound in [Some(0), Some(1), Some(3), None] {
-            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-            let workers = 6;
-            let mut fast = FastClock::new(workers, bound);
-            let mut real = SspClock::new(workers, bound);
-            let mut waiting = vec![false; workers];
-            for _ in 0..2_000 {
-                let w = rng.gen_range(0..workers);
-                if waiting[w] {
-                    continue;
-                }
-                fast.on_push(w);
-                real.on_push(w);
-                waiting[w] = true;
-                let (mut a, mut b) = (Vec::new(), Vec::new());
-                fast.release_ready(&mut a);
-                real.release_ready(&mut b);
-                a.sort_unstable();
-                assert_eq!(a, b, "bound {bound:?}");
-                for r in a {
-                    waiting[r] = false;
-                }
-                for (v, &w) in waiting.iter().enumerate() {
-                    assert_eq!(fast.is_waiting(v), w);
-                }
-            }
-        }
     }
 }
