@@ -1135,8 +1135,10 @@ fn gssp_regroups_a_worker_that_slows_mid_run() {
 /// its new group, and the worker asks the first for its new group too (a push without
 /// payload). Either way both shards of a group apply the same pushes, every worker
 /// iteration is applied at a shard of each index, each shard keeps the bound, and every
-/// update reaches every replica. The run ends on its epochs: 40 are 3,750 pushes, 7.5 s or
-/// more at the pads' 500 pushes a second, past the meetings the test reads.
+/// update reaches every replica. The run ends on its epochs: 12 are 1,125 pushes, 9 s or
+/// more at the pads' 125 pushes a second, past the meetings the test reads. The pacing unit
+/// (40 ms) is long against a rank's wait for a core on a loaded machine, so the speeds the
+/// servers measure are the emulated ones even with twelve ranks sharing two busy cores.
 #[test]
 fn gssp_sharded_groups_regroup_a_worker_that_slows_mid_run() {
     let _lock = job_lock();
@@ -1150,9 +1152,9 @@ fn gssp_sharded_groups_regroup_a_worker_that_slows_mid_run() {
             "sync.shards=2",
             "sync.gssp.staleness=0",
             "sync.gssp.regroup_every_s=1.5",
-            "run.epochs=40",
+            "run.epochs=12",
             "heterogeneity.tiers=[{factor=1.0,workers=4},{factor=4.0,workers=4}]",
-            "heterogeneity.unit_s=0.01",
+            "heterogeneity.unit_s=0.04",
             "heterogeneity.link_gbps=0.2",
             "heterogeneity.changes=[{at_s=2.0, worker=1, factor=4.0}]",
             "compression.kind=topk",
@@ -1685,10 +1687,16 @@ fn gssp_sharded_servers_take_every_push_and_keep_the_bound() {
         let applied = pushes_applied(&run, &shards);
         let its: u64 = iterations(&run, &workers).iter().sum();
         assert_eq!(applied, [its, its], "group {group}: shards {shards:?}");
+        // A worker released at c_min + s pushes once more: a shard never sees the clocks
+        // more than s + 1 apart.
         for r in shards {
             let spread = run.rank_csv(r).col("clock_spread");
             let max = spread.iter().cloned().fold(0.0, f64::max) as usize;
-            assert!(max <= s, "shard rank {r}: clock_spread {max} > {s}");
+            assert!(
+                max <= s + 1,
+                "shard rank {r}: clock_spread {max} > {}",
+                s + 1
+            );
         }
     }
     let summary = run.summary();
