@@ -164,7 +164,10 @@ fn what_the_simulated_clock_cannot_run_is_refused_naming_the_key_before_any_step
     let s = Scratch::new();
     let config = s.config("base", &base_toml());
     let cases: [(&[&str], &str); 5] = [
-        (&["heterogeneity.unit_s=0", "sync.mode=asp"], "heterogeneity.unit_s = 0"),
+        (
+            &["heterogeneity.unit_s=0", "sync.mode=asp"],
+            "heterogeneity.unit_s = 0",
+        ),
         (
             &["heterogeneity.unit_s=0.01", "sync.mode=single"],
             "sync.mode = \"single\"",

@@ -417,11 +417,33 @@ pub fn finish_table(rows: &mut [BenchRow], reference: Option<&str>, out: &Path) 
                 .unwrap_or_default()
         );
     }
+    if let Some(line) = first_to_target(rows) {
+        println!("{line}");
+    }
     let path: PathBuf = out.join("bench.json");
     std::fs::write(&path, serde_json::to_string_pretty(rows)? + "\n")
         .with_context(|| format!("cannot write {}", path.display()))?;
     println!("table: {}", path.display());
     Ok(())
+}
+
+/// The table's verdict by time to target, not images per second: the variant that reached
+/// the target first (its median), and how much later the next one did (`None`: none did).
+pub fn first_to_target(rows: &[BenchRow]) -> Option<String> {
+    let mut reached: Vec<(&BenchRow, f64)> = rows
+        .iter()
+        .filter_map(|r| r.time_to_target_s.map(|t| (r, t)))
+        .collect();
+    reached.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let (first, t) = *reached.first()?;
+    let next = match reached.get(1) {
+        Some((r, u)) => format!("; next {} at {u:.1} s ({:.2}x)", r.mode, u / t.max(1e-9)),
+        None => "; no other variant reached it".to_string(),
+    };
+    Some(format!(
+        "first to target: {} at {t:.1} s ({:.0} images/s){next}",
+        first.mode, first.images_per_s
+    ))
 }
 
 fn fmt_opt(x: Option<f64>) -> String {
@@ -675,6 +697,21 @@ mod tests {
             "no pt2pt: MPI's default"
         );
         assert_eq!(one_sided_components(None, ""), None, "no ompi_info");
+    }
+
+    #[test]
+    fn the_verdict_is_the_first_to_target_not_the_fastest_in_images() {
+        let mut quick = row("gssp", 1, Some(20.0), 0.99);
+        quick.images_per_s = 1_000.0;
+        let mut busy = row("asp", 1, Some(25.0), 0.99);
+        busy.images_per_s = 3_000.0;
+        let never = row("bsp", 1, None, 0.95);
+        let line = first_to_target(&[busy, never.clone(), quick]).unwrap_or_default();
+        assert_eq!(
+            line,
+            "first to target: gssp at 20.0 s (1000 images/s); next asp at 25.0 s (1.25x)"
+        );
+        assert_eq!(first_to_target(&[never]), None);
     }
 
     fn row(mode: &str, seed: u64, t: Option<f64>, acc: f64) -> BenchRow {

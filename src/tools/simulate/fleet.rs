@@ -28,6 +28,10 @@ pub struct Fleet<'a> {
     shards: Vec<Shard>,
     pacers: Vec<Pacer>,
     loaded: Option<Loaded>,
+    /// This machine's seconds in the workers' steps and the samples they computed, for
+    /// the account of what the simulation cost ([`Fleet::throughput`]).
+    step_s: f64,
+    samples: u64,
 }
 
 impl<'a> Fleet<'a> {
@@ -65,6 +69,8 @@ impl<'a> Fleet<'a> {
             shards,
             pacers,
             loaded: None,
+            step_s: 0.0,
+            samples: 0,
         })
     }
 
@@ -111,7 +117,16 @@ impl<'a> Fleet<'a> {
     /// Worker `w`'s step on the weights loaded: the gradient of its next batch, left in the
     /// model's gradient buffer ([`Fleet::grads`]); returns the batch loss.
     pub fn step(&mut self, w: usize) -> Result<f32> {
-        self.shards[w].compute(&mut self.net, self.corpus)
+        let t = std::time::Instant::now();
+        let loss = self.shards[w].compute(&mut self.net, self.corpus)?;
+        self.step_s += t.elapsed().as_secs_f64();
+        self.samples += self.shards[w].batch() as u64;
+        Ok(loss)
+    }
+
+    /// The samples the workers' steps computed and this machine's seconds in them.
+    pub fn throughput(&self) -> (u64, f64) {
+        (self.samples, self.step_s)
     }
 
     /// The gradient the last step left.

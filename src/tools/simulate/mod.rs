@@ -157,6 +157,7 @@ pub fn train(cfg: &Config, run: &RunDir, opts: &Options) -> Result<Summary> {
         workers.len(),
         sim.fleet.net().name()
     );
+    let played = std::time::Instant::now();
     let mut server_figures = None;
     let (weights, wall_s, replica_error) = match cfg.sync.strategy().averaging(&cfg.sync) {
         Some(averaging) => {
@@ -177,6 +178,13 @@ pub fn train(cfg: &Config, run: &RunDir, opts: &Options) -> Result<Summary> {
     let snapshots = std::mem::replace(
         &mut sim.recorder.snapshots,
         crate::telemetry::Snapshots::new(0.0),
+    );
+    let (samples, step_s) = sim.fleet.throughput();
+    let played_s = played.elapsed().as_secs_f64();
+    log::info!(
+        "simulated {wall_s:.1} s in {played_s:.1} s: {samples} samples, {:.0} a second in the steps ({step_s:.1} s), {:.0} a second in all",
+        samples as f64 / step_s.max(1e-9),
+        samples as f64 / played_s.max(1e-9)
     );
     let mut net = sim.fleet.into_net();
     let evals = record::evaluate(cfg, run, &corpus, &mut net, (snapshots, &weights), &totals)?;
