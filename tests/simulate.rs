@@ -107,7 +107,6 @@ fn no_simulated_worker_runs_more_than_its_bound_ahead_and_every_update_reaches_e
         "sync.mode=gssp",
         "sync.gssp.groups=2",
         "sync.gssp.grouping=static",
-        "sync.gssp.static_groups=[[2,3],[4,5]]",
         "sync.gssp.staleness=2",
         "compression.kind=topk",
         "run.epochs=0.5",
@@ -115,22 +114,50 @@ fn no_simulated_worker_runs_more_than_its_bound_ahead_and_every_update_reaches_e
         "heterogeneity.slowdown=[1.0, 4.0, 1.0, 4.0]",
         "heterogeneity.unit_s=0.01",
     ];
-    let run = simulate_ok(&s, "gssp", 6, &sets);
-    for server in [0, 1] {
-        // A worker released at c_min + s pushes once more: its server never sees the
-        // clocks more than s + 1 apart, and with a 4x slower partner it sees them s apart.
-        let spread = largest_spread(&run.rank_csv(server));
+    // Unsharded, and each group's server sharded over two ranks (each shard's range
+    // exchanged with the other group's same shard).
+    let variants = [
+        (
+            "gssp",
+            "sync.shards=1",
+            "sync.gssp.static_groups=[[2,3],[4,5]]",
+            6,
+        ),
+        (
+            "gssp-shards",
+            "sync.shards=2",
+            "sync.gssp.static_groups=[[4,5],[6,7]]",
+            8,
+        ),
+    ];
+    for (name, shards, groups, ranks) in variants {
+        let mut sets = sets.to_vec();
+        sets.extend([shards, groups]);
+        let run = simulate_ok(&s, name, ranks, &sets);
+        for server in [0, 1] {
+            // A worker released at c_min + s pushes once more: its server never sees the
+            // clocks more than s + 1 apart, and with a 4x slower partner it sees them s
+            // apart.
+            let spread = largest_spread(&run.rank_csv(server));
+            assert!(
+                (2.0..=3.0).contains(&spread),
+                "{name} server {server}: spread {spread}"
+            );
+        }
+        let summary = run.summary();
+        let error = summary["replica_max_error"]
+            .as_f64()
+            .expect("a replica error");
+        assert!(error < 1e-5, "{name}: replica_max_error {error}");
+        assert!(summary["bytes_inter_group"].as_u64().expect("bytes") > 0);
+        let accuracy = summary["final_test_accuracy"]
+            .as_f64()
+            .expect("an accuracy");
         assert!(
-            (2.0..=3.0).contains(&spread),
-            "server {server}: spread {spread}"
+            accuracy > 0.5,
+            "{name}: it learns (chance 0.10), {accuracy}"
         );
     }
-    let summary = run.summary();
-    let error = summary["replica_max_error"]
-        .as_f64()
-        .expect("a replica error");
-    assert!(error < 1e-5, "replica_max_error {error}");
-    assert!(summary["bytes_inter_group"].as_u64().expect("bytes") > 0);
 }
 
 #[test]
@@ -163,7 +190,7 @@ fn the_same_seed_gives_the_same_files_bit_for_bit() {
 fn what_the_simulated_clock_cannot_run_is_refused_naming_the_key_before_any_step() {
     let s = Scratch::new();
     let config = s.config("base", &base_toml());
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (
             &["heterogeneity.unit_s=0", "sync.mode=asp"],
             "heterogeneity.unit_s = 0",
@@ -195,6 +222,14 @@ fn what_the_simulated_clock_cannot_run_is_refused_naming_the_key_before_any_step
                 "sync.gssp.regroup_every_s=5",
             ],
             "sync.gssp.regroup_every_s = 5",
+        ),
+        (
+            &[
+                "heterogeneity.unit_s=0.01",
+                "sync.mode=asp",
+                "sync.shards=auto",
+            ],
+            "sync.shards = \"auto\"",
         ),
     ];
     for (i, (sets, key)) in cases.iter().enumerate() {

@@ -27,6 +27,7 @@
 mod collective;
 pub mod events;
 mod fleet;
+mod group;
 mod network;
 mod record;
 mod servers;
@@ -102,11 +103,11 @@ pub fn refusal(cfg: &Config, opts: &Options) -> Option<String> {
     if cfg.sync.overlap {
         return Some("sync.overlap = true: a step computed ahead is not simulated yet".into());
     }
-    if cfg.sync.shards.count() != Some(1) {
-        return Some(format!(
-            "sync.shards = {}: sharded group servers are not simulated yet (their top-k selects per range)",
-            cfg.sync.shards
-        ));
+    if cfg.sync.shards.count().is_none() {
+        return Some(
+            "sync.shards = \"auto\": the count chosen at set-up is not simulated yet; set it"
+                .into(),
+        );
     }
     if let Some(r) = cfg.sync.strategy().regrouping(&cfg.sync) {
         return Some(format!(

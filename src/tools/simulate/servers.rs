@@ -12,15 +12,13 @@
 //! the push, the apply and, every `inter_group_every` pushes, the exchange, then a reply's
 //! share per worker it answers; the k-th reply arrives `latency + k x burst_s` after it left.
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::rc::Rc;
 
 use anyhow::{Context, Result};
 
 use super::events::Events;
 use super::fleet::{Fleet, Loaded};
-use super::network::{Network, SimTransport};
+use super::group::{GroupServer, Networks};
 use super::setup::worker_of;
 use super::Sim;
 use crate::compress::bf16;
@@ -28,13 +26,8 @@ use crate::compute::backend::cpu::Cpu;
 use crate::compute::model::Trainable;
 use crate::compute::optim::{self, NetworkOptimizer};
 use crate::config::Precision;
-use crate::protocol::param_server::ParamServer;
-use crate::runtime::exchange::GroupExchange;
-use crate::runtime::group_server::{
-    batches_per_group_push, batches_per_slot, param_server, ServerModel,
-};
+use crate::runtime::group_server::{batches_per_slot, ServerModel};
 use crate::runtime::messages::PushRef;
-use crate::runtime::peers::{Exchange, NoPeers};
 use crate::runtime::server::check_push;
 use crate::telemetry::{ServerRow, WorkerRow};
 
@@ -94,9 +87,9 @@ struct Worker {
     stopped: bool,
 }
 
-/// A group's server.
+/// A group's server and its place in the run: its queue, clock of work, counts.
 struct Server {
-    ps: ParamServer,
+    group: GroupServer,
     /// Worker index of each slot.
     members: Vec<usize>,
     /// The batches each slot's push stands for (empty: one each).
@@ -111,21 +104,10 @@ struct Server {
     epoch: f64,
     stopping: bool,
     totals: ServerTotals,
-    /// gssp with several groups: its part in the exchange.
-    exchange: Option<GroupExchange<SimTransport>>,
-    no_peers: NoPeers,
     snapshots: crate::telemetry::Snapshots,
+    /// Its whole model, its shards' ranges laid end to end, as last assembled.
+    whole: Vec<f32>,
     ready: Vec<usize>,
-}
-
-impl Server {
-    /// Its part in the exchange between groups (none in the single-server modes).
-    fn peers(&mut self) -> &mut dyn Exchange {
-        match self.exchange.as_mut() {
-            Some(ex) => ex,
-            None => &mut self.no_peers,
-        }
-    }
 }
 
 /// The timing figures of one push's round trip (the cost model's, a shard's share).
@@ -166,7 +148,7 @@ pub fn run(sim: &mut Sim<'_>) -> Result<Ended> {
     for (g, group) in layout.groups.iter().enumerate() {
         let mut members = group.clone();
         members.sort_unstable();
-        let ps = param_server(cfg, layout, g, initial.clone(), members.len());
+        let group_server = GroupServer::new(cfg, layout, g, &initial, members.len());
         for (slot, &rank) in members.iter().enumerate() {
             let w = worker_of(layout, rank);
             let steps = match local {
@@ -196,7 +178,7 @@ pub fn run(sim: &mut Sim<'_>) -> Result<Ended> {
         }
         servers.push(Server {
             batches_per_slot: batches_per_slot(layout, &members),
-            ps,
+            group: group_server,
             members: members.iter().map(|&r| worker_of(layout, r)).collect(),
             queue: VecDeque::new(),
             free_at: sim.start_s,
@@ -207,13 +189,18 @@ pub fn run(sim: &mut Sim<'_>) -> Result<Ended> {
             epoch: 0.0,
             stopping: false,
             totals: ServerTotals::default(),
-            exchange: None,
-            no_peers: NoPeers,
             snapshots: crate::telemetry::Snapshots::new(cfg.run.snapshot_every_s),
+            whole: Vec::new(),
             ready: Vec::new(),
         });
     }
-    let net = exchanges(sim, &mut servers, &initial)?;
+    let model = ServerModel::of(sim.fleet.net());
+    let link = (sim.cost.latency_s, sim.cost.bytes_per_s);
+    let mut groups = take_groups(&mut servers);
+    let nets = GroupServer::connect(cfg, layout, &mut groups, (&model, link))?;
+    for (s, g) in servers.iter_mut().zip(groups) {
+        s.group = g;
+    }
     let mut workers: Vec<Worker> = workers
         .into_iter()
         .enumerate()
@@ -222,7 +209,7 @@ pub fn run(sim: &mut Sim<'_>) -> Result<Ended> {
     let mut engine = Engine {
         sim,
         timing,
-        net,
+        nets,
         events: Events::default(),
         samples_per_push: 0.0,
         reply: Vec::new(),
@@ -261,10 +248,19 @@ pub fn run(sim: &mut Sim<'_>) -> Result<Ended> {
         }
     }
     let wall_s = engine.wall_s;
+    let mut groups = take_groups(&mut servers);
     let (replica_error, bytes_inter_group) =
-        finish_exchanges(&mut servers, engine.net.as_ref(), wall_s)?;
+        GroupServer::finish(&mut groups, &engine.nets, wall_s)?;
     let epochs = servers.iter().map(|s| s.epoch).fold(0.0, f64::max);
-    let weights = average(servers.iter().map(|s| s.ps.weights()), n);
+    let wholes: Vec<Vec<f32>> = groups
+        .iter()
+        .map(|g| {
+            let mut w = Vec::new();
+            g.weights_into(&mut w);
+            w
+        })
+        .collect();
+    let weights = average(wholes.iter().map(Vec::as_slice), n);
     engine.sim.recorder.snapshots.taken = average_snapshots(&mut servers, n);
     Ok(Ended {
         weights,
@@ -276,80 +272,12 @@ pub fn run(sim: &mut Sim<'_>) -> Result<Ended> {
     })
 }
 
-/// gssp with several groups: each server's part in the exchange over a simulated network
-/// (its latency and bandwidth the cost model's), and the network.
-fn exchanges(
-    sim: &Sim<'_>,
-    servers: &mut [Server],
-    initial: &[f32],
-) -> Result<Option<Rc<RefCell<Network>>>> {
-    let cfg = sim.cfg;
-    let groups = servers.len();
-    if !cfg.sync.strategy().exchanges() || groups < 2 {
-        return Ok(None);
-    }
-    let model = ServerModel::of(sim.fleet.net());
-    let link = (sim.cost.latency_s, sim.cost.bytes_per_s);
-    let mut net: Option<Rc<RefCell<Network>>> = None;
-    let batches = batches_per_group_push(&sim.layout);
-    for (g, server) in servers.iter_mut().enumerate() {
-        let mut ex =
-            GroupExchange::with_transport(cfg, initial, model.tensors(), (g, groups), |layout| {
-                let net = net.get_or_insert_with(|| {
-                    Rc::new(RefCell::new(Network::new(
-                        groups,
-                        initial.len(),
-                        layout,
-                        link,
-                    )))
-                });
-                Ok(SimTransport::new(net.clone(), g))
-            })?;
-        ex.count_batches(batches.clone());
-        server.exchange = Some(ex);
-    }
-    Ok(net)
-}
-
-/// The end of the exchange, at `wall_s`: every server flushes its unsent change, then
-/// drains everything (the network delivers it all), and checks its replica against every
-/// update sent. Returns the largest error and the bytes sent between the servers.
-fn finish_exchanges(
-    servers: &mut [Server],
-    net: Option<&Rc<RefCell<Network>>>,
-    wall_s: f64,
-) -> Result<(Option<f64>, u64)> {
-    let Some(net) = net else {
-        return Ok((None, 0));
-    };
-    net.borrow_mut().set_now(wall_s);
-    for server in servers.iter_mut() {
-        if let Some(ex) = server.exchange.as_mut() {
-            ex.flush(&mut server.ps)?;
-        }
-    }
-    net.borrow_mut().set_now(f64::INFINITY);
-    let mut all_sent: Option<Vec<f32>> = None;
-    for server in servers.iter_mut() {
-        if let Some(ex) = server.exchange.as_mut() {
-            ex.drain_all(&mut server.ps)?;
-            let sent = ex.sent();
-            match all_sent.as_mut() {
-                None => all_sent = Some(sent),
-                Some(sum) => sum.iter_mut().zip(&sent).for_each(|(a, b)| *a += b),
-            }
-        }
-    }
-    let all_sent = all_sent.unwrap_or_default();
-    let mut error = 0.0f64;
-    let mut bytes = 0;
-    for server in servers.iter() {
-        if let Some(ex) = server.exchange.as_ref() {
-            error = error.max(ex.replica_error(&server.ps, &all_sent));
-            bytes += ex.bytes_sent();
-        }
-    }
-    Ok((Some(error), bytes))
+/// The servers' groups, taken out of them (an empty group server left in each).
+fn take_groups(servers: &mut [Server]) -> Vec<GroupServer> {
+    servers
+        .iter_mut()
+        .map(|s| std::mem::replace(&mut s.group, GroupServer::empty()))
+        .collect()
 }
 
 /// The servers' snapshots averaged index by index (those every server took), each row
@@ -389,8 +317,8 @@ fn average<'a>(replicas: impl Iterator<Item = &'a [f32]>, n: usize) -> Vec<f32> 
 struct Engine<'s, 'a> {
     sim: &'s mut Sim<'a>,
     timing: Timing,
-    /// gssp with several groups: the servers' network.
-    net: Option<Rc<RefCell<Network>>>,
+    /// gssp with several groups: the servers' networks, one per shard index.
+    nets: Networks,
     events: Events<Event>,
     samples_per_push: f64,
     /// The weights a reply carries (rounded to bfloat16 with `compression.reply`).
@@ -426,37 +354,33 @@ impl Engine<'_, '_> {
         let time_s = t + self.timing.push_share;
         let progress = cfg.run.progress(server.epoch, time_s);
         let lr = optim::lr_at(&cfg.optim, server.epoch, progress);
-        let version_before = server.ps.version();
-        let applied = server.ps.on_push(slot, &worker.push, lr).map_err(|e| {
+        let (applied, stepped) = server.group.apply(slot, &worker.push, lr).map_err(|e| {
             anyhow::anyhow!(
                 "worker {w}, its iteration {}: {e}; lower optim.lr (now {})",
                 worker.clock,
                 cfg.optim.lr
             )
         })?;
-        let stepped = server.ps.version() > version_before;
         server.pushes += 1;
         server.batches += server.batches_per_slot.get(slot).copied().unwrap_or(1) as u64;
         let mut end = time_s + self.timing.apply;
-        if let Some(net) = self.net.as_ref() {
-            net.borrow_mut().set_now(end);
-        }
         let (pushes_now, epoch_now) = (server.pushes, server.epoch);
-        let exchanged = match server.exchange.as_mut() {
-            Some(ex) => ex.after_push(&mut server.ps, pushes_now, (epoch_now, end))?,
-            None => NoPeers.after_push(&mut server.ps, pushes_now, (epoch_now, end))?,
-        };
+        let exchanged = server
+            .group
+            .exchange(pushes_now, (epoch_now, end), &self.nets)?;
         let exchanges = self.sim.layout.servers.len() > 1;
         if exchanges && server.pushes.is_multiple_of(self.timing.exchange_every) {
             end += self.timing.exchange;
         }
         server.generation += 1;
-        let batches = server.batches;
-        let pushes = server.peers().global_pushes(batches);
+        let pushes = server.group.global_pushes(server.batches);
         server.epoch = pushes as f64 * self.samples_per_push;
-        server
-            .snapshots
-            .maybe_take(end, server.epoch, pushes, server.ps.weights());
+        if server.snapshots.due(end) {
+            server.group.weights_into(&mut server.whole);
+            server
+                .snapshots
+                .maybe_take(end, server.epoch, pushes, &server.whole);
+        }
         server.stopping |= stepped && cfg.run.should_stop(server.epoch, end);
         server.totals.pushes += 1;
         server.totals.staleness_sum += applied.staleness;
@@ -471,10 +395,10 @@ impl Engine<'_, '_> {
                     time_s: end,
                     epoch: server.epoch,
                     pushes: server.pushes,
-                    version: server.ps.version(),
+                    version: server.group.lead().version(),
                     worker: slot,
                     staleness: applied.staleness,
-                    clock_spread: server.ps.clock().spread(),
+                    clock_spread: server.group.lead().clock().spread(),
                     apply_s: self.timing.apply,
                     receive_s: self.timing.push_share,
                     exchange_s: end - time_s - self.timing.apply,
@@ -491,20 +415,21 @@ impl Engine<'_, '_> {
         server.ready.clear();
         if server.stopping {
             let v: Vec<usize> = (0..server.members.len())
-                .filter(|&s| server.ps.clock().is_waiting(s))
+                .filter(|&s| server.group.lead().clock().is_waiting(s))
                 .collect();
             for s in v {
-                server.ps.retire(s);
+                server.group.retire(s);
                 let w = server.members[s];
                 workers[w].stopped = true;
                 let told = server.free_at + self.timing.reply_share + self.timing.latency;
                 self.wall_s = self.wall_s.max(told);
-                self.record(w, &workers[w], told, server.ps.last_staleness(s))?;
+                let staleness = server.group.lead().last_staleness(s);
+                self.record(w, &workers[w], told, staleness)?;
             }
             return Ok(());
         }
         let mut ready = std::mem::take(&mut server.ready);
-        server.ps.release(&mut ready);
+        server.group.release(&mut ready);
         let released = ready.clone();
         server.ready = ready;
         let t_answer = server.free_at;
@@ -522,12 +447,13 @@ impl Engine<'_, '_> {
         t: f64,
     ) -> Result<()> {
         let cfg = self.sim.cfg;
+        server.group.weights_into(&mut server.whole);
         let weights = match cfg.compression.reply {
-            Precision::F32 => server.ps.weights(),
+            Precision::F32 => &server.whole,
             Precision::Bf16 => {
                 let mut packed = Vec::new();
-                bf16::pack_rounded(server.ps.weights(), &mut packed);
-                self.reply.resize(server.ps.weights().len(), 0.0);
+                bf16::pack_rounded(&server.whole, &mut packed);
+                self.reply.resize(server.whole.len(), 0.0);
                 bf16::decode(&packed, &mut self.reply).context("a 16-bit reply")?;
                 &self.reply
             }
@@ -543,7 +469,7 @@ impl Engine<'_, '_> {
             let w = server.members[slot];
             let worker = &mut workers[w];
             if worker.clock > 0 {
-                let staleness = server.ps.last_staleness(slot);
+                let staleness = server.group.lead().last_staleness(slot);
                 Self::record_row(self.sim, w, worker, arrives, staleness)?;
             }
             worker.received_s = arrives;
