@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Starts every shipped config (configs/*.toml) as its header says: on its declared rank
-# count (the header's "# ranks: N" line; none: one process) with nothing overridden, and
+# count (the header's "# ranks: N" line; none: one process) with nothing overridden, on the
+# simulated clock where the header says "# clock: simulated" (gssp train --simulate), and
 # stops it once it trains (a rank's log holds its first row). Fails, showing the end of the
 # job's output, for a config that stops with an error or has not trained within
 # GSSP_SMOKE_LIMIT_S seconds (default 180). A smoke start, not a training run: CI proves
@@ -36,7 +37,9 @@ for config in configs/*.toml; do
     ranks=$(sed -n 's/^# ranks: *\([0-9][0-9]*\).*/\1/p' "$config" | head -n 1)
     dir="$out/$name"
     cmd=("$bin" train --config "$config" --out "$dir")
-    if [ -n "$ranks" ]; then
+    if grep -q '^# clock: simulated' "$config"; then
+        cmd+=(--simulate ${ranks:+--ranks "$ranks"})
+    elif [ -n "$ranks" ]; then
         cmd=(mpirun -n "$ranks" --oversubscribe --bind-to none "${cmd[@]}")
     fi
     start=$SECONDS

@@ -4,7 +4,9 @@
 //! A config states its world size in a `# ranks: N` comment before its first table; a config
 //! without one is a single-process config and must be valid on 1 rank. When the header shows
 //! an `mpirun` command, that command must start N ranks on this very file, so copying the
-//! line from the header runs what the file says.
+//! line from the header runs what the file says; a config whose header says `# clock:
+//! simulated` (a cluster this machine cannot run) shows the `gssp train --simulate` line
+//! instead.
 
 use std::path::{Path, PathBuf};
 
@@ -81,6 +83,16 @@ fn job_configs_name_their_run_and_their_mpirun_line() {
             ));
         }
         let lines = header(&text);
+        if lines.iter().any(|l| l.trim() == "# clock: simulated") {
+            let expect = format!("train --config configs/{stem}.toml --simulate");
+            if !lines.iter().any(|l| l.contains(&expect)) {
+                failures.push(format!(
+                    "{}: a simulated config's header should show `{expect}`",
+                    path.display()
+                ));
+            }
+            continue;
+        }
         let Some(mpirun) = lines.iter().find(|l| l.contains("mpirun ")) else {
             failures.push(format!(
                 "{}: no mpirun command in the header",

@@ -233,6 +233,27 @@ mod tests {
         (cfg, v.ranks)
     }
 
+    /// The simulated study's files load on their sizes (servers counted: 4 groups at 100,
+    /// 16 and 64 at 1,000), each mode at its screened rate.
+    #[test]
+    fn the_simulated_scale_variants_load_with_their_screened_rates() {
+        let (gssp, ranks) = scale_variant(100, "gssp-s10");
+        let bound = crate::config::Staleness::Bound(10);
+        assert_eq!((gssp.optim.lr, gssp.sync.gssp.staleness), (0.05, bound));
+        assert_eq!(ranks, 104);
+        let (gssp, ranks) = scale_variant(1000, "gssp-auto");
+        let auto = crate::config::Staleness::Auto;
+        assert_eq!((gssp.optim.lr, gssp.sync.gssp.staleness), (1.0, auto));
+        assert_eq!(ranks, 1016);
+        let (_, ranks) = scale_variant(1000, "gssp-g64-s2");
+        assert_eq!(ranks, 1064);
+        let (ar, ranks) = scale_variant(1000, "allreduce-balanced");
+        assert_eq!(
+            (ar.optim.lr, ar.optim.warmup_epochs, ranks),
+            (0.05, 2.0, 1000)
+        );
+    }
+
     /// The per-size files of the scale study load on their sizes, with each mode's
     /// candidate schedules as tuned there (not variants.toml's).
     #[test]
