@@ -9,9 +9,10 @@
 //!   it up, in `runtime::setup`, since the layout's type lives above this layer).
 //! - A mode may refuse its settings' resume ([`Mode::resume_refusal`]): gssp with local
 //!   steps, since a checkpoint does not record its workers' replicas. A run of sharded
-//!   servers (`sync.shards` > 1) resumes on its own rank count only, each shard from its
-//!   own file (one range of the weights), whatever its mode; one that also regrouped is
-//!   refused (it would be laid out anew, below, which joins no ranges yet).
+//!   servers (`sync.shards` > 1) resumes on its own rank count with each shard from its own
+//!   file (one range of the weights); on another, or laid out anew after regrouping, each
+//!   group's ranges are joined into the model and cut anew for the new shards
+//!   ([`super::rescale`]).
 //! - On another rank count a mode changes the settings that name the old world's ranks
 //!   ([`Mode::refit_to_world`]): gssp's `grouping = "static"` becomes grouping by profile
 //!   (and the resolved config says so).
@@ -28,7 +29,7 @@ use std::path::Path;
 
 use super::store::{self, CheckpointError, Manifest};
 use crate::config::modes::Roles;
-use crate::config::{Config, Shards};
+use crate::config::Config;
 
 /// What fitting a resumed run to its world decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,22 +53,7 @@ pub fn fit(
     agrees_with_config(manifest, cfg, &store::manifest_path(dir)).map_err(|e| e.to_string())?;
     let mode = cfg.sync.strategy();
     let saved = manifest.world_size;
-    if cfg.sync.shards != Shards::Count(1) && world_size != saved {
-        return Err(format!(
-            "--resume on {world_size} ranks: {} ran sharded servers (sync.shards = {}) on {saved} ranks, whose files hold one range each, and a resume on another rank count does not join and cut them anew yet; resume it on {saved} ranks",
-            dir.display(),
-            cfg.sync.shards
-        ));
-    }
     let regrouping = mode.regrouping(&cfg.sync).is_some();
-    if cfg.sync.shards != Shards::Count(1) && regrouping {
-        return Err(format!(
-            "--resume: {} ran sharded servers (sync.shards = {}) that regroup (sync.gssp.regroup_every_s = {}): its workers may have moved, so it is laid out anew, and its files hold one range each, which a resume does not join and cut anew yet; it cannot be resumed",
-            dir.display(),
-            cfg.sync.shards,
-            cfg.sync.gssp.regroup_every_s
-        ));
-    }
     if let Some(reason) = mode.resume_refusal(&cfg.sync) {
         return Err(format!(
             "--resume: {} {reason}; it cannot be resumed",
@@ -205,21 +191,12 @@ mod tests {
     }
 
     #[test]
-    fn a_run_of_sharded_servers_resumes_on_its_own_rank_count_only() {
+    fn a_run_of_sharded_servers_resumes_on_another_rank_count_and_after_regrouping() {
         let (mut cfg, manifest) = saved(&["sync.mode=ssp", "sync.shards=2"], 6);
         let fitted = fit(&mut cfg.clone(), &manifest, dir(), 6).unwrap();
         assert_eq!(fitted.workers, 4);
-        let err = fit(&mut cfg, &manifest, dir(), 7).unwrap_err();
-        assert!(
-            err.starts_with("--resume on 7 ranks")
-                && err.contains("sync.shards = 2")
-                && err.contains("resume it on 6 ranks"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn a_run_of_sharded_servers_that_regroup_is_refused_naming_both_settings() {
+        let fitted = fit(&mut cfg, &manifest, dir(), 7).unwrap();
+        assert_eq!((fitted.workers, fitted.relayout), (5, false));
         let sets = [
             "sync.mode=gssp",
             "sync.gssp.groups=2",
@@ -227,16 +204,8 @@ mod tests {
             "sync.gssp.regroup_every_s=5",
         ];
         let (mut cfg, manifest) = saved(&sets, 8);
-        let err = fit(&mut cfg, &manifest, dir(), 8).unwrap_err();
-        assert!(
-            err.starts_with("--resume: ")
-                && err.contains("sync.shards = 2")
-                && err.contains("sync.gssp.regroup_every_s = 5")
-                && err.ends_with("it cannot be resumed"),
-            "{err}"
-        );
-        let (mut cfg, manifest) = saved(&sets[..3], 8);
-        assert!(fit(&mut cfg, &manifest, dir(), 8).is_ok());
+        let fitted = fit(&mut cfg, &manifest, dir(), 8).unwrap();
+        assert!(fitted.relayout, "a regrouped run is laid out anew");
     }
 
     #[test]

@@ -16,6 +16,11 @@
 //! ranks of allreduce and localsgd) is split evenly over the new workers: each continues at
 //! batch `floor(work / workers)` of its new shard, so the epoch count, the learning-rate
 //! schedule and `run.epochs` continue (less than one batch per worker is done again).
+//!
+//! Sharded servers (`sync.shards`) saved one range of the model each: a group's files are
+//! first joined into the whole model ([`join_shards`], every tensor laid end to end in
+//! shard order), the groups' wholes merged, and each new server or shard takes its range of
+//! the result ([`cut`]); only a group's first shard counts its pushes as work done.
 
 use std::path::PathBuf;
 
@@ -46,8 +51,9 @@ impl Rescale {
         workers: usize,
     ) -> Result<Rescale, CheckpointError> {
         let saved_ranks = saved_ranks(resume)?;
+        let counted = counted_ranks(resume, &saved_ranks);
         let mut work = 0u64;
-        for &rank in &saved_ranks {
+        for &rank in &counted {
             let meta: RankMeta = store::read_rank_meta(&resume.dir, &resume.manifest, rank)?;
             work = work.saturating_add(meta.steps);
         }
@@ -65,6 +71,33 @@ impl Rescale {
     /// its own (allreduce, localsgd): the saved ranks in turn.
     pub fn source(&self, rank: usize) -> usize {
         self.saved_ranks[rank % self.saved_ranks.len()]
+    }
+}
+
+/// The saved ranks whose pushes count as work done: a sharded group's first shard alone
+/// (the saved layout's `servers`, where it names any of `saved`), else every saved rank.
+fn counted_ranks(resume: &Resume, saved: &[usize]) -> Vec<usize> {
+    let first_shards: Vec<usize> = resume
+        .manifest
+        .layout
+        .as_ref()
+        .filter(|l| {
+            l.get("shards")
+                .and_then(|s| s.as_array())
+                .is_some_and(|s| !s.is_empty())
+        })
+        .and_then(|l| l.get("servers"))
+        .and_then(|s| s.as_array())
+        .map(|s| {
+            s.iter()
+                .filter_map(|r| r.as_u64())
+                .map(|r| r as usize)
+                .collect()
+        })
+        .unwrap_or_default();
+    match first_shards.iter().any(|r| saved.contains(r)) {
+        true => first_shards,
+        false => saved.to_vec(),
     }
 }
 
@@ -117,6 +150,65 @@ pub fn merge(
         values.iter_mut().for_each(|x| *x *= scale);
     }
     Ok(merged)
+}
+
+/// The files of one group's shards (shard order), joined into one file of the whole model:
+/// every tensor the shards' ranges laid end to end, the counts and snapshot rows the first
+/// shard's (a group's shards save at one point, each with the same clocks and pushes).
+pub fn join_shards(
+    files: Vec<(PathBuf, RankFile<RankMeta>)>,
+) -> Result<(PathBuf, RankFile<RankMeta>), CheckpointError> {
+    let mut files = files.into_iter();
+    let Some((first_path, mut joined)) = files.next() else {
+        return Err(CheckpointError::Corrupt {
+            path: PathBuf::from("(checkpoint)"),
+            reason: "a group without a shard's file".into(),
+        });
+    };
+    for (path, mut file) in files {
+        if file.tensors.len() != joined.tensors.len() {
+            return Err(CheckpointError::Corrupt {
+                path,
+                reason: format!(
+                    "{} tensors, {} has {}",
+                    file.tensors.len(),
+                    first_path.display(),
+                    joined.tensors.len()
+                ),
+            });
+        }
+        for (name, values) in joined.tensors.iter_mut() {
+            let range = file
+                .tensors
+                .remove(name)
+                .ok_or_else(|| CheckpointError::Corrupt {
+                    path: path.clone(),
+                    reason: format!("no tensor {name}, which {} has", first_path.display()),
+                })?;
+            values.extend(range);
+        }
+    }
+    Ok((first_path, joined))
+}
+
+/// `file`, a whole model's, cut to `range`: every tensor's values there.
+pub fn cut(
+    mut file: RankFile<RankMeta>,
+    range: std::ops::Range<usize>,
+) -> Result<RankFile<RankMeta>, CheckpointError> {
+    for (name, values) in file.tensors.iter_mut() {
+        let part = values
+            .get(range.clone())
+            .ok_or_else(|| CheckpointError::Corrupt {
+                path: PathBuf::from("(the merged checkpoint)"),
+                reason: format!(
+                    "tensor {name} has {} values, the range {range:?} is past them",
+                    values.len()
+                ),
+            })?;
+        *values = part.to_vec();
+    }
+    Ok(file)
 }
 
 /// Adds `file` (read from `path`) into `sum` (the first file, read from `first`).
@@ -225,6 +317,39 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("rank-4") && err.contains("2 values"), "{err}");
+    }
+
+    #[test]
+    fn a_groups_shards_join_into_the_whole_model_and_a_range_is_cut_from_it() {
+        let (p0, mut a) = file(vec![1.0, 2.0], 5, 1);
+        let (p1, mut b) = file(vec![3.0], 5, 1);
+        a.tensors.insert("momentum".into(), vec![0.1, 0.2]);
+        b.tensors.insert("momentum".into(), vec![0.3]);
+        b.tensors.insert("snapshot.0".into(), vec![9.0]);
+        let (path, joined) = join_shards(vec![(p0.clone(), a), (p1, b)]).unwrap();
+        assert_eq!(path, p0);
+        assert_eq!(joined.tensors["weights"], [1.0, 2.0, 3.0]);
+        assert_eq!(joined.tensors["momentum"], [0.1, 0.2, 0.3]);
+        assert_eq!(joined.tensors["snapshot.0"], [0.0, 0.0, 9.0]);
+        assert_eq!(
+            joined.meta.steps, 5,
+            "a group's pushes, not its shards' sum"
+        );
+        let part = cut(joined, 1..3).unwrap();
+        assert_eq!(part.tensors["weights"], [2.0, 3.0]);
+        assert_eq!(part.tensors["momentum"], [0.2, 0.3]);
+        let err = cut(part, 1..5).unwrap_err().to_string();
+        assert!(err.contains("range 1..5"), "{err}");
+    }
+
+    #[test]
+    fn a_shard_missing_a_tensor_is_named() {
+        let (p0, a) = file(vec![1.0], 5, 0);
+        let (p1, mut b) = file(vec![2.0], 5, 0);
+        b.tensors.remove("momentum");
+        b.tensors.insert("other".into(), vec![1.0]);
+        let err = join_shards(vec![(p0, a), (p1, b)]).unwrap_err().to_string();
+        assert!(err.contains("rank-5") && err.contains("momentum"), "{err}");
     }
 
     #[test]

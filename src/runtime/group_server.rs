@@ -90,7 +90,7 @@ pub fn serve_group(
     let exchanges = mode.exchanges() && layout.servers.len() > 1;
     let params = model.weights.len();
     let range = layout.served_range(rank, params);
-    let model = model.shard(range);
+    let model = model.shard(range.clone());
     let n = model.weights.len();
     // Every shard predicts with the whole model, so that all take the same decision.
     let mut regroup = mode
@@ -106,7 +106,7 @@ pub fn serve_group(
         .context("server without its group's communicator")?;
     let mut link = ServerLink::new(group_comm, &slots, HEADER_WORDS, n)?.with_copy(parallel::copy);
     let mut ps = param_server(cfg, layout, group, model.weights, slots.len());
-    let resumed = restore(ctx, group, &mut ps, snapshots)?;
+    let resumed = restore(ctx, (group, range.clone()), &mut ps, snapshots)?;
     // After the restore, which sets every slot's clock.
     for (w, _) in slots.iter().enumerate().filter(|(_, s)| s.is_none()) {
         ps.leave(w);
@@ -266,7 +266,7 @@ pub fn batches_per_group_push(layout: &Layout) -> Vec<f64> {
 /// optimizer, clocks, snapshots); what else it saved, `None` for a fresh run.
 fn restore(
     ctx: &RunContext<'_>,
-    group: usize,
+    (group, range): (usize, std::ops::Range<usize>),
     ps: &mut ParamServer,
     snapshots: &mut Snapshots,
 ) -> Result<Option<RankFile<RankMeta>>> {
@@ -277,9 +277,11 @@ fn restore(
     // Each shard restores its own file (its range); an unsharded server is its group's rank.
     let rank = ctx.comm.rank();
     let sizes: Vec<usize> = ctx.layout.groups.iter().map(Vec::len).collect();
-    let (file, restored) = saver::restore_server(r, rank, ps, every_s, (group, &sizes))?;
+    let (file, restored) = saver::restore_server(r, (rank, range), ps, every_s, (group, &sizes))?;
     let first = ctx.layout.servers[group];
-    if rank != first {
+    // Resumed on its own ranks, each shard's file must be at its first shard's point; a
+    // rescaled one is cut from one merged model.
+    if rank != first && r.rescale.is_none() {
         let theirs = r.load(first)?;
         let paths = (r.path(rank), r.path(first));
         saver::shards_agree(&file.meta, &theirs.meta, paths)?;

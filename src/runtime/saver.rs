@@ -3,7 +3,7 @@
 //! first of them, and it commits the checkpoint. The modes decide when and bring their
 //! state to a quiet point first (see [`crate::checkpoint`]).
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::checkpoint::rescale::{self, Rescale};
 use crate::checkpoint::store::{self, FileEntry};
@@ -211,12 +211,12 @@ pub fn save_replica<C: Collectives, B: Backend>(
 /// Restores group server world rank `rank` from its file: replica, optimizer state, model
 /// version and its workers' clocks; returns the file with what else it holds (its meta:
 /// pushes, what it knew of the other groups; the exchange's tensors) and its snapshots.
-/// On another rank count it restores the saved servers' merged file instead
-/// (`rescaled_server_file`); `group_sizes` are the workers of each group of the new
-/// layout, `group_sizes.0` the index of this server's.
+/// On another rank count it restores the saved servers' merged file instead, cut to
+/// `range`, the part of the model it serves (`rescaled_server_file`); `group_sizes` are the
+/// workers of each group of the new layout, `group_sizes.0` the index of this server's.
 pub fn restore_server(
     resume: &Resume,
-    rank: usize,
+    (rank, range): (usize, std::ops::Range<usize>),
     ps: &mut ParamServer,
     snapshot_every_s: f64,
     group_sizes: (usize, &[usize]),
@@ -224,7 +224,7 @@ pub fn restore_server(
     let path = resume.path(rank);
     let workers = ps.clock().clocks().len();
     let mut file = match &resume.rescale {
-        Some(rs) => rescaled_server_file(resume, rs, group_sizes, workers)?,
+        Some(rs) => rescaled_server_file(resume, rs, (group_sizes, range), workers)?,
         None => load(resume, rank)?,
     };
     let n = ps.weights().len();
@@ -283,24 +283,30 @@ pub fn shards_agree(
 }
 
 /// What a server of a run resumed on another rank count starts from: the saved servers'
-/// files merged ([`rescale::merge`]: the mean replica, the mean optimizer and outer-optimizer
-/// state, the snapshots all took), with the counts of the new layout: every worker at the
-/// same clock, its share of the work done (so the SSP bound holds from the start); each
-/// group's pushes its workers' clocks summed; this group's speed its workers' share of the
-/// saved groups' speeds together. `(group, sizes)`: this server's group and the workers of
-/// every group of the new layout; `slots`: the server's worker slots (a regrouping server
-/// has one for every worker of the run, the others' absent).
+/// files, a sharded group's joined into the whole model first ([`rescale::join_shards`]),
+/// merged ([`rescale::merge`]: the mean replica, the mean optimizer and outer-optimizer
+/// state, the snapshots all took) and cut to `range`, the part this server serves
+/// ([`rescale::cut`]), with the counts of the new layout: every worker at the same clock,
+/// its share of the work done (so the SSP bound holds from the start); each group's pushes
+/// its workers' clocks summed; this group's speed its workers' share of the saved groups'
+/// speeds together. `(group, sizes)`: this server's group and the workers of every group of
+/// the new layout; `slots`: the server's worker slots (a regrouping server has one for
+/// every worker of the run, the others' absent).
 fn rescaled_server_file(
     resume: &Resume,
     rs: &Rescale,
-    (group, sizes): (usize, &[usize]),
+    ((group, sizes), range): ((usize, &[usize]), std::ops::Range<usize>),
     slots: usize,
 ) -> Result<RankFile<RankMeta>> {
-    let mut files = Vec::with_capacity(rs.saved_ranks.len());
-    for &r in &rs.saved_ranks {
-        files.push((resume.path(r), load(resume, r)?));
+    let mut wholes = Vec::new();
+    for ranks in saved_groups(resume, &rs.saved_ranks)? {
+        let mut files = Vec::with_capacity(ranks.len());
+        for r in ranks {
+            files.push((resume.path(r), load(resume, r)?));
+        }
+        wholes.push(rescale::join_shards(files)?);
     }
-    let mut file = rescale::merge(files)?;
+    let mut file = rescale::cut(rescale::merge(wholes)?, range)?;
     let clock = rs.per_worker;
     let mine = sizes.get(group).copied().unwrap_or(0);
     let m = &mut file.meta;
@@ -309,6 +315,27 @@ fn rescaled_server_file(
     m.group_pushes = sizes.iter().map(|&w| clock * w as u64).collect();
     m.speed *= mine as f64 / rs.workers.max(1) as f64;
     Ok(file)
+}
+
+/// The saved servers' ranks by group, each group's shards in shard order (the saved
+/// layout's `servers` and `shards`); without shards, each saved rank on its own.
+fn saved_groups(resume: &Resume, saved: &[usize]) -> Result<Vec<Vec<usize>>> {
+    let layout: Option<crate::protocol::layout::Layout> = match &resume.manifest.layout {
+        Some(l) => Some(
+            serde_json::from_value(l.clone())
+                .with_context(|| format!("{}: layout", resume.manifest_path().display()))?,
+        ),
+        None => None,
+    };
+    let Some(layout) = layout.filter(|l| !l.shards.is_empty()) else {
+        return Ok(saved.iter().map(|&r| vec![r]).collect());
+    };
+    Ok(layout
+        .servers
+        .iter()
+        .zip(&layout.shards)
+        .map(|(&first, rest)| std::iter::once(first).chain(rest.iter().copied()).collect())
+        .collect())
 }
 
 #[cfg(test)]
