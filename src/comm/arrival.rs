@@ -58,6 +58,20 @@ impl SubComm {
     /// every other rank of the communicator to come to it too. Returns the ranks (of this
     /// communicator) that had not come when the time ran out; empty when all came.
     pub fn arrive(&self, meeting: u64, timeout: Duration) -> Result<Vec<usize>, CommError> {
+        self.arrive_within(meeting, 0, timeout)
+    }
+
+    /// [`SubComm::arrive`], where a rank that came to a meeting at most `slack` numbers
+    /// from this rank's counts as come. A nonblocking reduction completes on each rank on
+    /// its own: when one rank stops, a rank that already finished reduction n gives up on
+    /// n + 1 while another gives up on n, and both came (no rank can be further apart: to
+    /// finish n + 1 takes every rank's part of it).
+    pub fn arrive_within(
+        &self,
+        meeting: u64,
+        slack: u64,
+        timeout: Duration,
+    ) -> Result<Vec<usize>, CommError> {
         let deadline = Instant::now() + timeout;
         let me = self.rank();
         let others: Vec<usize> = (0..self.size()).filter(|&r| r != me).collect();
@@ -71,7 +85,7 @@ impl SubComm {
             for i in pending {
                 if test(&mut posted.recvs[i])?.is_none() {
                     still.push(i);
-                } else if posted.got[i] != meeting {
+                } else if posted.got[i].abs_diff(meeting) > slack {
                     return Err(CommError::Invalid {
                         what: "meeting arrival",
                         detail: format!(

@@ -284,7 +284,8 @@ impl<'a, B: Backend> Replica<'a, B> {
         {
             return Ok(());
         }
-        let absent = self.watch.arrive(self.reductions, timeout)?;
+        // One apart: a rank may have finished the reduction this rank gave up on.
+        let absent = self.watch.arrive_within(self.reductions, 1, timeout)?;
         let late = late_reduction(&absent, iteration, self.cfg.run.meeting_timeout_s);
         Err(match saver.resume_hint() {
             Some(hint) => anyhow::anyhow!("{late}; {hint}"),
