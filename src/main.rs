@@ -356,6 +356,10 @@ struct ClockArgs {
     /// `gssp train --burst-us`.
     #[arg(long, requires = "simulate", default_value_t = 0.0)]
     burst_us: f64,
+    /// --simulate: how many jobs train at once (default: one a core). A simulated job's
+    /// times do not depend on what runs beside it, and each takes one core.
+    #[arg(long, requires = "simulate")]
+    jobs: Option<usize>,
 }
 
 impl ClockArgs {
@@ -363,6 +367,9 @@ impl ClockArgs {
         match self.simulate {
             true => gssp::tools::bench::jobs::Clock::Simulated {
                 burst_s: self.burst_us * 1e-6,
+                jobs: self
+                    .jobs
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
             },
             false => gssp::tools::bench::jobs::Clock::Wall,
         }

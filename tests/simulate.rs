@@ -247,3 +247,64 @@ fn what_the_simulated_clock_cannot_run_is_refused_naming_the_key_before_any_step
         );
     }
 }
+
+/// `gssp bench paper --simulate --jobs 2` trains its variants side by side: the table lists
+/// them in the variants file's order, and every run's eval.csv is, bit for bit, the one the
+/// same sitting writes one job at a time (a simulated run does not depend on what runs
+/// beside it).
+#[test]
+fn simulated_jobs_side_by_side_write_the_files_of_one_job_at_a_time() {
+    let s = Scratch::new();
+    let scenario = base_toml()
+        + "[heterogeneity]\nslowdown = [1.0, 1.0, 2.0, 2.0]\nunit_s = 0.01\n"
+        + "[sync.gssp]\ngroups = 2\nprofile_iters = 3\n";
+    let config = s.config("scenario", &scenario);
+    let variants = s.tmp.path().join("variants.toml");
+    std::fs::write(
+        &variants,
+        "[[variant]]\nname = \"gssp\"\nset = [\"sync.mode=gssp\"]\n\
+         [[variant]]\nname = \"asp\"\nset = [\"sync.mode=asp\"]\n\
+         [[variant]]\nname = \"allreduce\"\nset = [\"sync.mode=allreduce\"]\n",
+    )
+    .expect("write the variants");
+    let sitting = |jobs: &str| {
+        let out = s.out(&format!("jobs-{jobs}"));
+        let done = Command::new(common::gssp_bin())
+            .args([
+                "bench",
+                "paper",
+                "--simulate",
+                "--jobs",
+                jobs,
+                "--budget-s",
+                "1",
+            ])
+            .arg("--config")
+            .arg(&config)
+            .arg("--variants")
+            .arg(&variants)
+            .arg("--out")
+            .arg(&out)
+            .env("OPENBLAS_NUM_THREADS", "1")
+            .output()
+            .expect("run gssp bench paper --simulate");
+        let stderr = String::from_utf8_lossy(&done.stderr);
+        assert!(done.status.success(), "--jobs {jobs}: {stderr}");
+        out
+    };
+    let (one, side_by_side) = (sitting("1"), sitting("3"));
+    let table = std::fs::read_to_string(side_by_side.join("bench.json")).expect("bench.json");
+    let rows: serde_json::Value = serde_json::from_str(&table).expect("bench.json parses");
+    let names: Vec<&str> = rows
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["mode"].as_str())
+        .collect();
+    assert_eq!(names, ["gssp", "asp", "allreduce"], "{table}");
+    for name in names {
+        let [a, b] = [&one, &side_by_side]
+            .map(|dir| std::fs::read(dir.join(name).join("eval.csv")).expect("a run's eval.csv"));
+        assert!(a == b, "{name}: eval.csv differs with jobs side by side");
+    }
+}

@@ -62,12 +62,24 @@ fn wall_clock() -> String {
     crate::telemetry::WALL.to_string()
 }
 
-/// Which clock a bench's jobs train on: under mpirun on this machine, or on the simulated
-/// clock in one process each (`--simulate`; `burst_s` as `gssp train --burst-us` says).
+/// Which clock a bench's jobs train on: under mpirun on this machine, one job at a time, or
+/// on the simulated clock in one process each (`--simulate`; `burst_s` as `gssp train
+/// --burst-us` says), `jobs` of them at once: a simulated run's times are the simulator's,
+/// whatever runs beside it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Clock {
     Wall,
-    Simulated { burst_s: f64 },
+    Simulated { burst_s: f64, jobs: usize },
+}
+
+impl Clock {
+    /// How many jobs may train at once on this clock.
+    fn parallel_jobs(self) -> usize {
+        match self {
+            Clock::Wall => 1,
+            Clock::Simulated { jobs, .. } => jobs.max(1),
+        }
+    }
 }
 
 /// The part of `summary.json` the table reads.
@@ -132,7 +144,7 @@ pub fn launch(job: &Job<'_>) -> Result<()> {
         .arg(job.config)
         .arg("--out")
         .arg(job.dir);
-    if let (Some(ranks), Clock::Simulated { burst_s }) = (job.ranks, job.clock) {
+    if let (Some(ranks), Clock::Simulated { burst_s, .. }) = (job.ranks, job.clock) {
         cmd.arg("--simulate")
             .arg("--ranks")
             .arg(ranks.to_string())
@@ -181,9 +193,9 @@ pub fn launch(job: &Job<'_>) -> Result<()> {
     Ok(())
 }
 
-/// Runs every variant of `config` (with `common` overrides) under mpirun (or on the
-/// simulated clock), one after the other, into `out/<name>`; returns the table rows in
-/// order.
+/// Runs every variant of `config` (with `common` overrides) under mpirun, one after the
+/// other, or on the simulated clock, as many at once as the clock allows, into
+/// `out/<name>`; returns the table rows in the variants' order.
 pub fn run_all(
     config: &Path,
     common: &[String],
@@ -192,38 +204,73 @@ pub fn run_all(
     (job_timeout_s, clock): (u64, Clock),
 ) -> Result<Vec<BenchRow>> {
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    let mut rows = Vec::new();
-    for v in variants {
-        let dir = out.join(&v.name);
-        let overrides: Vec<String> = common.iter().chain(&v.overrides).cloned().collect();
-        let t = Instant::now();
-        let launched = launch(&Job {
-            name: &v.name,
-            config,
-            ranks: Some(v.ranks),
-            overrides: &overrides,
-            dir: &dir,
-            timeout_s: job_timeout_s,
-            clock,
-        });
-        let row = match launched {
-            Ok(()) => read_row(&v.name, v.ranks, &dir)?,
-            Err(e) if diverged(&dir) => {
-                eprintln!("bench: {} diverged: {e:#}", v.name);
-                diverged_row(&v.name, v.ranks, config, &overrides, &dir)?
-            }
-            Err(e) => return Err(e),
-        };
-        eprintln!(
-            "bench: {} done in {:.0} s: time to target {}, accuracy {:.2}%",
-            v.name,
-            t.elapsed().as_secs_f64(),
-            fmt_opt(row.time_to_target_s),
-            100.0 * row.accuracy_at_budget
-        );
-        rows.push(row);
+    let run = |v: &Variant| run_one(config, common, v, out, (job_timeout_s, clock));
+    let workers = clock.parallel_jobs().min(variants.len());
+    if workers <= 1 {
+        return variants.iter().map(run).collect();
     }
-    Ok(rows)
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done: Vec<std::sync::Mutex<Option<Result<BenchRow>>>> = variants
+        .iter()
+        .map(|_| std::sync::Mutex::new(None))
+        .collect();
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(v) = variants.get(i) else { break };
+                let row = run(v);
+                if let Ok(mut slot) = done[i].lock() {
+                    *slot = Some(row);
+                }
+            });
+        }
+    });
+    done.into_iter()
+        .zip(variants)
+        .map(|(slot, v)| match slot.into_inner() {
+            Ok(Some(row)) => row,
+            _ => Err(anyhow::anyhow!("bench: {} did not run to its end", v.name)),
+        })
+        .collect()
+}
+
+/// Runs variant `v` into `out/<name>` and reads its row (a diverged run's row says so).
+fn run_one(
+    config: &Path,
+    common: &[String],
+    v: &Variant,
+    out: &Path,
+    (job_timeout_s, clock): (u64, Clock),
+) -> Result<BenchRow> {
+    let dir = out.join(&v.name);
+    let overrides: Vec<String> = common.iter().chain(&v.overrides).cloned().collect();
+    let t = Instant::now();
+    let launched = launch(&Job {
+        name: &v.name,
+        config,
+        ranks: Some(v.ranks),
+        overrides: &overrides,
+        dir: &dir,
+        timeout_s: job_timeout_s,
+        clock,
+    });
+    let row = match launched {
+        Ok(()) => read_row(&v.name, v.ranks, &dir)?,
+        Err(e) if diverged(&dir) => {
+            eprintln!("bench: {} diverged: {e:#}", v.name);
+            diverged_row(&v.name, v.ranks, config, &overrides, &dir)?
+        }
+        Err(e) => return Err(e),
+    };
+    eprintln!(
+        "bench: {} done in {:.0} s: time to target {}, accuracy {:.2}%",
+        v.name,
+        t.elapsed().as_secs_f64(),
+        fmt_opt(row.time_to_target_s),
+        100.0 * row.accuracy_at_budget
+    );
+    Ok(row)
 }
 
 /// `ompi_info`'s output, or empty when it cannot run.
