@@ -1,7 +1,7 @@
 //! `asp`: one server applies each push at once and answers at once (with
 //! `optim.delay_compensation`, DC-ASGD).
 
-use super::{Apply, Bound, Mode, Roles, Simulation};
+use super::{Apply, Bound, Mode, PlanRow, Roles, Simulation};
 use crate::config::{SyncConfig, SyncMode};
 
 pub struct Asp;
@@ -17,6 +17,19 @@ impl Mode for Asp {
 
     fn simulation(&self) -> Simulation {
         Simulation::Servers { round: false }
+    }
+
+    /// asp, and DC-ASGD: asp with delay compensation.
+    fn plan_rows(&self) -> &'static [PlanRow] {
+        const ROWS: &[PlanRow] = &[
+            PlanRow::configured("asp"),
+            PlanRow::configured("asp-dc").delay_compensated(),
+        ];
+        ROWS
+    }
+
+    fn bench_variants(&self) -> &'static [&'static str] {
+        &["asp", "asp-dc"]
     }
 
     fn bound(&self) -> Bound {

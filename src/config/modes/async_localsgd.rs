@@ -3,7 +3,7 @@
 //! the change, which the server applies at once through Delayed Nesterov
 //! (`[sync.async_localsgd]`).
 
-use super::{Apply, Bound, LocalSteps, Mode, Preparation, Reports, Roles, Simulation};
+use super::{Apply, Bound, LocalSteps, Mode, PlanRow, Preparation, Reports, Roles, Simulation};
 use crate::config::{OuterConfig, SyncConfig, SyncMode};
 
 pub struct AsyncLocalsgd;
@@ -19,6 +19,15 @@ impl Mode for AsyncLocalsgd {
 
     fn simulation(&self) -> Simulation {
         Simulation::Servers { round: false }
+    }
+
+    fn plan_rows(&self) -> &'static [PlanRow] {
+        const ROWS: &[PlanRow] = &[PlanRow::configured("async-localsgd")];
+        ROWS
+    }
+
+    fn bench_variants(&self) -> &'static [&'static str] {
+        &["async-localsgd"]
     }
 
     fn bound(&self) -> Bound {

@@ -1,6 +1,6 @@
 //! `bsp`: one server waits for every worker's push and steps on their mean.
 
-use super::{Apply, Bound, Mode, Roles, Simulation};
+use super::{Apply, Bound, Mode, PlanRow, Roles, Simulation};
 use crate::config::{SyncConfig, SyncMode};
 
 pub struct Bsp;
@@ -16,6 +16,18 @@ impl Mode for Bsp {
 
     fn simulation(&self) -> Simulation {
         Simulation::Servers { round: true }
+    }
+
+    fn plan_rows(&self) -> &'static [PlanRow] {
+        const ROWS: &[PlanRow] = &[
+            PlanRow::configured("bsp"),
+            PlanRow::balanced("bsp-balanced"),
+        ];
+        ROWS
+    }
+
+    fn bench_variants(&self) -> &'static [&'static str] {
+        &["bsp", "bsp-balanced"]
     }
 
     fn bound(&self) -> Bound {

@@ -4,7 +4,7 @@
 //! their local steps made.
 
 use super::{
-    Apply, Bound, LocalSteps, Mode, Preparation, Regrouping, Reports, Roles, ServerCount,
+    Apply, Bound, LocalSteps, Mode, PlanRow, Preparation, Regrouping, Reports, Roles, ServerCount,
     Simulation,
 };
 use crate::config::{Grouping, Staleness, SyncConfig, SyncMode};
@@ -22,6 +22,25 @@ impl Mode for Gssp {
 
     fn simulation(&self) -> Simulation {
         Simulation::Servers { round: false }
+    }
+
+    /// Its workers grouped by speed at each group count the plan tries, and its variants at
+    /// the recommended count ([`super::PlanWorkers::Grouped`]).
+    fn plan_rows(&self) -> &'static [PlanRow] {
+        const ROWS: &[PlanRow] = &[PlanRow::grouped("gssp")];
+        ROWS
+    }
+
+    /// Its exchange dense, top-k at one ratio, GDTopK (the ratio follows each group's
+    /// speed), GDTopK with an outer optimizer and GDTopK with local steps.
+    fn bench_variants(&self) -> &'static [&'static str] {
+        &[
+            "gssp",
+            "gssp-topk",
+            "gssp-gdtopk",
+            "gssp-gdtopk-outer",
+            "gssp-gdtopk-local",
+        ]
     }
 
     /// One server per group: `groups`, or up to `max_groups` with `groups = "auto"`.

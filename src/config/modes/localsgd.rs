@@ -1,7 +1,7 @@
 //! `localsgd`: no server; every rank takes `sync.localsgd.local_steps` steps on its own
 //! replica, then the ranks average their replicas (`crate::runtime::collective`).
 
-use super::{Averaging, Mode, Reports, Roles, Simulation};
+use super::{Averaging, Mode, PlanRow, Reports, Roles, Simulation};
 use crate::config::{SyncConfig, SyncMode};
 
 pub struct Localsgd;
@@ -17,6 +17,18 @@ impl Mode for Localsgd {
 
     fn simulation(&self) -> Simulation {
         Simulation::Collective { local_steps: true }
+    }
+
+    fn plan_rows(&self) -> &'static [PlanRow] {
+        const ROWS: &[PlanRow] = &[
+            PlanRow::configured("localsgd"),
+            PlanRow::balanced("localsgd-balanced"),
+        ];
+        ROWS
+    }
+
+    fn bench_variants(&self) -> &'static [&'static str] {
+        &["localsgd", "localsgd-balanced"]
     }
 
     fn averaging(&self, sync: &SyncConfig) -> Option<Averaging> {

@@ -2,16 +2,20 @@
 //! rest of the program asks about a mode: who its ranks are and how many serve, how its
 //! servers bound staleness and apply a push, whether its workers take local steps, how its
 //! collective averages, what a fresh run measures at set-up, what its summary reports, how
-//! `gssp plan` simulates it and what a resumed run changes. [`of`] registers them. The
-//! layers above act on the answers (`protocol::layout` lays the roles out, `runtime` runs
-//! them, `tools::plan` simulates them, `checkpoint::fit` resumes them) and never match on
-//! [`SyncMode`], so a new mode is one module here and one line in [`of`]
-//! (docs/design.md, "Adding a mode").
+//! `gssp plan` simulates it and which rows of its comparison it shows, which variants of
+//! `gssp bench`'s comparison it brings, and what a resumed run changes. `register!`
+//! registers them: one line a mode gives both [`of`] (a mode's strategy) and [`all`]
+//! (every strategy, which `gssp plan` and the bench's variants check walk). The layers
+//! above act on the answers (`protocol::layout` lays the roles out, `runtime` runs them,
+//! `tools::plan` simulates them, `checkpoint::fit` resumes them) and never match on
+//! [`SyncMode`] nor list modes by name, so a new mode is one module here and one line in
+//! the registration (docs/design.md, "Adding a mode").
 //!
 //! The strategies are pure: no MPI, no files. They live in `config`, beside [`SyncMode`] and
 //! the sections their answers read, because every layer asks, the checkpoint layer beside
 //! this one included. Balanced variants (`[sync.balance]`) are a setting the modes with
-//! workers read, not modes of their own.
+//! workers read, not modes of their own; a mode names the balanced rows and variants it
+//! shows ([`PlanRow::balanced`], [`Mode::bench_variants`]).
 
 mod allreduce;
 mod asp;
@@ -24,18 +28,40 @@ mod ssp;
 
 use super::{OuterConfig, Staleness, SyncConfig, SyncMode};
 
-/// The strategy of `mode`: the registration of every mode.
-pub fn of(mode: SyncMode) -> &'static dyn Mode {
-    match mode {
-        SyncMode::Single => &single::Single,
-        SyncMode::Bsp => &bsp::Bsp,
-        SyncMode::Asp => &asp::Asp,
-        SyncMode::Ssp => &ssp::Ssp,
-        SyncMode::Gssp => &gssp::Gssp,
-        SyncMode::Allreduce => &allreduce::Allreduce,
-        SyncMode::Localsgd => &localsgd::Localsgd,
-        SyncMode::AsyncLocalsgd => &async_localsgd::AsyncLocalsgd,
-    }
+/// The registration: each `SyncMode` variant and its strategy, one line a mode, in the
+/// order `gssp plan` lists their rows. It makes [`of`], whose match is exhaustive (a
+/// variant left out does not compile), and [`all`] from the same lines, so the two cannot
+/// drift apart.
+macro_rules! register {
+    ($($variant:ident => $strategy:expr,)+) => {
+        /// The strategy of `mode`: the registration of every mode.
+        pub fn of(mode: SyncMode) -> &'static dyn Mode {
+            match mode {
+                $(SyncMode::$variant => &$strategy,)+
+            }
+        }
+
+        /// Every registered mode, in order of registration.
+        const REGISTERED: &[SyncMode] = &[$(SyncMode::$variant,)+];
+    };
+}
+
+register! {
+    Single => single::Single,
+    Bsp => bsp::Bsp,
+    Asp => asp::Asp,
+    Ssp => ssp::Ssp,
+    Gssp => gssp::Gssp,
+    Allreduce => allreduce::Allreduce,
+    Localsgd => localsgd::Localsgd,
+    AsyncLocalsgd => async_localsgd::AsyncLocalsgd,
+}
+
+/// Every mode's strategy, in order of registration: what `gssp plan` asks for its rows and
+/// the bench's variants check for the variants each brings, so a new mode joins both by
+/// its registration alone.
+pub fn all() -> impl Iterator<Item = &'static dyn Mode> {
+    REGISTERED.iter().map(|&mode| of(mode))
 }
 
 impl SyncMode {
@@ -57,6 +83,21 @@ pub trait Mode: Sync {
 
     /// How `gssp plan` simulates its timing (and `gssp bench plan` a measured run of it).
     fn simulation(&self) -> Simulation;
+
+    /// The rows `gssp plan`'s comparison shows for it, each simulated as
+    /// [`Mode::simulation`] says (none: it is left out of the comparison, as single is).
+    fn plan_rows(&self) -> &'static [PlanRow] {
+        const ROWS: &[PlanRow] = &[];
+        ROWS
+    }
+
+    /// The variants it brings to `gssp bench`'s comparison: names of
+    /// configs/bench/variants.toml's `[[variant]]`s, which hold their tuned settings and
+    /// run it (`sync.mode`). A unit test of `tools::bench::variants` holds the file to
+    /// exactly the variants every registered mode brings.
+    fn bench_variants(&self) -> &'static [&'static str] {
+        &[]
+    }
 
     /// The ranks it reserves as servers (ranks `0..S`): one for a server mode, none
     /// otherwise.
@@ -328,22 +369,82 @@ pub enum Simulation {
     Servers { round: bool },
 }
 
+/// A row of `gssp plan`'s comparison that a mode shows: plain data that `tools::plan`
+/// turns into a simulation. The mode's own answers say the rest: its servers or collective
+/// ([`Mode::simulation`]), their bound ([`Mode::bound`], [`Mode::staleness`]) and its
+/// workers' local steps ([`Mode::local_steps`]), at the plan's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanRow {
+    /// The row's name in the table (`asp-dc`): the mode's name, or one that begins with it.
+    pub name: &'static str,
+    /// Which workers it simulates and how it groups them.
+    pub workers: PlanWorkers,
+    /// Its servers compensate each gradient's delay (`optim.delay_compensation`, DC-ASGD):
+    /// one more pass over the parameters per apply.
+    pub delay_compensation: bool,
+}
+
+impl PlanRow {
+    /// A row of the configured workers in one group.
+    pub const fn configured(name: &'static str) -> PlanRow {
+        PlanRow {
+            name,
+            workers: PlanWorkers::Configured,
+            delay_compensation: false,
+        }
+    }
+
+    /// A row of the workers with batches in proportion to speed, in one group.
+    pub const fn balanced(name: &'static str) -> PlanRow {
+        PlanRow {
+            workers: PlanWorkers::Balanced,
+            ..PlanRow::configured(name)
+        }
+    }
+
+    /// The rows of the workers grouped by speed (see [`PlanWorkers::Grouped`]).
+    pub const fn grouped(name: &'static str) -> PlanRow {
+        PlanRow {
+            workers: PlanWorkers::Grouped,
+            ..PlanRow::configured(name)
+        }
+    }
+
+    /// This row with delay compensation.
+    pub const fn delay_compensated(self) -> PlanRow {
+        PlanRow {
+            delay_compensation: true,
+            ..self
+        }
+    }
+}
+
+/// Which workers a plan row simulates and how it groups them. The plan lists the rows in
+/// this order (every mode's configured rows, then the balanced, then the grouped), each
+/// kind in order of registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PlanWorkers {
+    /// The workers at their configured speeds, in one group (one server, or one
+    /// collective).
+    Configured,
+    /// The workers with batches in proportion to speed (`sync.balance`), in one group.
+    Balanced,
+    /// The workers grouped by speed, one server a group bounding it by its own bound: a row
+    /// `<name>` per group count the plan tries, then at the recommended count (the fewest
+    /// groups within the tolerance of the fastest) its variants: `<name>-local` (local steps
+    /// per push), `<name>-overlap` (a step ahead), `<name>-sharded`,
+    /// `<name>-sharded-overlap` and `<name>-sharded-local` (several server ranks a group)
+    /// and the same three `<name>-sharded-colocated` on the workers' nodes (gssp).
+    Grouped,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::{Grouping, Groups, OuterKind};
 
-    /// Every sync mode, in the order of [`SyncMode`].
-    const ALL: [SyncMode; 8] = [
-        SyncMode::Single,
-        SyncMode::Bsp,
-        SyncMode::Asp,
-        SyncMode::Ssp,
-        SyncMode::Gssp,
-        SyncMode::Allreduce,
-        SyncMode::Localsgd,
-        SyncMode::AsyncLocalsgd,
-    ];
+    /// Every sync mode, in order of registration.
+    const ALL: &[SyncMode] = REGISTERED;
 
     /// The default `[sync]` section running `mode`.
     fn sync(mode: SyncMode) -> SyncConfig {
@@ -355,10 +456,86 @@ mod tests {
 
     #[test]
     fn every_mode_has_its_own_strategy() {
-        for mode in ALL {
+        for &mode in ALL {
             assert_eq!(of(mode).mode(), mode);
             assert_eq!(mode.strategy().mode(), mode);
             assert_eq!(sync(mode).strategy().mode(), mode);
+        }
+        let modes: Vec<SyncMode> = all().map(|s| s.mode()).collect();
+        assert_eq!(modes, ALL);
+    }
+
+    /// Every variant of [`SyncMode`] is registered once: the names serde reads (its list
+    /// of the enum's variants, from the error an unknown name gives) are [`all`]'s. The
+    /// registration makes this so (`register!`); the test holds it without trusting that.
+    #[test]
+    fn every_sync_mode_is_registered_once() {
+        use serde::de::{value::Error, value::StrDeserializer, IntoDeserializer};
+        use serde::Deserialize;
+        let unknown: StrDeserializer<Error> = "?".into_deserializer();
+        let err = SyncMode::deserialize(unknown).unwrap_err().to_string();
+        let (_, list) = err.split_once("expected one of ").unwrap();
+        let mut names: Vec<String> = list
+            .split(", ")
+            .map(|n| n.trim_matches('`').into())
+            .collect();
+        let mut registered: Vec<String> = all().map(|s| s.mode().to_string()).collect();
+        names.sort();
+        registered.sort();
+        assert_eq!(registered, names);
+    }
+
+    /// The rows and variants each mode shows, by name, and the rules their names keep:
+    /// each begins with its mode's, and no two rows (or variants) share one.
+    #[test]
+    fn each_mode_names_its_plan_rows_and_bench_variants() {
+        use PlanWorkers::*;
+        let rows = |mode: SyncMode| -> Vec<(&str, PlanWorkers, bool)> {
+            let rows = of(mode).plan_rows().iter();
+            rows.map(|r| (r.name, r.workers, r.delay_compensation))
+                .collect()
+        };
+        assert_eq!(rows(SyncMode::Single), []);
+        assert_eq!(
+            rows(SyncMode::Bsp),
+            [
+                ("bsp", Configured, false),
+                ("bsp-balanced", Balanced, false)
+            ]
+        );
+        assert_eq!(
+            rows(SyncMode::Asp),
+            [("asp", Configured, false), ("asp-dc", Configured, true)]
+        );
+        assert_eq!(rows(SyncMode::Gssp), [("gssp", Grouped, false)]);
+        assert_eq!(of(SyncMode::Single).bench_variants(), [] as [&str; 0]);
+        let gssp = of(SyncMode::Gssp).bench_variants();
+        assert!(gssp.contains(&"gssp-gdtopk"), "{gssp:?}");
+        let mut names: Vec<&str> = all().flat_map(|s| s.plan_rows()).map(|r| r.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(
+            names.len(),
+            all().map(|s| s.plan_rows().len()).sum::<usize>()
+        );
+        let mut names: Vec<&str> = all().flat_map(|s| s.bench_variants()).copied().collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(
+            names.len(),
+            all().map(|s| s.bench_variants().len()).sum::<usize>()
+        );
+        for s in all() {
+            let mode = s.mode().to_string();
+            let names = s.plan_rows().iter().map(|r| r.name);
+            for name in names.chain(s.bench_variants().iter().copied()) {
+                let own = name == mode || name.starts_with(&format!("{mode}-"));
+                assert!(own, "{mode} names {name}");
+            }
+            // The grouped rows are of servers, one a group.
+            for row in s.plan_rows().iter().filter(|r| r.workers == Grouped) {
+                assert_eq!(s.roles(), Roles::Servers, "{}", row.name);
+            }
         }
     }
 
@@ -566,7 +743,7 @@ mod tests {
         assert!(s.gssp.static_groups.is_empty());
         // The same settings under another mode: none of it applies.
         s.gssp.grouping = Grouping::Static;
-        for mode in ALL.into_iter().filter(|&m| m != SyncMode::Gssp) {
+        for &mode in ALL.iter().filter(|&&m| m != SyncMode::Gssp) {
             s.mode = mode;
             assert_eq!(s.strategy().regrouping(&s), None, "{mode}");
             assert_eq!(s.strategy().resume_refusal(&s), None, "{mode}");

@@ -1,7 +1,7 @@
 //! `ssp`: one server applies each push at once, answering a worker only while it is at
 //! most `sync.ssp.staleness` pushes ahead of the slowest.
 
-use super::{Apply, Bound, Mode, Roles, Simulation};
+use super::{Apply, Bound, Mode, PlanRow, Roles, Simulation};
 use crate::config::{Staleness, SyncConfig, SyncMode};
 
 pub struct Ssp;
@@ -17,6 +17,15 @@ impl Mode for Ssp {
 
     fn simulation(&self) -> Simulation {
         Simulation::Servers { round: false }
+    }
+
+    fn plan_rows(&self) -> &'static [PlanRow] {
+        const ROWS: &[PlanRow] = &[PlanRow::configured("ssp")];
+        ROWS
+    }
+
+    fn bench_variants(&self) -> &'static [&'static str] {
+        &["ssp"]
     }
 
     fn staleness(&self, sync: &SyncConfig) -> Staleness {

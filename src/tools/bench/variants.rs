@@ -1,6 +1,14 @@
 //! The variants a comparison runs (`bench paper`, `bench scale`), read from a TOML file:
 //! each a name and the `--set` overrides that make it, after the scenario config's own
 //! settings (configs/bench/variants.toml holds the tuned baselines).
+//!
+//! Which variants the default comparison holds is the registered modes' to say: each
+//! names those it brings ([`crate::config::modes::Mode::bench_variants`]), and the file
+//! holds their tuned settings, since tuning is the file's. A unit test here holds
+//! [`DEFAULT_FILE`] to exactly the variants every registered mode brings, each under its
+//! mode (its `sync.mode`), so a mode registered without its variants' settings, or a
+//! variant left in the file after its mode dropped it, fails the tests rather than a
+//! bench. The other files are hand-picked subsets for one study each, and stay so.
 
 use std::path::Path;
 
@@ -132,6 +140,41 @@ mod tests {
         ];
         let want: Vec<(String, usize)> = want.iter().map(|(n, r)| (n.to_string(), *r)).collect();
         assert_eq!(ranks, want);
+    }
+
+    /// The default file defines exactly the variants the registered modes bring, each
+    /// running the mode that brings it (no name twice: [`load`] refuses it in the file, and
+    /// a unit test of `config::modes` among the modes).
+    #[test]
+    fn the_default_variants_are_those_the_registered_modes_bring() {
+        use crate::config::{modes, SyncMode};
+        let config = Path::new("configs/paper_lenet5_mnist.toml");
+        let defined: Vec<(String, SyncMode)> = paper()
+            .into_iter()
+            .map(|v| {
+                let mode = Config::load(config, &v.overrides).unwrap().sync.mode;
+                (v.name, mode)
+            })
+            .collect();
+        let brought: Vec<(String, SyncMode)> = modes::all()
+            .flat_map(|m| {
+                m.bench_variants()
+                    .iter()
+                    .map(move |&v| (v.into(), m.mode()))
+            })
+            .collect();
+        for (name, mode) in &brought {
+            let found = defined.iter().find(|(n, _)| n == name);
+            let found = found.unwrap_or_else(|| panic!("{DEFAULT_FILE} lacks {name} ({mode})"));
+            assert_eq!(found.1, *mode, "{DEFAULT_FILE}: {name} runs another mode");
+        }
+        for (name, mode) in &defined {
+            let of_mode = brought.iter().any(|(n, m)| n == name && m == mode);
+            assert!(
+                of_mode,
+                "{DEFAULT_FILE}: {name} is no variant {mode} brings"
+            );
+        }
     }
 
     /// A scenario config tunes gssp's optimiser; the baselines keep the schedule each was

@@ -9,6 +9,14 @@
 //!   compression settings;
 //! - the model's size P (4-byte parameters).
 //!
+//! Which rows it shows is every registered mode's to say ([`Mode::plan_rows`], in
+//! [`crate::config::modes`]): each row names its workers (configured, balanced, or grouped
+//! by speed at each group count, with the grouped row's variants) and whether its servers
+//! compensate delay, and the mode's own answers say the rest: servers or a collective
+//! ([`Mode::simulation`]), their bound ([`Mode::bound`], [`Mode::staleness`]) and its
+//! workers' local steps ([`Mode::local_steps`]) at the plan's settings ([`PlanOptions`]).
+//! No list of modes lives here, so a new mode shows its rows by its registration alone.
+//!
 //! What it models, per mode:
 //!
 //! - parameter-server modes (bsp, asp, DC-ASGD, ssp, gssp with 1..G groups): each server is
@@ -53,8 +61,10 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::compute::model::Trainable;
-use crate::config::modes::least_staleness;
-use crate::config::Staleness;
+use crate::config::modes::{
+    self, least_staleness, LocalSteps, Mode, PlanRow, PlanWorkers, Simulation,
+};
+use crate::config::{Staleness, SyncConfig, SyncMode};
 use crate::protocol::costmodel::{groups_for, CostModel, AUTO_GROUPS_TOLERANCE};
 use crate::protocol::grouping::{dynamic_local_steps, GroupingError};
 pub use workers::Workload;
@@ -274,7 +284,8 @@ pub struct Plan {
     pub horizon_s: f64,
     pub predictions: Vec<Prediction>,
     /// The fewest gssp groups within [`AUTO_GROUPS_TOLERANCE`] of the fastest gssp row (the
-    /// rule of `sync.gssp.groups = "auto"`).
+    /// rule of `sync.gssp.groups = "auto"`): the first grouped row's ([`PlanWorkers::Grouped`]),
+    /// 1 where no mode shows one.
     pub recommended_groups: usize,
 }
 
@@ -287,135 +298,162 @@ pub fn horizon(work: &Workload, opts: &PlanOptions) -> f64 {
     })
 }
 
-/// Simulates every mode on `work` (gssp with each of `opts.group_counts`).
+/// Simulates every registered mode's rows ([`Mode::plan_rows`]) on `work`: the rows of the
+/// configured workers, then the balanced, then the grouped (gssp's, with each of
+/// `opts.group_counts` and its variants at the recommended count), each kind in order of
+/// registration ([`modes::all`]). No mode is named here: a mode's rows come with its
+/// registration.
 pub fn plan(work: &Workload, cost: &CostModel, opts: &PlanOptions) -> Result<Plan, PlanError> {
-    let n = work.times.len();
     let horizon_s = horizon(work, opts);
-    let all = vec![(0..n).collect::<Vec<_>>()];
-    let ps = |groups: Vec<Vec<usize>>, bounds, round, extra| {
-        let scheme = servers::PsScheme {
-            groups,
-            bounds,
-            round,
-            extra_apply_passes: extra,
-            ..servers::PsScheme::default()
+    let mut rows: Vec<(&dyn Mode, &PlanRow)> = modes::all()
+        .flat_map(|mode| mode.plan_rows().iter().map(move |row| (mode, row)))
+        .collect();
+    // A stable sort: each kind's rows stay in order of registration.
+    rows.sort_by_key(|(_, row)| row.workers);
+    let any_balanced = rows.iter().any(|(_, r)| r.workers == PlanWorkers::Balanced);
+    let balanced = any_balanced
+        .then(|| work.balanced(opts.balance_bounds))
+        .transpose()?;
+    let at = (cost, opts, horizon_s);
+    let mut predictions = Vec::new();
+    let mut recommended_groups = None;
+    for (mode, row) in rows {
+        match row.workers {
+            PlanWorkers::Configured => predictions.push(one_group_row(mode, row, work, at)),
+            PlanWorkers::Balanced => {
+                let even = balanced.as_ref();
+                predictions.extend(even.map(|even| one_group_row(mode, row, even, at)));
+            }
+            PlanWorkers::Grouped => {
+                let (grouped, recommended) = grouped_rows(mode, row, work, at)?;
+                predictions.extend(grouped);
+                recommended_groups.get_or_insert(recommended);
+            }
+        }
+    }
+    Ok(Plan {
+        workers: work.times.len(),
+        params: cost.params,
+        horizon_s,
+        predictions,
+        recommended_groups: recommended_groups.unwrap_or(1),
+    })
+}
+
+impl PlanOptions {
+    /// The `[sync]` section of a run of `mode` at these settings, for the answers the plan
+    /// asks its strategy ([`Mode::staleness`], [`Mode::local_steps`]).
+    fn sync(&self, mode: SyncMode) -> SyncConfig {
+        let mut sync = SyncConfig {
+            mode,
+            ..SyncConfig::default()
         };
-        servers::simulate(&scheme, work, cost, horizon_s, opts.seed)
+        sync.ssp.staleness = self.ssp_staleness;
+        sync.gssp.staleness = self.gssp_staleness;
+        sync.localsgd.local_steps = self.local_steps;
+        sync.async_localsgd.local_steps = self.async_local_steps;
+        sync.async_localsgd.dynamic_local_steps = true;
+        sync
+    }
+}
+
+/// `mode`'s `row` on all of `work`'s workers in one group: one server, or one collective
+/// (`opts.local_steps` between averages where it averages after local steps).
+fn one_group_row(
+    mode: &dyn Mode,
+    row: &PlanRow,
+    work: &Workload,
+    (cost, opts, horizon_s): (&CostModel, &PlanOptions, f64),
+) -> Prediction {
+    let (servers, outcome) = match mode.simulation() {
+        Simulation::Collective { local_steps } => {
+            let steps = if local_steps { opts.local_steps } else { 1 };
+            let o = collective::simulate(steps, work, cost, horizon_s, opts.seed);
+            (None, o)
+        }
+        Simulation::Servers { .. } => {
+            let all = vec![(0..work.times.len()).collect()];
+            let (scheme, _) = server_scheme(mode, row, work, all, (cost, opts));
+            let o = servers::simulate(&scheme, work, cost, horizon_s, opts.seed);
+            (Some(1), o)
+        }
     };
-    let async_local = servers::PsScheme {
-        groups: all.clone(),
-        bounds: vec![None],
-        local_steps: dynamic_local_steps(opts.async_local_steps, &work.times),
+    Prediction::from_outcome(row.name, servers, &outcome)
+}
+
+/// The servers of `mode`'s `row` over `groups` of `work`'s workers, each bounding its group
+/// as the mode's servers do at the plan's settings, and the bound each group records (the
+/// mode's staleness: [`group_bounds`]).
+fn server_scheme(
+    mode: &dyn Mode,
+    row: &PlanRow,
+    work: &Workload,
+    groups: Vec<Vec<usize>>,
+    (cost, opts): (&CostModel, &PlanOptions),
+) -> (servers::PsScheme, Vec<usize>) {
+    let sync = opts.sync(mode.mode());
+    let recorded = group_bounds(work, &groups, mode.staleness(&sync), cost.reply_s());
+    let local_steps = mode.local_steps(&sync);
+    let scheme = servers::PsScheme {
+        groups,
+        bounds: recorded.iter().map(|&b| mode.bound().of_group(b)).collect(),
+        round: mode.simulation() == Simulation::Servers { round: true },
+        extra_apply_passes: if row.delay_compensation { 1.0 } else { 0.0 },
+        local_steps: local_steps.map_or_else(Vec::new, |l| each_workers_steps(l, &work.times)),
         ..servers::PsScheme::default()
     };
-    let mut predictions = vec![
-        Prediction::from_outcome("bsp", Some(1), &ps(all.clone(), vec![Some(0)], true, 0.0)),
-        Prediction::from_outcome("asp", Some(1), &ps(all.clone(), vec![None], false, 0.0)),
-        Prediction::from_outcome("asp-dc", Some(1), &ps(all.clone(), vec![None], false, 1.0)),
-        Prediction::from_outcome(
-            "ssp",
-            Some(1),
-            &ps(all.clone(), vec![Some(opts.ssp_staleness)], false, 0.0),
-        ),
-        Prediction::from_outcome(
-            "allreduce",
-            None,
-            &collective::simulate(1, work, cost, horizon_s, opts.seed),
-        ),
-        Prediction::from_outcome(
-            "localsgd",
-            None,
-            &collective::simulate(opts.local_steps, work, cost, horizon_s, opts.seed),
-        ),
-        Prediction::from_outcome(
-            "async-localsgd",
-            Some(1),
-            &servers::simulate(&async_local, work, cost, horizon_s, opts.seed),
-        ),
-    ];
-    predictions.extend(balanced_rows(work, cost, opts, horizon_s)?);
+    (scheme, recorded)
+}
+
+/// Each worker's local steps per push under `steps`: in proportion to its speed (of
+/// `times`) where dynamic, else the same.
+fn each_workers_steps(steps: LocalSteps, times: &[f64]) -> Vec<usize> {
+    match steps.dynamic {
+        true => dynamic_local_steps(steps.per_push, times),
+        false => vec![steps.per_push; times.len()],
+    }
+}
+
+/// `mode`'s grouped `row` ([`PlanWorkers::Grouped`]): a row per group count of
+/// `opts.group_counts` (those within the worker count), its workers grouped by speed, then
+/// its variants at the recommended count; and that count, the fewest groups within
+/// [`AUTO_GROUPS_TOLERANCE`] of the fastest (the rule of `sync.gssp.groups = "auto"`).
+fn grouped_rows(
+    mode: &dyn Mode,
+    row: &PlanRow,
+    work: &Workload,
+    (cost, opts, horizon_s): (&CostModel, &PlanOptions, f64),
+) -> Result<(Vec<Prediction>, usize), GroupingError> {
+    let n = work.times.len();
     let spreads = vec![0.0; n];
-    let mut gssp = Vec::new();
+    let mut plain = Vec::new();
     for &g in opts.group_counts.iter().filter(|&&g| (1..=n).contains(&g)) {
         let groups = groups_for(&work.times, &spreads, g)?;
-        let bounds = gssp_bounds(work, &groups, opts.gssp_staleness, cost.reply_s());
-        let o = ps(
-            groups,
-            bounds.iter().map(|&b| Some(b)).collect(),
-            false,
-            0.0,
-        );
-        let mut row = Prediction::from_outcome("gssp", Some(g), &o);
-        row.bounds = Some(bounds);
-        gssp.push(row);
+        let (scheme, bounds) = server_scheme(mode, row, work, groups, (cost, opts));
+        let o = servers::simulate(&scheme, work, cost, horizon_s, opts.seed);
+        let mut p = Prediction::from_outcome(row.name, Some(g), &o);
+        p.bounds = Some(bounds);
+        plain.push(p);
     }
-    let best = gssp.iter().map(|p| p.images_per_s).fold(0.0, f64::max);
-    let recommended_groups = gssp
+    let best = plain.iter().map(|p| p.images_per_s).fold(0.0, f64::max);
+    let recommended = plain
         .iter()
         .find(|p| p.images_per_s >= best * (1.0 - AUTO_GROUPS_TOLERANCE))
         .and_then(|p| p.servers)
         .unwrap_or(1);
-    let at_recommended = gssp.iter().find(|p| p.servers == Some(recommended_groups));
+    let at_recommended = plain.iter().find(|p| p.servers == Some(recommended));
     let variant_row = |variant| {
-        let row = at_recommended?;
-        Some(gssp_variant(
-            work,
-            cost,
-            opts,
-            (recommended_groups, row),
-            variant,
-        ))
+        let p = at_recommended?;
+        Some(gssp_variant(work, cost, opts, (recommended, p), variant))
     };
     let local = variant_row(GsspVariant::local(opts, &work.times));
     let ahead = variant_row(GsspVariant::overlap());
-    let sharded = sharded_rows(work, cost, opts, &gssp)?;
-    predictions.extend(gssp);
-    predictions.extend(local.transpose()?);
-    predictions.extend(ahead.transpose()?);
-    predictions.extend(sharded);
-    Ok(Plan {
-        workers: n,
-        params: cost.params,
-        horizon_s,
-        predictions,
-        recommended_groups,
-    })
-}
-
-/// The synchronous modes with batches in proportion to speed: bsp, allreduce and local SGD
-/// on [`Workload::balanced`].
-fn balanced_rows(
-    work: &Workload,
-    cost: &CostModel,
-    opts: &PlanOptions,
-    horizon_s: f64,
-) -> Result<Vec<Prediction>, PlanError> {
-    let even = work.balanced(opts.balance_bounds)?;
-    let all = vec![(0..even.times.len()).collect::<Vec<_>>()];
-    let bsp = servers::PsScheme {
-        groups: all,
-        bounds: vec![Some(0)],
-        round: true,
-        ..servers::PsScheme::default()
-    };
-    let (h, seed) = (opts.local_steps, opts.seed);
-    Ok(vec![
-        Prediction::from_outcome(
-            "bsp-balanced",
-            Some(1),
-            &servers::simulate(&bsp, &even, cost, horizon_s, seed),
-        ),
-        Prediction::from_outcome(
-            "allreduce-balanced",
-            None,
-            &collective::simulate(1, &even, cost, horizon_s, seed),
-        ),
-        Prediction::from_outcome(
-            "localsgd-balanced",
-            None,
-            &collective::simulate(h, &even, cost, horizon_s, seed),
-        ),
-    ])
+    let sharded = sharded_rows(work, cost, opts, &plain)?;
+    let mut rows = plain;
+    rows.extend(local.transpose()?);
+    rows.extend(ahead.transpose()?);
+    rows.extend(sharded);
+    Ok((rows, recommended))
 }
 
 /// gssp with sharded servers, without and with overlap, at the group count and shards per
@@ -535,11 +573,11 @@ fn colocated_rows(
     ])
 }
 
-/// A variant of gssp at the recommended group count: its row's name, its workers' local
-/// steps per push (empty: one each), whether they compute a step ahead, and its server
-/// ranks per group.
+/// A variant of a grouped row (gssp's, [`PlanWorkers::Grouped`]) at a group count: what
+/// its name adds to the row's (`-local`), its workers' local steps per push (empty: one
+/// each), whether they compute a step ahead, and its server ranks per group.
 struct GsspVariant {
-    name: &'static str,
+    suffix: &'static str,
     local_steps: Vec<usize>,
     overlap: bool,
     shards: usize,
@@ -551,13 +589,10 @@ impl GsspVariant {
     /// gssp with local steps (`opts.gssp_local_steps`, in proportion to each of `times`
     /// where dynamic), at the `gssp` row's bounds.
     fn local(opts: &PlanOptions, times: &[f64]) -> GsspVariant {
-        let (steps, dynamic) = opts.gssp_local_steps;
+        let (per_push, dynamic) = opts.gssp_local_steps;
         GsspVariant {
-            name: "gssp-local",
-            local_steps: match dynamic {
-                true => dynamic_local_steps(steps, times),
-                false => vec![steps; times.len()],
-            },
+            suffix: "-local",
+            local_steps: each_workers_steps(LocalSteps { per_push, dynamic }, times),
             overlap: false,
             shards: 1,
             colocated: false,
@@ -568,9 +603,9 @@ impl GsspVariant {
     /// step ahead with `overlap`.
     fn sharded(shards: usize, overlap: bool) -> GsspVariant {
         GsspVariant {
-            name: match overlap {
-                true => "gssp-sharded-overlap",
-                false => "gssp-sharded",
+            suffix: match overlap {
+                true => "-sharded-overlap",
+                false => "-sharded",
             },
             local_steps: Vec::new(),
             overlap,
@@ -582,9 +617,9 @@ impl GsspVariant {
     /// [`GsspVariant::sharded`] with each shard beside a worker, on the workers' nodes.
     fn colocated(shards: usize, overlap: bool) -> GsspVariant {
         GsspVariant {
-            name: match overlap {
-                true => "gssp-sharded-colocated-overlap",
-                false => "gssp-sharded-colocated",
+            suffix: match overlap {
+                true => "-sharded-colocated-overlap",
+                false => "-sharded-colocated",
             },
             colocated: true,
             ..GsspVariant::sharded(shards, overlap)
@@ -601,9 +636,9 @@ impl GsspVariant {
         colocated: bool,
     ) -> GsspVariant {
         GsspVariant {
-            name: match colocated {
-                true => "gssp-sharded-colocated-local",
-                false => "gssp-sharded-local",
+            suffix: match colocated {
+                true => "-sharded-colocated-local",
+                false => "-sharded-local",
             },
             shards,
             colocated,
@@ -616,7 +651,7 @@ impl GsspVariant {
     /// the `gssp` row at bound 0, each step one push staler.
     fn overlap() -> GsspVariant {
         GsspVariant {
-            name: "gssp-overlap",
+            suffix: "-overlap",
             local_steps: Vec::new(),
             overlap: true,
             shards: 1,
@@ -653,7 +688,8 @@ fn gssp_variant(
         false => servers::simulate,
     };
     let o = simulate(&scheme, work, cost, horizon(work, opts), opts.seed);
-    let mut row = Prediction::from_outcome(variant.name, Some(groups), &o);
+    let name = format!("{}{}", gssp.mode, variant.suffix);
+    let mut row = Prediction::from_outcome(&name, Some(groups), &o);
     row.bounds = Some(bounds);
     row.shards = (variant.shards > 1).then_some(variant.shards);
     row.local_steps = fastest_steps;
@@ -664,11 +700,12 @@ fn gssp_variant(
     Ok(row)
 }
 
-/// Each gssp group's SSP bound under `staleness`. For `"auto"`, the run's rule on the
+/// Each group's SSP bound under `staleness` (a mode's, [`Mode::staleness`]: gssp's, ssp's,
+/// 0 where its servers keep none). For `"auto"`, the run's rule on the
 /// simulated workers: a worker's slowest profiled iteration is a transient straggler's
 /// (`straggler_factor` times its own) where stragglers occur, else its own; a reply takes
 /// `reply_s`.
-fn gssp_bounds(
+fn group_bounds(
     work: &Workload,
     groups: &[Vec<usize>],
     staleness: Staleness,
