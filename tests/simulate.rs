@@ -308,3 +308,34 @@ fn simulated_jobs_side_by_side_write_the_files_of_one_job_at_a_time() {
         assert!(a == b, "{name}: eval.csv differs with jobs side by side");
     }
 }
+
+/// A worker's log has one row an iteration, and its wait is part of its time: when a server
+/// stops, each of its workers is told once, however many pushes still arrive.
+#[test]
+fn each_worker_logs_each_iteration_once_and_waits_less_than_it_runs() {
+    let s = Scratch::new();
+    let sets = [
+        "sync.mode=asp",
+        "run.epochs=0.3",
+        "run.log_every=1",
+        "heterogeneity.slowdown=[1.0, 1.0, 2.0, 4.0, 4.0]",
+        "heterogeneity.unit_s=0.01",
+    ];
+    let run = simulate_ok(&s, "asp", 6, &sets);
+    for rank in 1..6 {
+        let iterations = run.rank_csv(rank).col("iteration");
+        assert!(
+            iterations.windows(2).all(|p| p[1] == p[0] + 1.0),
+            "rank {rank}: iterations {iterations:?}"
+        );
+    }
+    let summary = run.summary();
+    let waits = summary["worker_wait_fractions"]
+        .as_array()
+        .expect("the workers' waits");
+    assert_eq!(waits.len(), 5);
+    for wait in waits {
+        let wait = wait.as_f64().expect("a wait fraction");
+        assert!((0.0..1.0).contains(&wait), "wait fraction {wait}");
+    }
+}

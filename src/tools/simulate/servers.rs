@@ -414,8 +414,10 @@ impl Engine<'_, '_> {
         server.free_at = end;
         server.ready.clear();
         if server.stopping {
+            // Each worker is told once: a retired worker stays waiting on the clock.
             let v: Vec<usize> = (0..server.members.len())
                 .filter(|&s| server.group.lead().clock().is_waiting(s))
+                .filter(|&s| !workers[server.members[s]].stopped)
                 .collect();
             for s in v {
                 server.group.retire(s);
