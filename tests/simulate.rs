@@ -339,3 +339,33 @@ fn each_worker_logs_each_iteration_once_and_waits_less_than_it_runs() {
         assert!((0.0..1.0).contains(&wait), "wait fraction {wait}");
     }
 }
+
+/// A group server whose pushes come rarer than the snapshots still has one copy per
+/// interval, so the run evaluates the groups' average at every interval, each of one
+/// moment: a slow group (pushes every 0.1 s) beside a fast one, snapshots every 0.05 s.
+#[test]
+fn a_slow_group_leaves_a_snapshot_at_every_interval() {
+    let s = Scratch::new();
+    let sets = [
+        "sync.mode=gssp",
+        "sync.gssp.groups=2",
+        "sync.gssp.grouping=static",
+        "sync.gssp.static_groups=[[2,3],[4,5]]",
+        "run.epochs=0",
+        "run.time_budget_s=3",
+        "run.snapshot_every_s=0.05",
+        "heterogeneity.slowdown=[1.0, 1.0, 20.0, 20.0]",
+        "heterogeneity.unit_s=0.01",
+    ];
+    let run = simulate_ok(&s, "slow-group", 6, &sets);
+    let times = run.eval().col("time_s");
+    let snapshots = &times[..times.len() - 1];
+    let (first, last) = (snapshots[0], snapshots[snapshots.len() - 1]);
+    let intervals = ((last - first) / 0.05).round() as usize + 1;
+    assert!(
+        snapshots.len() + 2 >= intervals,
+        "{} snapshots from {first} s to {last} s, {intervals} intervals",
+        snapshots.len()
+    );
+    assert!(times.windows(2).all(|t| t[0] <= t[1]), "{times:?}");
+}

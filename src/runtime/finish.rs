@@ -147,7 +147,7 @@ fn evaluate<B: Backend>(
     let mut evaluator = Evaluator::with_bn_calibration(corpus, &step.net, cfg.run.seed);
     let mut eval_log = run.csv::<EvalRow>("eval.csv")?;
     let mut evals = Vec::new();
-    for (row, weights) in models.snapshots {
+    for (row, weights) in Snapshots::distinct(models.snapshots) {
         step.net.params_from_host(&weights);
         let ev = evaluator.evaluate(&mut step.net, corpus)?;
         let row = ev.row(row.time_s, row.epoch, row.iteration);

@@ -10,6 +10,12 @@ use crate::config::Config;
 
 /// Copies of the model taken at fixed wall-clock intervals during training and
 /// evaluated afterwards, so evaluation never slows training down.
+///
+/// One copy per interval passed: where no update came for several intervals, the first
+/// update after them is taken once for each (its time on every row). So the i-th copy of
+/// every group server is of the same interval, and averaging the servers' copies index by
+/// index (`exchange::average_replicas`, the simulated clock's servers) averages models of
+/// one moment, however unevenly the servers' pushes came.
 pub struct Snapshots {
     every_s: f64,
     next_s: f64,
@@ -44,13 +50,17 @@ impl Snapshots {
 
     /// Takes a snapshot if `time_s` has passed the next interval boundary.
     pub fn maybe_take(&mut self, time_s: f64, epoch: f64, iteration: u64, weights: &[f32]) {
-        if !self.due(time_s) {
-            return;
-        }
-        while self.next_s <= time_s {
+        while self.due(time_s) {
             self.next_s += self.every_s;
+            self.take(time_s, epoch, iteration, weights);
         }
-        self.take(time_s, epoch, iteration, weights);
+    }
+
+    /// `taken` without the repeats: a copy equal to the one before it is the same model at
+    /// the same update, evaluated once.
+    pub fn distinct(mut taken: Vec<(EvalRow, Vec<f32>)>) -> Vec<(EvalRow, Vec<f32>)> {
+        taken.dedup_by(|later, earlier| later.1 == earlier.1);
+        taken
     }
 
     pub fn take(&mut self, time_s: f64, epoch: f64, iteration: u64, weights: &[f32]) {
@@ -279,5 +289,35 @@ mod tests {
         let evals = [e(1.0, 0.5), e(2.0, 0.97), e(3.0, 0.99), e(4.0, 0.98)];
         assert_eq!(time_to_target(&evals, 0.98), Some(3.0));
         assert_eq!(time_to_target(&evals, 0.995), None);
+    }
+}
+
+#[cfg(test)]
+mod snapshot_tests {
+    use super::Snapshots;
+
+    /// A copy per interval passed, so that two servers' i-th copies are of one interval.
+    #[test]
+    fn an_update_after_several_intervals_is_taken_once_for_each() {
+        let mut steady = Snapshots::new(0.1);
+        let mut sparse = Snapshots::new(0.1);
+        for k in 1..=10 {
+            steady.maybe_take(0.1 * k as f64 + 0.01, 0.0, k, &[k as f32]);
+        }
+        sparse.maybe_take(0.12, 0.0, 1, &[1.0]);
+        sparse.maybe_take(0.75, 0.0, 2, &[2.0]);
+        sparse.maybe_take(1.02, 0.0, 3, &[3.0]);
+        let values = |s: &Snapshots| s.taken.iter().map(|(_, w)| w[0]).collect::<Vec<_>>();
+        assert_eq!(steady.taken.len(), 10);
+        assert_eq!(
+            values(&sparse),
+            [1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0]
+        );
+        let times: Vec<f64> = sparse.taken.iter().map(|(r, _)| r.time_s).collect();
+        assert!(times.windows(2).all(|t| t[0] <= t[1]), "{times:?}");
+        assert!(!sparse.due(1.05));
+        let distinct = Snapshots::distinct(sparse.taken);
+        let values: Vec<f32> = distinct.iter().map(|(_, w)| w[0]).collect();
+        assert_eq!(values, [1.0, 2.0, 3.0]);
     }
 }

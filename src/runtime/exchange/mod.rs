@@ -683,7 +683,9 @@ pub fn average_replicas(
     let count = comm.allreduce_min_f64(snapshots.taken.len() as f64)? as usize;
     let mut taken = snapshots.taken;
     taken.truncate(count);
-    for (_, w) in &mut taken {
+    for (row, w) in &mut taken {
+        // The latest server's time: each took its copy at its first push of the interval.
+        row.time_s = comm.allreduce_max_f64(row.time_s)?;
         *w = laid_into_model(std::mem::take(w), &range, n)?;
         comm.allreduce_sum_f32_in_place(w)?;
         w.iter_mut().for_each(|x| *x /= groups);

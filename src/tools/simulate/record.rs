@@ -84,7 +84,7 @@ pub fn evaluate(
     let mut evaluator = Evaluator::with_bn_calibration(corpus, net, cfg.run.seed);
     let mut eval_log = run.csv::<EvalRow>("eval.csv")?;
     let mut evals = Vec::new();
-    for (row, weights) in snapshots.taken {
+    for (row, weights) in Snapshots::distinct(snapshots.taken) {
         net.params_from_host(&weights);
         let ev = evaluator.evaluate(net, corpus)?;
         let row = ev.row(row.time_s, row.epoch, row.iteration);

@@ -280,8 +280,9 @@ fn take_groups(servers: &mut [Server]) -> Vec<GroupServer> {
         .collect()
 }
 
-/// The servers' snapshots averaged index by index (those every server took), each row
-/// as the first server took it: the model a run evaluates at each snapshot.
+/// The servers' snapshots averaged index by index (those every server took; the i-th of
+/// each is of the i-th interval), each row as the first server took it at the latest
+/// server's time: the model a run evaluates at each snapshot.
 fn average_snapshots(
     servers: &mut [Server],
     n: usize,
@@ -293,7 +294,12 @@ fn average_snapshots(
         .unwrap_or(0);
     (0..count)
         .map(|i| {
-            let row = servers[0].snapshots.taken[i].0;
+            // The latest server's time: each took its copy at its first push of the interval.
+            let mut row = servers[0].snapshots.taken[i].0;
+            row.time_s = servers
+                .iter()
+                .map(|s| s.snapshots.taken[i].0.time_s)
+                .fold(row.time_s, f64::max);
             let weights = average(servers.iter().map(|s| s.snapshots.taken[i].1.as_slice()), n);
             (row, weights)
         })
