@@ -10,27 +10,15 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use common::{base_toml, largest_difference, Csv, Run, Scratch};
 
-/// `gssp train --simulate --ranks <ranks>` of `config` with `sets` into `out`.
-fn simulate(s: &Scratch, config: &Path, ranks: usize, sets: &[&str], out: &Path) -> Output {
-    let mut args = s.train_args(config, sets, out);
-    args.extend(["--simulate".into(), "--ranks".into(), ranks.to_string()]);
-    Command::new(common::gssp_bin())
-        .args(&args)
-        .env("OPENBLAS_NUM_THREADS", "1")
-        .output()
-        .expect("run gssp train --simulate")
-}
-
-/// [`simulate`], which must succeed; its run directory.
+/// [`Scratch::simulate`], which must succeed; its run directory.
 fn simulate_ok(s: &Scratch, name: &str, ranks: usize, sets: &[&str]) -> Run {
     let config = s.config("base", &base_toml());
     let out = s.out(name);
-    let done = simulate(s, &config, ranks, sets, &out);
+    let done = s.simulate(&config, (ranks, 0.0), sets, &out);
     assert!(
         done.status.success(),
         "{name}: {}",
@@ -234,7 +222,7 @@ fn what_the_simulated_clock_cannot_run_is_refused_naming_the_key_before_any_step
     ];
     for (i, (sets, key)) in cases.iter().enumerate() {
         let out = s.out(&format!("refused-{i}"));
-        let done = simulate(&s, &config, 3, sets, &out);
+        let done = s.simulate(&config, (3, 0.0), sets, &out);
         let stderr = String::from_utf8_lossy(&done.stderr);
         assert_eq!(done.status.code(), Some(2), "{sets:?}: {stderr}");
         assert!(

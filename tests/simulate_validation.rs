@@ -16,7 +16,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use gssp::tools::bench::variants;
 use serde::Deserialize;
@@ -82,23 +81,14 @@ fn simulate_again(fx: &Fixture, mode: &str, seed: u64, stored: Option<f64>) -> O
         .iter()
         .find(|v| v.name == mode)
         .expect("the mode is a variant");
-    let scratch = tempfile::tempdir().expect("a scratch directory");
-    let out = scratch.path().join(mode);
-    let mut cmd = Command::new(common::gssp_bin());
-    cmd.arg("train")
-        .arg("--config")
-        .arg(&config)
-        .arg("--out")
-        .arg(&out);
-    cmd.args(["--simulate", "--ranks", &variant.ranks.to_string()]);
-    cmd.args(["--burst-us", &fx.burst_us.to_string()]);
-    for set in common.iter().chain(&variant.overrides) {
-        cmd.arg("--set").arg(set);
-    }
-    let done = cmd
-        .env("OPENBLAS_NUM_THREADS", "1")
-        .output()
-        .expect("run gssp train --simulate");
+    let scratch = common::Scratch::new();
+    let out = scratch.out(mode);
+    let sets: Vec<&str> = common
+        .iter()
+        .chain(&variant.overrides)
+        .map(String::as_str)
+        .collect();
+    let done = scratch.simulate(&config, (variant.ranks, fx.burst_us), &sets, &out);
     assert!(
         done.status.success(),
         "{mode}: {}",

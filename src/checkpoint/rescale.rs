@@ -178,17 +178,25 @@ pub fn join_shards(
             });
         }
         for (name, values) in joined.tensors.iter_mut() {
-            let range = file
-                .tensors
-                .remove(name)
-                .ok_or_else(|| CheckpointError::Corrupt {
-                    path: path.clone(),
-                    reason: format!("no tensor {name}, which {} has", first_path.display()),
-                })?;
-            values.extend(range);
+            values.extend(take_tensor(&mut file, name, (&first_path, &path))?);
         }
     }
     Ok((first_path, joined))
+}
+
+/// Tensor `name` taken out of `file` (read from `path`), which the file read from `first`
+/// has too.
+fn take_tensor(
+    file: &mut RankFile<RankMeta>,
+    name: &str,
+    (first, path): (&PathBuf, &PathBuf),
+) -> Result<Vec<f32>, CheckpointError> {
+    file.tensors
+        .remove(name)
+        .ok_or_else(|| CheckpointError::Corrupt {
+            path: path.clone(),
+            reason: format!("no tensor {name}, which {} has", first.display()),
+        })
 }
 
 /// `file`, a whole model's, cut to `range`: every tensor's values there.
@@ -222,13 +230,7 @@ fn add_into(
     sum.tensors
         .retain(|name, _| !is_snapshot_beyond(name, snapshots));
     for (name, values) in sum.tensors.iter_mut() {
-        let other = file
-            .tensors
-            .remove(name)
-            .ok_or_else(|| CheckpointError::Corrupt {
-                path: path.clone(),
-                reason: format!("no tensor {name}, which {} has", first.display()),
-            })?;
+        let other = take_tensor(&mut file, name, (first, path))?;
         if other.len() != values.len() {
             return Err(CheckpointError::Corrupt {
                 path: path.clone(),

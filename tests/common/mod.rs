@@ -421,6 +421,25 @@ impl Scratch {
         args
     }
 
+    /// `gssp train --simulate --ranks <ranks> --burst-us <burst_us>` of `config` with `sets`
+    /// into `out` (the simulated clock, one process; tests/simulate.rs).
+    pub fn simulate(
+        &self,
+        config: &Path,
+        (ranks, burst_us): (usize, f64),
+        sets: &[&str],
+        out: &Path,
+    ) -> std::process::Output {
+        let mut args = self.train_args(config, sets, out);
+        args.extend(["--simulate".into(), "--ranks".into(), ranks.to_string()]);
+        args.extend(["--burst-us".into(), burst_us.to_string()]);
+        Command::new(gssp_bin())
+            .args(&args)
+            .env("OPENBLAS_NUM_THREADS", "1")
+            .output()
+            .expect("run gssp train --simulate")
+    }
+
     /// Trains on `ranks` ranks with the base config plus `sets`; fails the test unless the job
     /// exits 0 within `deadline`. Returns the run directory.
     pub fn train_ok(&self, name: &str, ranks: usize, sets: &[&str], deadline: Duration) -> Run {
